@@ -1,0 +1,58 @@
+"""Typed errors raised by the catalog package.
+
+Every error message names what the user needs to find the problem: the dataset, the file,
+the record index and the key involved, where they are known.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CatmapError",
+    "DatasetNotRegisteredError",
+    "DatasetAlreadyRegisteredError",
+    "MetadataConflictError",
+    "AnnotationFormatError",
+    "EmptyDatasetError",
+    "RecordFormatError",
+    "CacheError",
+    "SharedAttachError",
+]
+
+
+class CatmapError(Exception):
+    """Base class of every error catmap raises on purpose."""
+
+
+class DatasetNotRegisteredError(CatmapError, KeyError):
+    """A dataset name was looked up that is not in the DatasetCatalog."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable.
+        return str(self.args[0]) if self.args else ""
+
+
+class DatasetAlreadyRegisteredError(CatmapError, ValueError):
+    """``DatasetCatalog.register`` was called with a name that is already registered."""
+
+
+class MetadataConflictError(CatmapError, ValueError):
+    """A metadata key was set to a value different from the one it already holds."""
+
+
+class AnnotationFormatError(CatmapError, ValueError):
+    """An annotation file is not in the expected format (wrong structure, refused format)."""
+
+
+class EmptyDatasetError(CatmapError, ValueError):
+    """A dataset (or a dataset after filtering) has no records."""
+
+
+class RecordFormatError(CatmapError, ValueError):
+    """A record does not follow the record format (missing or malformed key)."""
+
+
+class CacheError(CatmapError, RuntimeError):
+    """The on-disk cache could not be read or written."""
+
+
+class SharedAttachError(CatmapError, RuntimeError):
+    """A rank could not attach to the record buffer another local rank published."""
