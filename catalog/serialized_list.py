@@ -14,7 +14,9 @@ groups and repeat factors without unpickling every record.
 
 from __future__ import annotations
 
+import gc
 import logging
+import operator
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from multiprocessing.reduction import ForkingPickler
@@ -141,6 +143,48 @@ def _ranges_to_index(starts: np.ndarray, counts: np.ndarray, total: int) -> np.n
     return np.cumsum(steps)
 
 
+def _int_column(values: list[Any]) -> np.ndarray:
+    """int32 column from Python values; anything that is not an integer becomes -1."""
+    if not values:
+        return np.zeros(0, dtype=np.int32)
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError, OverflowError):  # ragged or exotic values
+        arr = None
+    if (
+        arr is not None
+        and arr.dtype.kind in "iu"
+        and arr.ndim == 1
+        and _INT32.min <= arr.min()
+        and arr.max() <= _INT32.max
+    ):
+        return arr.astype(np.int32)
+    return np.asarray([_as_int32_or_minus_one(v) for v in values], dtype=np.int32)
+
+
+_INT32 = np.iinfo(np.int32)
+
+
+def _as_int32_or_minus_one(value: Any) -> int:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if _INT32.min <= value <= _INT32.max:
+            return int(value)
+    return -1
+
+
+def _flag_column(values: list[Any]) -> np.ndarray:
+    """uint8 column: 1 where the value is truthy, else 0."""
+    if not values:
+        return np.zeros(0, dtype=np.uint8)
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError, OverflowError):
+        arr = None
+    if arr is not None and arr.dtype.kind in "iub" and arr.ndim == 1:
+        return (arr != 0).astype(np.uint8)
+    return np.asarray([1 if v else 0 for v in values], dtype=np.uint8)
+
+
 def _columns_of(record: dict) -> tuple[int, int, list[int], list[int]]:
     height = record.get("height", -1)
     width = record.get("width", -1)
@@ -220,48 +264,58 @@ class SerializedList(Sequence):
         dumps = pickle.dumps
         protocol = pickle.HIGHEST_PROTOCOL
         chunks: list[bytes] = []
-        lengths: list[int] = []
-        heights: list[int] = []
-        widths: list[int] = []
-        cat_ids: list[int] = []
-        crowd_flags: list[int] = []
+        heights: list[Any] = []
+        widths: list[Any] = []
+        cat_ids: list[Any] = []
+        crowd_flags: list[Any] = []
         ann_counts: list[int] = []
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # nothing here creates cycles; collections would rescan every record
         try:
             for index, record in enumerate(iterator):
-                if not isinstance(record, dict):
+                if type(record) is not dict and not isinstance(record, dict):
                     where = f" of dataset {self.name!r}" if self.name else ""
                     raise TypeError(
                         f"record {index}{where} is a {type(record).__name__}, not a dict; "
                         "a dataset is a list of dicts"
                     )
-                data = dumps(record, protocol=protocol)
-                chunks.append(data)
-                lengths.append(len(data))
-                h, w, cats, crowd = _columns_of(record)
-                heights.append(h if isinstance(h, (int, np.integer)) else -1)
-                widths.append(w if isinstance(w, (int, np.integer)) else -1)
-                cat_ids.extend(cats)
-                crowd_flags.extend(crowd)
-                ann_counts.append(len(cats))
+                chunks.append(dumps(record, protocol=protocol))
+                heights.append(record.get("height", -1))
+                widths.append(record.get("width", -1))
+                annos = record.get("annotations")
+                if not annos:
+                    ann_counts.append(0)
+                    continue
+                try:  # fast path: a list of dicts
+                    cat_ids += [a.get("category_id", -1) for a in annos]
+                    crowd_flags += [a.get("iscrowd", 0) for a in annos]
+                    ann_counts.append(len(annos))
+                except (AttributeError, TypeError):
+                    del cat_ids[len(crowd_flags) :]  # undo a half-done extend
+                    _, _, cats, crowd = _columns_of(record)
+                    cat_ids += cats
+                    crowd_flags += crowd
+                    ann_counts.append(len(cats))
         finally:
+            if gc_was_enabled:
+                gc.enable()
             if bar is not None:
                 bar.close()
 
-        buffer = np.frombuffer(b"".join(chunks), dtype=np.uint8) if chunks else np.zeros(0, np.uint8)
+        lengths = np.fromiter(map(len, chunks), dtype=np.int64, count=len(chunks))
+        buffer = (
+            np.frombuffer(b"".join(chunks), dtype=np.uint8) if chunks else np.zeros(0, np.uint8)
+        )
         del chunks
-        ends = np.cumsum(np.asarray(lengths, dtype=np.int64)) if lengths else np.zeros(0, np.int64)
+        ends = np.cumsum(lengths) if len(lengths) else np.zeros(0, np.int64)
         offsets = np.zeros(len(ann_counts) + 1, dtype=np.int64)
         if ann_counts:
             np.cumsum(np.asarray(ann_counts, dtype=np.int64), out=offsets[1:])
-        try:
-            categories = np.asarray(cat_ids, dtype=np.int32)
-        except (TypeError, ValueError, OverflowError):
-            categories = np.asarray([_as_int_or_minus_one(c) for c in cat_ids], dtype=np.int32)
         columns = RecordColumns(
-            np.asarray(heights, dtype=np.int32),
-            np.asarray(widths, dtype=np.int32),
-            categories,
-            np.asarray(crowd_flags, dtype=np.uint8),
+            _int_column(heights),
+            _int_column(widths),
+            _int_column(cat_ids),
+            _flag_column(crowd_flags),
             offsets,
         )
         self._set_arrays(buffer, ends, columns)
@@ -348,7 +402,7 @@ class SerializedList(Sequence):
 
     def _normalize_index(self, index: Any) -> int:
         try:
-            i = int(index)
+            i = operator.index(index)  # int() would accept "1" and 1.5
         except TypeError:
             raise TypeError(
                 f"SerializedList indices must be integers or slices, not {type(index).__name__}"
@@ -429,9 +483,7 @@ class SerializedList(Sequence):
                 if idx.size == 0:
                     idx = np.zeros(0, dtype=np.int64)
                 if idx.dtype == np.bool_ or not np.issubdtype(idx.dtype, np.integer):
-                    raise TypeError(
-                        f"subset indices must be ints, got an array of {idx.dtype}"
-                    )
+                    raise TypeError(f"subset indices must be ints, got an array of {idx.dtype}")
                 idx = idx.astype(np.int64).reshape(-1)
             idx = np.where(idx < 0, idx + n, idx)
             bad = (idx < 0) | (idx >= n)
@@ -536,13 +588,6 @@ class _LazyDtypes(dict):
 
 
 _TORCH_DTYPES: dict[str, Any] = _LazyDtypes()
-
-
-def _as_int_or_minus_one(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError, OverflowError):
-        return -1
 
 
 def _rebuild_from_arrays(

@@ -1,0 +1,289 @@
+"""DatasetCatalog: dataset names mapped to loader functions, each loaded once per process.
+
+A loader is any zero-argument callable returning a list of record dicts. The first
+``DatasetCatalog.get(name)`` runs it and keeps the result as a :class:`SerializedList` (one
+compact buffer instead of millions of Python objects); later calls return the cached list.
+
+Extension hook (on-disk cache, sharing across local ranks):
+    Every registration is stored as a :class:`DatasetEntry`. Loaders that read files fill in
+    ``entry.source_files`` (the files the records come from) and ``entry.cache_key`` (a
+    JSON-serializable dict describing everything else the records depend on: loader kind,
+    options). All loading goes through the single method :meth:`_DatasetCatalog._load`
+    (``entry -> SerializedList``); a cache or a cross-rank sharing layer wraps or replaces that
+    one method and keys on ``entry.cache_key`` / ``entry.source_files``. ``entry.options`` is a
+    free dict for per-registration switches such a layer may read (e.g. ``{"cache": False}``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .disk_cache import apply_loader_metadata, load_entry
+from .errors import DatasetAlreadyRegisteredError, DatasetNotRegisteredError
+from .local_share import share_across_local_ranks
+from .serialized_list import SerializedList
+
+__all__ = ["DatasetCatalog", "DatasetEntry"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DatasetEntry:
+    """One registration in the :data:`DatasetCatalog`.
+
+    Attributes:
+        name: the dataset name.
+        func: the zero-argument loader returning a list of record dicts.
+        source_files: the files the records are read from (empty for in-memory loaders);
+            an on-disk cache invalidates on their size / modification time.
+        cache_key: a JSON-serializable dict of everything else the records depend on
+            (loader kind, options), or None when the records cannot be cached safely
+            (an arbitrary Python function).
+        options: free per-registration switches for layers plugged into ``_load``.
+
+    Example:
+        >>> entry = DatasetEntry("toy", lambda: [{"file_name": "a.jpg"}])
+        >>> entry.cache_key is None, entry.source_files
+        (True, ())
+    """
+
+    name: str
+    func: Callable[[], Any]
+    source_files: tuple[str, ...] = ()
+    cache_key: dict[str, Any] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    load_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+
+class _DatasetCatalog:
+    """The dataset registry; use the module-level singleton :data:`DatasetCatalog`.
+
+    Thread-safe: registration, removal and lookups take a lock, and concurrent ``get`` calls
+    for the same name run the loader only once.
+
+    Example:
+        >>> DatasetCatalog.register("doc_toy", lambda: [{"file_name": "a.jpg", "image_id": 0}])
+        >>> records = DatasetCatalog.get("doc_toy")
+        >>> len(records), records[0]["file_name"], "doc_toy" in DatasetCatalog
+        (1, 'a.jpg', True)
+        >>> DatasetCatalog.remove("doc_toy")
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[str, DatasetEntry] = {}
+        self._cache: dict[str, SerializedList] = {}
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ registration
+    def register(
+        self,
+        name: str,
+        func: Callable[[], Any],
+        *,
+        source_files: Iterable[str] | None = None,
+        cache_key: dict[str, Any] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        """Register ``func`` as the loader of dataset ``name``; it runs at the first ``get``.
+
+        Args:
+            name: a non-empty dataset name, e.g. ``"coco_2017_train"``.
+            func: a zero-argument callable returning a list of record dicts.
+            source_files: files the records are read from (for cache invalidation).
+            cache_key: JSON-serializable description of the loader and its options, used by
+                an on-disk cache; None (the default for plain functions) disables caching.
+            options: free per-registration switches (see the module docstring).
+
+        Raises:
+            TypeError: name is not a str, or func is not callable.
+            ValueError: name is empty.
+            DatasetAlreadyRegisteredError: (a ValueError) the name is already registered.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"a dataset name must be a str, got {type(name).__name__}: {name!r}")
+        if not name:
+            raise ValueError("a dataset name must not be empty")
+        if not callable(func):
+            raise TypeError(
+                f"the loader of dataset {name!r} must be callable (a function returning a list "
+                f"of dicts), got {type(func).__name__}"
+            )
+        entry = DatasetEntry(
+            name=name,
+            func=func,
+            source_files=tuple(str(f) for f in (source_files or ())),
+            cache_key=dict(cache_key) if cache_key is not None else None,
+            options=dict(options or {}),
+        )
+        with self._lock:
+            if name in self._entries:
+                raise DatasetAlreadyRegisteredError(
+                    f"dataset {name!r} is already registered; call DatasetCatalog.remove({name!r}) "
+                    "first to replace it"
+                )
+            self._entries[name] = entry
+        logger.debug("registered dataset %r", name)
+
+    def entry(self, name: str) -> DatasetEntry:
+        """The :class:`DatasetEntry` registered under ``name``.
+
+        Raises:
+            DatasetNotRegisteredError: (a KeyError) the name is unknown.
+        """
+        with self._lock:
+            entry = self._entries.get(name)
+            if entry is None:
+                raise self._not_registered(name)
+            return entry
+
+    # ------------------------------------------------------------------ lookup
+    def get(self, name: str) -> SerializedList:
+        """The records of dataset ``name`` as a :class:`SerializedList`.
+
+        The loader runs on the first call in this process; later calls return the cached list.
+
+        Raises:
+            DatasetNotRegisteredError: (a KeyError) the name is unknown; the message lists the
+                registered names and the closest matches.
+            TypeError: the loader returned something other than a list of dicts (the message
+                names the dataset and the index of the first bad element).
+        """
+        entry = self.entry(name)
+        cached = self._cache.get(name)
+        if cached is not None:
+            return cached
+        with entry.load_lock:
+            with self._lock:
+                cached = self._cache.get(name)
+                if self._entries.get(name) is not entry:
+                    # Removed (or replaced) while we waited for the lock.
+                    raise self._not_registered(name)
+            if cached is not None:
+                return cached
+            records = self._load(entry)
+            with self._lock:
+                if self._entries.get(name) is entry:
+                    self._cache[name] = records
+            return records
+
+    def _load(self, entry: DatasetEntry) -> SerializedList:
+        """Load ``entry``'s records: the single loading path.
+
+        File-backed entries go through the on-disk cache (:func:`catalog.disk_cache.load_entry`);
+        under torch.distributed with several ranks per machine, one rank per machine loads and
+        the others attach to its records (:func:`catalog.local_share.share_across_local_ranks`).
+        """
+        records, _ = share_across_local_ranks(
+            entry.name,
+            lambda: load_entry(entry, self._run_loader),
+            on_attach=lambda extra: apply_loader_metadata(entry.name, extra),
+        )
+        return records
+
+    def _run_loader(self, entry: DatasetEntry) -> SerializedList:
+        """Run ``entry``'s loader and serialize its result."""
+        logger.info("loading dataset %r", entry.name)
+        try:
+            result = entry.func()
+        except Exception as exc:
+            exc.add_note(f"while loading dataset {entry.name!r} (DatasetCatalog.get)")
+            raise
+        return as_serialized_list(result, entry.name)
+
+    # ------------------------------------------------------------------ management
+    def list(self) -> list[str]:
+        """The registered dataset names, in registration order."""
+        with self._lock:
+            return list(self._entries)
+
+    def remove(self, name: str) -> None:
+        """Unregister dataset ``name`` and drop its cached records.
+
+        Raises:
+            DatasetNotRegisteredError: (a KeyError) the name is unknown.
+        """
+        with self._lock:
+            if name not in self._entries:
+                raise self._not_registered(name)
+            del self._entries[name]
+            self._cache.pop(name, None)
+
+    def clear(self) -> None:
+        """Unregister every dataset and drop every cached record list."""
+        with self._lock:
+            self._entries.clear()
+            self._cache.clear()
+
+    def is_loaded(self, name: str) -> bool:
+        """Whether dataset ``name`` has been loaded (and cached) in this process."""
+        return name in self._cache
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.list())
+
+    def __repr__(self) -> str:
+        return f"DatasetCatalog({', '.join(self.list())})"
+
+    # ------------------------------------------------------------------ state (tests)
+    def _snapshot(self) -> tuple[dict[str, DatasetEntry], dict[str, SerializedList]]:
+        with self._lock:
+            return dict(self._entries), dict(self._cache)
+
+    def _restore(self, state: tuple[dict[str, DatasetEntry], dict[str, SerializedList]]) -> None:
+        with self._lock:
+            self._entries = dict(state[0])
+            self._cache = dict(state[1])
+
+    def _not_registered(self, name: object) -> DatasetNotRegisteredError:
+        names = list(self._entries)
+        close = difflib.get_close_matches(str(name), names, n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(repr(c) for c in close)}?" if close else ""
+        listed = ", ".join(names) if names else "(none)"
+        return DatasetNotRegisteredError(
+            f"dataset {name!r} is not registered.{hint} Registered datasets: {listed}"
+        )
+
+
+def as_serialized_list(result: Any, name: str) -> SerializedList:
+    """Check that a loader's ``result`` is a list of dicts and serialize it.
+
+    A SerializedList is accepted as is.
+
+    Raises:
+        TypeError: ``result`` is not a list, or one of its elements is not a dict (the message
+            names the dataset and the index of the first bad element).
+
+    Example:
+        >>> len(as_serialized_list([{"a": 1}], "toy"))
+        1
+    """
+    if isinstance(result, SerializedList):
+        return result
+    if not isinstance(result, list):
+        raise TypeError(
+            f"the loader of dataset {name!r} returned a {type(result).__name__}; it must "
+            "return a list of dicts"
+        )
+    for index, record in enumerate(result):
+        if not isinstance(record, dict):
+            raise TypeError(
+                f"the loader of dataset {name!r} returned a list whose element {index} is a "
+                f"{type(record).__name__}, not a dict"
+            )
+    return SerializedList(result, name=name)
+
+
+#: The process-wide dataset registry.
+DatasetCatalog = _DatasetCatalog()

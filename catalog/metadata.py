@@ -1,0 +1,327 @@
+"""Metadata and MetadataCatalog: per-dataset facts (class names, colors, id maps, files).
+
+A :class:`Metadata` is write-once per key: setting a key to a value different from the one it
+holds raises :class:`MetadataConflictError`; setting an equal value (numpy arrays, tensors and
+nested containers compared by value) is a no-op.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import logging
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .errors import MetadataConflictError
+
+__all__ = ["Metadata", "MetadataCatalog", "LEGACY_KEYS", "values_equal"]
+
+logger = logging.getLogger(__name__)
+
+#: Old key -> current key; reading or writing an old key warns and uses the current one.
+LEGACY_KEYS: dict[str, str] = {
+    "class_names": "thing_classes",
+    "dataset_id_to_contiguous_id": "thing_dataset_id_to_contiguous_id",
+    "stuff_class_names": "stuff_classes",
+}
+
+
+def values_equal(a: Any, b: Any) -> bool:
+    """Whether two metadata values are equal by value.
+
+    numpy arrays and torch tensors compare element-wise (shape included), dicts by keys and
+    values, lists and tuples element by element (a list equals a tuple or an array holding the
+    same values); everything else with ``==``.
+
+    Example:
+        >>> import numpy as np
+        >>> values_equal(np.array([1, 2]), [1, 2]), values_equal([[1], [2]], [[1], [3]])
+        (True, False)
+    """
+    if a is b:
+        return True
+    if _is_array(a) or _is_array(b):
+        try:
+            arr_a = _to_numpy(a)
+            arr_b = _to_numpy(b)
+        except (TypeError, ValueError):
+            return False
+        if arr_a.shape != arr_b.shape:
+            return False
+        try:
+            return bool(np.array_equal(arr_a, arr_b, equal_nan=_both_float(arr_a, arr_b)))
+        except TypeError:
+            return bool(np.array_equal(arr_a, arr_b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(values_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(values_equal(x, y) for x, y in zip(a, b, strict=True))
+    try:
+        result = a == b
+    except Exception:  # an exotic __eq__ that raises: treat as different
+        return False
+    if isinstance(result, (bool, np.bool_)):
+        return bool(result)
+    try:
+        return bool(np.all(result))
+    except Exception:
+        return False
+
+
+def _is_array(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return True
+    torch = _torch_module()
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _torch_module() -> Any:
+    import sys
+
+    return sys.modules.get("torch")  # only compare tensors if torch is already imported
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    torch = _torch_module()
+    if torch is not None and isinstance(value, torch.Tensor):
+        return value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _both_float(a: np.ndarray, b: np.ndarray) -> bool:
+    return np.issubdtype(a.dtype, np.floating) and np.issubdtype(b.dtype, np.floating)
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class Metadata:
+    """Facts about one dataset, read and written as attributes.
+
+    Args:
+        name: the dataset name (also stored as the ``name`` key).
+        **kwargs: initial keys.
+
+    Raises:
+        AttributeError: reading a key that is not set (the message lists the keys present).
+        MetadataConflictError: setting a key to a value different from its current one.
+
+    Example:
+        >>> meta = Metadata(name="toy").set(thing_classes=["cat", "dog"])
+        >>> meta.thing_classes, meta.get("thing_colors", "none")
+        (['cat', 'dog'], 'none')
+        >>> meta.thing_classes = ["cat", "dog"]  # equal value: a no-op
+        >>> sorted(meta.as_dict())
+        ['name', 'thing_classes']
+    """
+
+    name: str
+
+    def __init__(self, name: str | None = None, **kwargs: Any) -> None:
+        object.__setattr__(self, "_lock", threading.RLock())
+        if name is not None:
+            kwargs = {"name": name, **kwargs}
+        if kwargs:
+            self.set(**kwargs)
+
+    # ------------------------------------------------------------------ reading
+    def __getattr__(self, key: str) -> Any:
+        # Only called when normal lookup failed, i.e. the key is not set.
+        if key.startswith("__") and key.endswith("__"):
+            raise AttributeError(key)
+        if key in LEGACY_KEYS:
+            new_key = LEGACY_KEYS[key]
+            self._warn_legacy(key, new_key)
+            return getattr(self, new_key)
+        keys = self._keys()
+        close = difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise AttributeError(
+            f"metadata of dataset {self._label()} has no key {key!r}.{hint} "
+            f"Keys present: {', '.join(keys) if keys else '(none)'}"
+        )
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of ``key``, or ``default`` when it is not set."""
+        key = self._resolve(key)
+        return self.__dict__.get(key, default) if not key.startswith("_") else default
+
+    def as_dict(self) -> dict[str, Any]:
+        """A shallow copy of every key and value."""
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+    def __contains__(self, key: object) -> bool:
+        return (
+            isinstance(key, str) and not key.startswith("_") and self._resolve(key) in self.__dict__
+        )
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    # ------------------------------------------------------------------ writing
+    def __setattr__(self, key: str, value: Any) -> None:
+        self.set(**{key: value})
+
+    def set(self, **kwargs: Any) -> Metadata:
+        """Set several keys at once; atomic: when one key conflicts, nothing is set.
+
+        Returns:
+            self, so that calls can be chained.
+
+        Raises:
+            MetadataConflictError: a key already holds a different value (both are shown).
+        """
+        resolved: dict[str, Any] = {}
+        for key, value in kwargs.items():
+            if key.startswith("_"):
+                raise AttributeError(f"metadata keys must not start with '_': {key!r}")
+            new_key = self._resolve(key, warn=True)
+            if new_key in resolved and not values_equal(resolved[new_key], value):
+                raise MetadataConflictError(
+                    f"metadata of dataset {self._label()}: {key!r} and {new_key!r} given "
+                    f"different values in one set(): {_short(resolved[new_key])} vs {_short(value)}"
+                )
+            resolved[new_key] = value
+        with self._lock:
+            for key, value in resolved.items():
+                if key in self.__dict__ and not values_equal(self.__dict__[key], value):
+                    raise MetadataConflictError(
+                        f"metadata key {key!r} of dataset {self._label()} is already set to "
+                        f"{_short(self.__dict__[key])}; refusing to change it to {_short(value)}. "
+                        f"Use MetadataCatalog.remove({self.get('name')!r}) to start over."
+                    )
+            for key, value in resolved.items():
+                if key not in self.__dict__:
+                    self.__dict__[key] = value
+        return self
+
+    def __delattr__(self, key: str) -> None:
+        raise AttributeError(
+            f"metadata keys cannot be deleted (key {key!r} of dataset {self._label()}); "
+            "use MetadataCatalog.remove(name) to start over"
+        )
+
+    # ------------------------------------------------------------------ helpers
+    def _keys(self) -> list[str]:
+        return [k for k in self.__dict__ if not k.startswith("_")]
+
+    def _label(self) -> str:
+        name = self.__dict__.get("name")
+        return repr(name) if name is not None else "(unnamed)"
+
+    def _resolve(self, key: str, warn: bool = True) -> str:
+        new_key = LEGACY_KEYS.get(key)
+        if new_key is None:
+            return key
+        if warn:
+            self._warn_legacy(key, new_key)
+        return new_key
+
+    @staticmethod
+    def _warn_legacy(key: str, new_key: str) -> None:
+        warnings.warn(
+            f"metadata key {key!r} is renamed to {new_key!r}; using {new_key!r}",
+            DeprecationWarning,
+            stacklevel=4,
+        )
+        logger.warning("metadata key %r is renamed to %r", key, new_key)
+
+    def __repr__(self) -> str:
+        items = ", ".join(f"{k}={_short(v, 60)}" for k, v in self.as_dict().items())
+        return f"Metadata({items})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return self.as_dict()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        object.__setattr__(self, "_lock", threading.RLock())
+        self.__dict__.update(state)
+
+    def __copy__(self) -> Metadata:
+        new = Metadata.__new__(Metadata)
+        new.__setstate__(self.as_dict())
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Metadata:
+        new = Metadata.__new__(Metadata)
+        new.__setstate__(copy.deepcopy(self.as_dict(), memo))
+        return new
+
+
+class _MetadataCatalog:
+    """The per-dataset metadata registry; use the singleton :data:`MetadataCatalog`.
+
+    Example:
+        >>> meta = MetadataCatalog.get("doc_meta")   # created on first use
+        >>> meta.thing_classes = ["person"]
+        >>> MetadataCatalog.get("doc_meta").thing_classes
+        ['person']
+        >>> MetadataCatalog.remove("doc_meta")
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Metadata] = {}
+        self._lock = threading.RLock()
+
+    def get(self, name: str) -> Metadata:
+        """The Metadata of dataset ``name``, created (holding only ``name``) on first use.
+
+        Raises:
+            TypeError: name is not a str.
+            ValueError: name is empty.
+        """
+        if not isinstance(name, str):
+            raise TypeError(f"a dataset name must be a str, got {type(name).__name__}: {name!r}")
+        if not name:
+            raise ValueError("a dataset name must not be empty")
+        with self._lock:
+            meta = self._entries.get(name)
+            if meta is None:
+                meta = self._entries[name] = Metadata(name=name)
+            return meta
+
+    def list(self) -> list[str]:
+        """The names that have a Metadata, in creation order."""
+        with self._lock:
+            return list(self._entries)
+
+    def remove(self, name: str) -> None:
+        """Drop the Metadata of ``name`` (a no-op when there is none)."""
+        with self._lock:
+            self._entries.pop(name, None)
+
+    def clear(self) -> None:
+        """Drop every Metadata."""
+        with self._lock:
+            self._entries.clear()
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.list())
+
+    def __repr__(self) -> str:
+        return f"MetadataCatalog({', '.join(self.list())})"
+
+    def _snapshot(self) -> dict[str, Metadata]:
+        with self._lock:
+            return {name: copy.copy(meta) for name, meta in self._entries.items()}
+
+    def _restore(self, state: dict[str, Metadata]) -> None:
+        with self._lock:
+            self._entries = dict(state)
+
+
+#: The process-wide metadata registry.
+MetadataCatalog = _MetadataCatalog()

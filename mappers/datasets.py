@@ -1,0 +1,479 @@
+"""Datasets that wrap record lists: DatasetFromList, MapDataset, ToIterableDataset.
+
+``MapDataset`` applies a mapper to every record. A mapper may return ``None`` to say "this
+record gives no usable sample" (an unreadable image, a crop without boxes); another index is
+then tried. Unlike detectron2 (fixed seed 42 in every worker, endless loop when every record
+fails) and mmengine (global RNG, bare ``Exception``), the retries here are
+
+* drawn from a generator seeded from ``(seed, DataLoader worker id)``: reproducible for a seed
+  and different in each worker, without touching global random state;
+* never drawn from the indices already known to fail in this process;
+* bounded: ``max_refetch`` consecutive failures for one request, or no candidate left, raise
+  :class:`~mappers.errors.RefetchExhaustedError`.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import itertools
+import logging
+import operator
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils import data
+
+from catalog.seeding import derive_seed, numpy_generator
+from catalog.serialized_list import SerializedList
+
+from ._function_pickle import unwrap, wrap_for_pickling
+from .errors import RefetchExhaustedError
+
+__all__ = [
+    "DEFAULT_MAX_REFETCH",
+    "DatasetFromList",
+    "MapDataset",
+    "MapIterableDataset",
+    "ToIterableDataset",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Default number of other indices MapDataset tries after a record maps to None.
+DEFAULT_MAX_REFETCH = 100
+
+#: How many of the last failing indices a RefetchExhaustedError lists.
+_LAST_FAILED_SHOWN = 10
+
+
+class DatasetFromList(data.Dataset):
+    """A map-style dataset over a list of records.
+
+    Args:
+        lst: the records (a list, or a catalog ``SerializedList`` which is used as it is).
+        copy: with ``serialize=False``, return a deep copy of each record on access so the
+            caller may modify it freely. Serialized records are fresh objects on every access
+            and are never copied again.
+        serialize: ``True`` stores the records in a ``SerializedList`` (one shared buffer,
+            no per-worker copies); a callable is called with the list and must return an
+            indexable, sized container; ``False`` keeps the Python list.
+
+    Example:
+        >>> ds = DatasetFromList([{"file_name": "a.jpg"}, {"file_name": "b.jpg"}])
+        >>> len(ds), ds[1]["file_name"]
+        (2, 'b.jpg')
+    """
+
+    def __init__(
+        self,
+        lst: Sequence[Any],
+        copy: bool = True,
+        serialize: bool | Callable[[Sequence[Any]], Sequence[Any]] = True,
+    ) -> None:
+        self._copy = bool(copy)
+        self._serialized = False
+        if isinstance(lst, SerializedList):
+            self._lst: Sequence[Any] = lst
+            self._serialized = True
+        elif callable(serialize):
+            self._lst = serialize(lst)
+            self._serialized = True
+        elif serialize:
+            self._lst = SerializedList(lst)
+            self._serialized = True
+        else:
+            self._lst = lst
+        logger.debug("DatasetFromList: %d records (serialized=%s)", len(self._lst), self._serialized)
+
+    @property
+    def records(self) -> Sequence[Any]:
+        """The underlying container (a SerializedList when serialized)."""
+        return self._lst
+
+    def __len__(self) -> int:
+        return len(self._lst)
+
+    def __getitem__(self, index: int) -> Any:
+        item = self._lst[index]
+        if self._copy and not self._serialized:
+            return copy.deepcopy(item)
+        return item
+
+    def __repr__(self) -> str:
+        return f"DatasetFromList({len(self)} records, serialized={self._serialized})"
+
+
+class _ProcessState:
+    """Refetch bookkeeping that belongs to one process (never pickled, reset after fork)."""
+
+    __slots__ = ("pid", "rng", "excluded", "ever_failed", "warned", "num_failures")
+
+    def __init__(self, seed: int) -> None:
+        self.pid = os.getpid()
+        info = data.get_worker_info()
+        worker_id = info.id if info is not None else None
+        self.rng = numpy_generator(seed, worker_id)
+        self.excluded: set[int] = set()
+        self.ever_failed: set[int] = set()
+        self.warned: set[int] = set()
+        self.num_failures = 0
+
+    def draw(self, n: int) -> int | None:
+        """A uniformly drawn index in [0, n) that is not excluded; None when none is left."""
+        excluded = self.excluded
+        if len(excluded) >= n:
+            return None
+        if 2 * len(excluded) <= n:
+            # Rejection sampling: each draw succeeds with probability >= 1/2.
+            for _ in range(64):
+                candidate = int(self.rng.integers(n))
+                if candidate not in excluded:
+                    return candidate
+        blocked = np.fromiter(excluded, dtype=np.int64, count=len(excluded))
+        candidates = np.setdiff1d(np.arange(n, dtype=np.int64), blocked, assume_unique=True)
+        return int(candidates[self.rng.integers(len(candidates))])
+
+
+def _file_name_of(record: Any) -> str | None:
+    if isinstance(record, dict):
+        name = record.get("file_name")
+        return str(name) if name is not None else None
+    return None
+
+
+def _describe(index: int, record: Any) -> str:
+    name = _file_name_of(record)
+    return f"index {index}" + (f" (file_name={name!r})" if name else "")
+
+
+def _extend_exception(exc: BaseException, context: str) -> None:
+    """Add ``context`` to an exception's message, keeping its type and traceback."""
+    args = exc.args
+    if len(args) == 1 and isinstance(args[0], str) and not isinstance(exc, OSError):
+        exc.args = (f"{args[0]} [{context}]",)
+    elif len(args) == 0 and not isinstance(exc, OSError):
+        exc.args = (f"[{context}]",)
+    elif hasattr(exc, "add_note"):
+        exc.add_note(context)
+    else:  # Python 3.10 and an exception whose args are not a plain message
+        logger.error("%s raised %s", context, type(exc).__name__)
+
+
+class _MapBase:
+    """What MapDataset and MapIterableDataset share: the mapper, the seed, per-process state."""
+
+    def _setup(
+        self, dataset: Any, map_func: Callable[[Any], Any], max_refetch: int, seed: int | None
+    ) -> None:
+        if not callable(map_func):
+            raise TypeError(f"MapDataset: map_func must be callable, got {type(map_func).__name__}")
+        if isinstance(max_refetch, bool) or not isinstance(max_refetch, int) or max_refetch < 0:
+            raise ValueError(f"MapDataset: max_refetch must be an int >= 0, got {max_refetch!r}")
+        self._dataset = dataset
+        self._map_func = wrap_for_pickling(map_func)
+        self.max_refetch = max_refetch
+        # seed=None: derived from the main process's torch seed at construction time, so it
+        # is fixed for this dataset object and shipped to every worker.
+        self.seed = int(seed) if seed is not None else derive_seed(torch.initial_seed())
+        self._state: _ProcessState | None = None
+
+    @property
+    def dataset(self) -> Any:
+        """The wrapped dataset."""
+        return self._dataset
+
+    @property
+    def map_func(self) -> Callable[[Any], Any]:
+        """The mapping function."""
+        return unwrap(self._map_func)
+
+    def _process_state(self) -> _ProcessState:
+        state = self._state
+        if state is None or state.pid != os.getpid():
+            state = self._state = _ProcessState(self.seed)
+        return state
+
+    def failure_stats(self) -> dict[str, Any]:
+        """Failures seen in this process so far.
+
+        Returns:
+            ``{"num_failures": int, "failed_indices": sorted list[int]}``: how many times the
+            mapper returned None, and every index (stream position for an iterable input)
+            that returned None at least once.
+        """
+        state = self._process_state()
+        return {"num_failures": state.num_failures, "failed_indices": sorted(state.ever_failed)}
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_state"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+
+class MapDataset(_MapBase, data.Dataset):
+    """Apply ``map_func`` to every record; a None result is replaced by another record's.
+
+    ``ds[i]`` returns ``map_func(dataset[i])``. When that is None, another index is drawn
+    (uniformly, from a numpy generator seeded with ``derive_seed(seed, worker_id)`` created
+    lazily in the process that uses it; ``worker_id`` is None in the main process) among the
+    indices not known to fail in this process, until a result is not None. An index that
+    fails is excluded from later draws until a direct request for it succeeds. One warning
+    is logged per failing index per process.
+
+    An IterableDataset input gives a :class:`MapIterableDataset` that skips None results.
+
+    Args:
+        dataset: a map-style dataset (or an IterableDataset, see above).
+        map_func: ``record -> sample or None``. Lambdas and closures are fine: they are
+            pickled by value with cloudpickle when the dataset is sent to spawn workers.
+        max_refetch: how many other indices to try after the requested one maps to None;
+            ``max_refetch + 1`` consecutive failures raise RefetchExhaustedError.
+        seed: the refetch seed. None draws one from ``torch.initial_seed()`` of the process
+            that constructs the dataset (the main process), at construction time.
+
+    Raises:
+        RefetchExhaustedError: (a RuntimeError) from ``ds[i]`` when too many records in a
+            row map to None, or every record is known to fail.
+
+    Example:
+        >>> ds = MapDataset([1, 2, 3, 4], lambda x: x * 10 if x % 2 == 0 else None, seed=0)
+        >>> ds[1], ds[0] in (20, 40)
+        (20, True)
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        dataset = args[0] if args else kwargs.get("dataset")
+        if cls is MapDataset and isinstance(dataset, data.IterableDataset):
+            return MapIterableDataset(*args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        dataset: Any,
+        map_func: Callable[[Any], Any],
+        *,
+        max_refetch: int = DEFAULT_MAX_REFETCH,
+        seed: int | None = None,
+    ) -> None:
+        self._setup(dataset, map_func, max_refetch, seed)
+
+    def __len__(self) -> int:
+        return len(self._dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        state = self._process_state()
+        n = len(self._dataset)
+        requested = operator.index(index)
+        if not -n <= requested < n:
+            raise IndexError(f"MapDataset: index {requested} out of range for {n} records")
+        if requested < 0:
+            requested += n
+        current = requested
+        recent: collections.deque[int] = collections.deque(maxlen=_LAST_FAILED_SHOWN)
+        tried = 0
+        map_func = self._map_func
+        while True:
+            record = self._dataset[current]
+            try:
+                result = map_func(record)
+            except Exception as exc:
+                context = f"MapDataset: map_func failed on {_describe(current, record)}"
+                if current != requested:
+                    context += f", refetched for requested index {requested}"
+                _extend_exception(exc, context)
+                raise
+            tried += 1
+            if result is not None:
+                state.excluded.discard(current)
+                return result
+            self._record_failure(state, current, record)
+            recent.append(current)
+            if tried > self.max_refetch:
+                raise RefetchExhaustedError(
+                    f"MapDataset: index {requested} and {tried - 1} refetched indices all "
+                    f"mapped to None (max_refetch={self.max_refetch}); last failing indices: "
+                    f"{list(recent)}. {state.num_failures} failures so far in this process.",
+                    index=requested,
+                    tried=tried,
+                    last_failed=list(recent),
+                )
+            nxt = state.draw(n)
+            if nxt is None:
+                raise RefetchExhaustedError(
+                    f"MapDataset: index {requested} mapped to None and no candidate is left: "
+                    f"all {n} records are known to fail in this process (tried {tried} for "
+                    f"this request; last failing indices: {list(recent)}).",
+                    index=requested,
+                    tried=tried,
+                    last_failed=list(recent),
+                )
+            current = nxt
+
+    def _record_failure(self, state: _ProcessState, index: int, record: Any) -> None:
+        state.num_failures += 1
+        state.excluded.add(index)
+        state.ever_failed.add(index)
+        if index not in state.warned:
+            state.warned.add(index)
+            logger.warning(
+                "MapDataset: %s mapped to None; trying another index (%d failures so far in "
+                "this process)",
+                _describe(index, record),
+                state.num_failures,
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"MapDataset({self._dataset!r}, {self.map_func!r}, max_refetch={self.max_refetch})"
+        )
+
+
+class MapIterableDataset(_MapBase, data.IterableDataset):
+    """MapDataset over an IterableDataset: yields ``map_func(item)``, skipping None results.
+
+    ``max_refetch + 1`` None results in a row raise RefetchExhaustedError (so an endless
+    stream in which everything fails cannot loop forever). Skips are logged at the 1st, 2nd,
+    4th, 8th, ... occurrence. ``len`` is the input's ``len``. Usually built through
+    ``MapDataset(iterable, map_func)``.
+
+    Example:
+        >>> class Numbers(data.IterableDataset):
+        ...     def __iter__(self):
+        ...         return iter(range(5))
+        >>> list(MapDataset(Numbers(), lambda x: x if x % 2 else None))
+        [1, 3]
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        map_func: Callable[[Any], Any],
+        *,
+        max_refetch: int = DEFAULT_MAX_REFETCH,
+        seed: int | None = None,
+    ) -> None:
+        self._setup(dataset, map_func, max_refetch, seed)
+
+    def __len__(self) -> int:
+        return len(self._dataset)
+
+    def __iter__(self) -> Iterator[Any]:
+        state = self._process_state()
+        map_func = self._map_func
+        consecutive = 0
+        recent: collections.deque[int] = collections.deque(maxlen=_LAST_FAILED_SHOWN)
+        for position, record in enumerate(self._dataset):
+            try:
+                result = map_func(record)
+            except Exception as exc:
+                _extend_exception(
+                    exc, f"MapDataset: map_func failed on stream item {_describe(position, record)}"
+                )
+                raise
+            if result is not None:
+                consecutive = 0
+                yield result
+                continue
+            consecutive += 1
+            recent.append(position)
+            state.num_failures += 1
+            state.ever_failed.add(position)
+            count = state.num_failures
+            if count & (count - 1) == 0:
+                logger.warning(
+                    "MapDataset: stream item %s mapped to None and is skipped (%d skipped so "
+                    "far in this process)",
+                    _describe(position, record),
+                    count,
+                )
+            if consecutive > self.max_refetch:
+                raise RefetchExhaustedError(
+                    f"MapDataset: {consecutive} stream items in a row mapped to None "
+                    f"(max_refetch={self.max_refetch}); last failing positions: {list(recent)}.",
+                    index=position,
+                    tried=consecutive,
+                    last_failed=list(recent),
+                )
+
+    def __repr__(self) -> str:
+        return f"MapDataset({self._dataset!r}, {self.map_func!r}, iterable)"
+
+
+def _shard_chunks(
+    indices: Iterable[int], worker: int, num_workers: int, chunk: int
+) -> Iterator[int]:
+    """Yield chunks ``worker, worker + num_workers, ...`` of ``chunk`` consecutive indices."""
+    it = iter(indices)
+    skip_before = worker * chunk
+    skip_after = (num_workers - 1 - worker) * chunk
+    consume = collections.deque(maxlen=0).extend
+    consume(itertools.islice(it, skip_before))
+    while True:
+        taken = list(itertools.islice(it, chunk))
+        if not taken:
+            return
+        yield from taken
+        if len(taken) < chunk:
+            return
+        consume(itertools.islice(it, skip_after + skip_before))
+
+
+class ToIterableDataset(data.IterableDataset):
+    """Run a sampler inside the DataLoader: an IterableDataset over ``dataset[i]`` for i in it.
+
+    With ``num_workers = N`` each worker iterates the whole sampler and keeps every N-th chunk
+    of ``shard_chunk_size`` indices, so the DataLoader, which takes batches from its workers
+    in turn, yields exactly the sequence of 0 workers when its ``batch_size`` equals
+    ``shard_chunk_size`` (use 1 with ``batch_size=1`` or ``batch_size=None``). The sampler
+    must yield the same sequence in every worker (seeded, not drawing from global state).
+
+    Args:
+        dataset: a map-style dataset.
+        sampler: an iterable of indices (finite or infinite).
+        shard_chunk_size: how many consecutive indices a worker takes at a time.
+
+    Example:
+        >>> ds = ToIterableDataset(["a", "b", "c"], [2, 0, 1])
+        >>> list(ds)
+        ['c', 'a', 'b']
+    """
+
+    def __init__(self, dataset: Any, sampler: Iterable[int], shard_chunk_size: int = 1) -> None:
+        if isinstance(dataset, data.IterableDataset):
+            raise TypeError("ToIterableDataset: dataset must be map-style, got an IterableDataset")
+        if (
+            isinstance(shard_chunk_size, bool)
+            or not isinstance(shard_chunk_size, int)
+            or shard_chunk_size < 1
+        ):
+            raise ValueError(
+                f"ToIterableDataset: shard_chunk_size must be an int >= 1, got {shard_chunk_size!r}"
+            )
+        self.dataset = dataset
+        self.sampler = sampler
+        self.shard_chunk_size = shard_chunk_size
+
+    def __iter__(self) -> Iterator[Any]:
+        info = data.get_worker_info()
+        indices: Iterable[int] = iter(self.sampler)
+        if info is not None and info.num_workers > 1:
+            indices = _shard_chunks(indices, info.id, info.num_workers, self.shard_chunk_size)
+        dataset = self.dataset
+        for index in indices:
+            yield dataset[index]
+
+    def __len__(self) -> int:
+        return len(self.sampler)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return (
+            f"ToIterableDataset({self.dataset!r}, sampler={self.sampler!r}, "
+            f"shard_chunk_size={self.shard_chunk_size})"
+        )

@@ -1,0 +1,86 @@
+"""Typed errors raised by the mappers package.
+
+Each message names what is needed to find the problem: the requested record index, the
+image path, the sizes involved.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+
+from catalog.errors import CatmapError
+
+__all__ = [
+    "RefetchExhaustedError",
+    "ImageReadError",
+    "ImageNotFoundError",
+    "ImageSizeMismatchError",
+    "UnsupportedImageFormatError",
+    "MapFuncPickleError",
+    "PipelineStepError",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class RefetchExhaustedError(CatmapError, RuntimeError):
+    """MapDataset could not produce a sample: too many consecutive records mapped to None.
+
+    Attributes:
+        index: the index that was requested.
+        tried: how many indices were mapped (the requested one included) before giving up.
+        last_failed: the most recent failing indices, oldest first.
+    """
+
+    def __init__(self, message: str, *, index: int, tried: int, last_failed: list[int]) -> None:
+        super().__init__(message)
+        self.index = index
+        self.tried = tried
+        self.last_failed = list(last_failed)
+
+    def __reduce__(self):  # keep the attributes when sent back from a DataLoader worker
+        return (
+            _rebuild_refetch_error,
+            (str(self), self.index, self.tried, self.last_failed),
+        )
+
+
+def _rebuild_refetch_error(
+    message: str, index: int, tried: int, last_failed: list[int]
+) -> RefetchExhaustedError:
+    return RefetchExhaustedError(message, index=index, tried=tried, last_failed=last_failed)
+
+
+class ImageReadError(CatmapError, OSError):
+    """An image file could not be read or decoded. ``path`` holds the file name."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+    def __str__(self) -> str:  # OSError formats its args specially; keep the plain message.
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.path))
+
+
+class ImageNotFoundError(ImageReadError, FileNotFoundError):
+    """The image file does not exist."""
+
+
+class ImageSizeMismatchError(CatmapError, ValueError):
+    """A decoded image does not have the height/width its record declares."""
+
+
+class UnsupportedImageFormatError(CatmapError, ValueError):
+    """``read_image`` was asked for a pixel format it does not produce (RGB, BGR, L)."""
+
+
+class MapFuncPickleError(CatmapError, pickle.PicklingError):
+    """A mapping function cannot be pickled (e.g. a lambda while cloudpickle is missing)."""
+
+
+class PipelineStepError(CatmapError, TypeError):
+    """A Compose pipeline entry is neither a callable nor a ``{"type": ...}`` dict."""

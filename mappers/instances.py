@@ -1,0 +1,294 @@
+"""Instances: the per-image set of objects (boxes, classes, masks, ...) as aligned fields.
+
+Every field holds one entry per instance: a torch tensor, a numpy array, a list, or any
+object supporting ``len`` and indexing (and, for :meth:`Instances.cat`, a ``cat`` classmethod).
+
+Example:
+    >>> import torch
+    >>> inst = Instances((480, 640), gt_classes=torch.tensor([3, 1, 2]))
+    >>> inst.gt_boxes = torch.zeros(3, 4)
+    >>> len(inst[inst.gt_classes > 1]), inst.has("gt_boxes")
+    (2, True)
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["Instances"]
+
+logger = logging.getLogger(__name__)
+
+
+def _normalize_index(item: Any, length: int) -> Any:
+    """Turn an index into a slice, an int64 index tensor or a bool mask tensor."""
+    if isinstance(item, (bool, np.bool_)):
+        raise TypeError("Instances cannot be indexed by a single bool; use a bool mask")
+    if isinstance(item, (int, np.integer)) or (
+        isinstance(item, torch.Tensor)
+        and item.dim() == 0
+        and not item.dtype.is_floating_point
+        and item.dtype != torch.bool
+    ):
+        index = int(item)
+        if index >= length or index < -length:
+            raise IndexError(f"Instances index {index} out of range for {length} instances")
+        index %= length
+        return slice(index, index + 1)
+    if isinstance(item, slice):
+        return item
+    if isinstance(item, torch.Tensor):
+        tensor = item
+    else:
+        arr = np.asarray(item)
+        if arr.dtype == object:
+            raise TypeError(f"Instances cannot be indexed by {type(item).__name__}")
+        if arr.size == 0:
+            arr = arr.astype(np.int64)
+        tensor = torch.from_numpy(np.ascontiguousarray(arr))
+    if tensor.dtype == torch.bool:
+        if tensor.dim() != 1 or tensor.numel() != length:
+            raise IndexError(
+                f"Instances bool mask must have shape ({length},), got {tuple(tensor.shape)}"
+            )
+        return tensor
+    if tensor.dtype.is_floating_point or tensor.dim() != 1:
+        raise IndexError(
+            f"Instances index must be an int, slice, 1-D bool mask or 1-D integer index; got "
+            f"{tensor.dtype} of shape {tuple(tensor.shape)}"
+        )
+    tensor = tensor.to(torch.int64)
+    if tensor.numel() and (int(tensor.max()) >= length or int(tensor.min()) < -length):
+        raise IndexError(f"Instances index out of range for {length} instances")
+    return tensor
+
+
+def _index_value(value: Any, index: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        if isinstance(index, torch.Tensor):
+            index = index.to(value.device)
+        return value[index]
+    if isinstance(value, np.ndarray):
+        return value[index.cpu().numpy() if isinstance(index, torch.Tensor) else index]
+    if isinstance(value, (list, tuple)):
+        if isinstance(index, slice):
+            picked = value[index]
+        elif index.dtype == torch.bool:
+            picked = list(itertools.compress(value, index.tolist()))
+        else:
+            picked = [value[i] for i in index.tolist()]
+        return type(value)(picked) if isinstance(value, tuple) else list(picked)
+    return value[index]
+
+
+class Instances:
+    """Objects detected in (or annotated on) one image, stored as aligned fields.
+
+    Fields are set as attributes (``inst.gt_boxes = ...``) or with :meth:`set`, and all have
+    the same length. ``image_size`` is (height, width).
+
+    Args:
+        image_size: (height, width) of the image.
+        **fields: initial fields.
+
+    Raises:
+        ValueError: a field's length differs from the others'.
+
+    Example:
+        >>> inst = Instances((10, 20))
+        >>> inst.set("scores", torch.tensor([0.9, 0.1]))
+        >>> inst
+        Instances(num_instances=2, image_height=10, image_width=20, fields=[scores: Tensor(2,)])
+    """
+
+    def __init__(self, image_size: tuple[int, int], **fields: Any) -> None:
+        self._image_size = (int(image_size[0]), int(image_size[1]))
+        self._fields: dict[str, Any] = {}
+        for name, value in fields.items():
+            self.set(name, value)
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        """(height, width) of the image."""
+        return self._image_size
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            super().__setattr__(name, value)
+        else:
+            self.set(name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_fields" or name not in self._fields:
+            raise AttributeError(
+                f"Instances has no field {name!r}; fields: {list(self.__dict__.get('_fields', {}))}"
+            )
+        return self._fields[name]
+
+    def __delattr__(self, name: str) -> None:
+        if name.startswith("_"):
+            super().__delattr__(name)
+        else:
+            self.remove(name)
+
+    def set(self, name: str, value: Any) -> None:
+        """Set field ``name``; its length must match the existing fields'.
+
+        Raises:
+            ValueError: the length differs (the message names the field and both lengths).
+            TypeError: the value has no length.
+        """
+        if name == "image_size":
+            raise ValueError("'image_size' is reserved; it is not a field")
+        try:
+            length = len(value)
+        except TypeError:
+            raise TypeError(
+                f"Instances field {name!r} must have a length (tensor, array, list), got "
+                f"{type(value).__name__}"
+            ) from None
+        others = [k for k in self._fields if k != name]
+        if others:
+            expected = len(self._fields[others[0]])
+            if length != expected:
+                raise ValueError(
+                    f"Instances field {name!r} has length {length}, but the other fields "
+                    f"({others[0]!r} ...) have length {expected}"
+                )
+        self._fields[name] = value
+
+    def has(self, name: str) -> bool:
+        """Whether field ``name`` exists."""
+        return name in self._fields
+
+    def get(self, name: str) -> Any:
+        """Return field ``name``.
+
+        Raises:
+            KeyError: no such field (the message lists the fields).
+        """
+        try:
+            return self._fields[name]
+        except KeyError:
+            raise KeyError(
+                f"Instances has no field {name!r}; fields: {list(self._fields)}"
+            ) from None
+
+    def remove(self, name: str) -> None:
+        """Delete field ``name``.
+
+        Raises:
+            KeyError: no such field.
+        """
+        if name not in self._fields:
+            raise KeyError(f"Instances has no field {name!r}; fields: {list(self._fields)}")
+        del self._fields[name]
+
+    def get_fields(self) -> dict[str, Any]:
+        """Return the name → value dict of fields (the live dict, not a copy)."""
+        return self._fields
+
+    def to(self, *args: Any, **kwargs: Any) -> Instances:
+        """Return a new Instances with every field that has ``.to`` moved/cast (torch style)."""
+        out = Instances(self._image_size)
+        for name, value in self._fields.items():
+            if hasattr(value, "to"):
+                value = value.to(*args, **kwargs)
+            out._fields[name] = value
+        return out
+
+    def __getitem__(self, item: Any) -> Instances:
+        """Select instances by int (keeps a length-1 Instances), slice, bool mask or indices.
+
+        Raises:
+            IndexError: an int or index out of range, or a mask of the wrong length.
+        """
+        index = _normalize_index(item, len(self))
+        out = Instances(self._image_size)
+        for name, value in self._fields.items():
+            out._fields[name] = _index_value(value, index)
+        return out
+
+    def __len__(self) -> int:
+        for value in self._fields.values():
+            return len(value)
+        return 0
+
+    def __iter__(self):
+        raise TypeError("Instances is not iterable; index it (inst[i]) or read its fields")
+
+    @staticmethod
+    def cat(instance_lists: Sequence[Instances]) -> Instances:
+        """Concatenate Instances of the same image size and fields.
+
+        Raises:
+            ValueError: empty input, different image sizes or field names, or a field type
+                that cannot be concatenated.
+
+        Example:
+            >>> a = Instances((5, 5), s=torch.tensor([1.0]))
+            >>> len(Instances.cat([a, a]))
+            2
+        """
+        if len(instance_lists) == 0:
+            raise ValueError("Instances.cat needs at least one Instances")
+        for i, inst in enumerate(instance_lists):
+            if not isinstance(inst, Instances):
+                raise ValueError(f"Instances.cat: element {i} is a {type(inst).__name__}")
+        if len(instance_lists) == 1:
+            return instance_lists[0]
+        first = instance_lists[0]
+        names = list(first._fields)
+        for i, inst in enumerate(instance_lists[1:], start=1):
+            if inst.image_size != first.image_size:
+                raise ValueError(
+                    f"Instances.cat: element {i} has image_size {inst.image_size}, element 0 "
+                    f"has {first.image_size}"
+                )
+            if set(inst._fields) != set(names):
+                raise ValueError(
+                    f"Instances.cat: element {i} has fields {sorted(inst._fields)}, element 0 "
+                    f"has {sorted(names)}"
+                )
+        out = Instances(first.image_size)
+        for name in names:
+            values = [inst._fields[name] for inst in instance_lists]
+            v0 = values[0]
+            if isinstance(v0, torch.Tensor):
+                joined: Any = torch.cat(values, dim=0)
+            elif isinstance(v0, np.ndarray):
+                joined = np.concatenate(values, axis=0)
+            elif isinstance(v0, list):
+                joined = list(itertools.chain(*values))
+            elif isinstance(v0, tuple):
+                joined = tuple(itertools.chain(*values))
+            elif hasattr(type(v0), "cat"):
+                joined = type(v0).cat(values)
+            else:
+                raise ValueError(
+                    f"Instances.cat: field {name!r} of type {type(v0).__name__} cannot be "
+                    "concatenated (give the type a 'cat' classmethod)"
+                )
+            out._fields[name] = joined
+        return out
+
+    def __repr__(self) -> str:
+        parts = []
+        for name, value in self._fields.items():
+            if isinstance(value, (torch.Tensor, np.ndarray)):
+                desc = f"{type(value).__name__}{tuple(value.shape)}"
+            else:
+                desc = f"{type(value).__name__}(len={len(value)})"
+            parts.append(f"{name}: {desc}")
+        return (
+            f"Instances(num_instances={len(self)}, image_height={self._image_size[0]}, "
+            f"image_width={self._image_size[1]}, fields=[{', '.join(parts)}])"
+        )
+
+    __str__ = __repr__

@@ -1,0 +1,119 @@
+"""Colour augmentations: brightness, contrast and saturation as blends.
+
+Each draws a weight ``w`` uniformly in [intensity_min, intensity_max) and blends the image
+with a reference: ``out = (1 - w) * reference + w * image`` (w = 1 leaves the image as is).
+They do not move pixels, so boxes, polygons and keypoints are unchanged.
+
+Example:
+    >>> import numpy as np
+    >>> from mappers.transforms import AugInput
+    >>> aug_input = AugInput(np.full((2, 2, 3), 100, np.uint8))
+    >>> _ = RandomBrightness(0.5, 0.5)(aug_input)
+    >>> int(aug_input.image[0, 0, 0])
+    50
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from .augmentation import Augmentation
+from .transform import BlendTransform, Transform
+
+__all__ = ["RandomBrightness", "RandomContrast", "RandomSaturation"]
+
+logger = logging.getLogger(__name__)
+
+
+class _RandomIntensity(Augmentation):
+    def __init__(self, intensity_min: float, intensity_max: float) -> None:
+        if not float(intensity_min) <= float(intensity_max):
+            raise ValueError(
+                f"{type(self).__name__}: intensity_min ({intensity_min}) must not exceed "
+                f"intensity_max ({intensity_max})"
+            )
+        if float(intensity_min) < 0:
+            raise ValueError(
+                f"{type(self).__name__}: intensities must be non-negative, got {intensity_min}"
+            )
+        self.intensity_min = intensity_min
+        self.intensity_max = intensity_max
+
+    def _draw_weight(self) -> float:
+        return float(self._rand_range(self.intensity_min, self.intensity_max))
+
+
+class RandomBrightness(_RandomIntensity):
+    """Scale brightness by a factor drawn in [intensity_min, intensity_max) (blend with black).
+
+    Raises:
+        ValueError: intensity_min > intensity_max or negative.
+
+    Example:
+        >>> RandomBrightness(0.8, 1.2)
+        RandomBrightness(intensity_min=0.8, intensity_max=1.2)
+    """
+
+    def get_transform(self, image: np.ndarray) -> Transform:
+        w = self._draw_weight()
+        return BlendTransform(src_image=0, src_weight=1 - w, dst_weight=w)
+
+
+class RandomContrast(_RandomIntensity):
+    """Scale contrast by a factor drawn in [intensity_min, intensity_max) (blend with the mean).
+
+    Raises:
+        ValueError: intensity_min > intensity_max or negative.
+
+    Example:
+        >>> RandomContrast(0.8, 1.2)
+        RandomContrast(intensity_min=0.8, intensity_max=1.2)
+    """
+
+    def get_transform(self, image: np.ndarray) -> Transform:
+        w = self._draw_weight()
+        return BlendTransform(src_image=float(image.mean()), src_weight=1 - w, dst_weight=w)
+
+
+_GRAY_WEIGHTS = {
+    "RGB": np.array([0.299, 0.587, 0.114], dtype=np.float32),
+    "BGR": np.array([0.114, 0.587, 0.299], dtype=np.float32),
+}
+
+
+class RandomSaturation(_RandomIntensity):
+    """Scale saturation by a factor drawn in [intensity_min, intensity_max) (blend with gray).
+
+    Args:
+        intensity_min, intensity_max: range of the factor.
+        image_format: channel order of the image, "RGB" (default) or "BGR".
+
+    Raises:
+        ValueError: bad range, unknown image_format, or (when applied) an image without 3
+            channels.
+
+    Example:
+        >>> RandomSaturation(0.5, 1.5)
+        RandomSaturation(intensity_min=0.5, intensity_max=1.5)
+    """
+
+    def __init__(
+        self, intensity_min: float, intensity_max: float, *, image_format: str = "RGB"
+    ) -> None:
+        super().__init__(intensity_min, intensity_max)
+        if image_format not in _GRAY_WEIGHTS:
+            raise ValueError(
+                f"RandomSaturation: image_format must be one of {sorted(_GRAY_WEIGHTS)}, got {image_format!r}"
+            )
+        self.image_format = image_format
+
+    def get_transform(self, image: np.ndarray) -> Transform:
+        if image.ndim != 3 or image.shape[2] != 3:
+            raise ValueError(
+                f"RandomSaturation needs an HxWx3 {self.image_format} image, got shape {image.shape}"
+            )
+        w = self._draw_weight()
+        gray = image.astype(np.float32, copy=False) @ _GRAY_WEIGHTS[self.image_format]
+        return BlendTransform(src_image=gray[:, :, None], src_weight=1 - w, dst_weight=w)

@@ -1,0 +1,57 @@
+"""catmap.samplers: which indices, in what order, on which rank; resumable; loader builders."""
+
+from .batch import ResumableBatchSampler
+from .concat import ConcatSampler
+from .distributed import get_rank, get_world_size, shared_random_seed
+from .errors import (
+    NotResumableError,
+    ReshardError,
+    SamplerConfigError,
+    SamplerError,
+    SamplerStateError,
+)
+from .grouped_batch import GroupedBatchSampler, aspect_ratio_group_ids
+from .inference import InferenceSampler
+from .loader import (
+    build_batch_data_loader,
+    build_detection_test_loader,
+    build_detection_train_loader,
+    trivial_batch_collator,
+)
+from .random_subset import RandomSubsetTrainingSampler
+from .registry import SAMPLERS, build_train_sampler
+from .repeat_factor import RepeatFactorTrainingSampler, repeat_factors_from_category_frequency
+from .resumable_loader import ResumableLoader
+from .stream import PassSampler
+from .training import TrainingSampler
+from .worker_seed import WorkerSeeder, worker_init_reset_seed
+
+__all__ = [
+    "SAMPLERS",
+    "ResumableLoader",
+    "WorkerSeeder",
+    "build_batch_data_loader",
+    "build_detection_test_loader",
+    "build_detection_train_loader",
+    "build_train_sampler",
+    "trivial_batch_collator",
+    "worker_init_reset_seed",
+    "ConcatSampler",
+    "GroupedBatchSampler",
+    "InferenceSampler",
+    "NotResumableError",
+    "PassSampler",
+    "RandomSubsetTrainingSampler",
+    "RepeatFactorTrainingSampler",
+    "ReshardError",
+    "ResumableBatchSampler",
+    "SamplerConfigError",
+    "SamplerError",
+    "SamplerStateError",
+    "TrainingSampler",
+    "aspect_ratio_group_ids",
+    "get_rank",
+    "get_world_size",
+    "repeat_factors_from_category_frequency",
+    "shared_random_seed",
+]

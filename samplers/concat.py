@@ -1,0 +1,199 @@
+"""ConcatSampler: mix the parts of a concatenated dataset by weight (replaces ConcatDataset)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from catalog.seeding import derive_seed, torch_generator
+
+from .errors import SamplerStateError
+from .stream import PassSampler
+from .training import TrainingSampler, check_size
+
+__all__ = ["ConcatSampler"]
+
+logger = logging.getLogger(__name__)
+
+
+def _check_sizes(sizes: Any) -> list[int]:
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or len(sizes) == 0:
+        raise TypeError(f"ConcatSampler: sizes must be a non-empty list of ints, got {sizes!r}")
+    return [check_size(s, f"ConcatSampler (part {j})") for j, s in enumerate(sizes)]
+
+
+def _check_weights(weights: Any, count: int) -> np.ndarray:
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        raise TypeError(f"ConcatSampler: weights must be a list of numbers, got {weights!r}")
+    if len(weights) != count:
+        raise ValueError(f"ConcatSampler: {len(weights)} weights for {count} parts")
+    values = []
+    for j, w in enumerate(weights):
+        if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
+            raise TypeError(f"ConcatSampler: weight of part {j} must be a number, got {w!r}")
+        if not (float(w) > 0 and math.isfinite(float(w))):
+            raise ValueError(
+                f"ConcatSampler: weight of part {j} is {w}; weights must be positive and finite"
+            )
+        values.append(float(w))
+    array = np.asarray(values, dtype=np.float64)
+    return array / array.sum()
+
+
+class ConcatSampler(PassSampler):
+    """Global indices into datasets concatenated into one list, mixing the parts by weight.
+
+    Part ``j`` covers indices ``[start_j, start_j + sizes[j])`` of the concatenated list (e.g.
+    ``get_detection_dataset_dicts(["a", "b"])``). Every draw picks a part with probability
+    ``weights[j] / sum(weights)`` and takes that part's next index, from its own shuffled order
+    (reshuffled each pass of the part) or from its own sampler. One pass of the ConcatSampler is
+    ``sum(sizes)`` draws, seeded from ``(seed, pass)``.
+
+    Args:
+        sizes: the number of records of each part (positive ints).
+        weights: relative weight of each part (positive; normalized). Default: proportional to
+            ``sizes``, so every record is equally likely, as when shuffling a ConcatDataset.
+            ``[1, 1]`` balances two datasets 1:1 whatever their sizes.
+        samplers: optional per-part training samplers (None entries use the default), e.g. a
+            :class:`RepeatFactorTrainingSampler` on part 0 only. Each yields local indices of
+            its part; its own rank / world size are ignored (this sampler shards the mixture).
+        shuffle: shuffle the default part orders.
+        seed: the shared seed (None: drawn on rank 0 and broadcast).
+        rank: this process's rank (default: from torch.distributed, else 0).
+        world_size: the number of ranks (default: from torch.distributed, else 1).
+
+    Raises:
+        TypeError: malformed sizes, weights or samplers.
+        ValueError: a weight <= 0, or a count of weights / samplers that differs from the parts.
+
+    Example:
+        >>> import itertools
+        >>> s = ConcatSampler([3, 100], weights=[1, 1], seed=0, rank=0, world_size=1)
+        >>> draws = list(itertools.islice(s, 1000))
+        >>> 0.4 < sum(i < 3 for i in draws) / 1000 < 0.6
+        True
+    """
+
+    def __init__(
+        self,
+        sizes: Sequence[int],
+        *,
+        weights: Sequence[float] | None = None,
+        samplers: Sequence[PassSampler | None] | None = None,
+        shuffle: bool = True,
+        seed: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        self._sizes = _check_sizes(sizes)
+        self._weights = _check_weights(
+            self._sizes if weights is None else weights, len(self._sizes)
+        )
+        self._cumulative = np.cumsum(self._weights)
+        self._starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
+        self._shuffle = bool(shuffle)
+        if samplers is not None and (
+            isinstance(samplers, (str, bytes)) or not isinstance(samplers, Sequence)
+        ):
+            raise TypeError(f"ConcatSampler: samplers must be a list, got {samplers!r}")
+        if samplers is not None and len(samplers) != len(self._sizes):
+            raise ValueError(
+                f"ConcatSampler: {len(samplers)} samplers for {len(self._sizes)} parts"
+            )
+        super().__init__(seed=seed, rank=rank, world_size=world_size)
+        self._parts: list[PassSampler] = []
+        for j, size in enumerate(self._sizes):
+            part = samplers[j] if samplers is not None else None
+            if part is None:
+                part = TrainingSampler(
+                    size,
+                    shuffle=self._shuffle,
+                    seed=derive_seed(self._seed, j),
+                    rank=0,
+                    world_size=1,
+                )
+            elif not isinstance(part, PassSampler):
+                raise TypeError(
+                    f"ConcatSampler: sampler of part {j} must be a catmap training sampler "
+                    f"(TrainingSampler, RepeatFactorTrainingSampler, ...), got {type(part).__name__}"
+                )
+            elif getattr(part, "dataset_size", size) != size:
+                raise ValueError(
+                    f"ConcatSampler: sampler of part {j} draws from {part.dataset_size} records, "
+                    f"the part has {size}"
+                )
+            self._parts.append(part)
+
+    @property
+    def dataset_size(self) -> int:
+        """The number of records of the concatenated list."""
+        return int(sum(self._sizes))
+
+    @property
+    def weights(self) -> np.ndarray:
+        """The normalized part weights."""
+        return self._weights.copy()
+
+    @property
+    def part_samplers(self) -> list[PassSampler]:
+        """The sampler of each part (local indices)."""
+        return list(self._parts)
+
+    def _make_pass(self, pass_index: int) -> np.ndarray:
+        total = self.dataset_size
+        generator = torch_generator(self._seed, pass_index)
+        draws = torch.rand(total, generator=generator, dtype=torch.float64).numpy()
+        choices = np.minimum(
+            np.searchsorted(self._cumulative, draws, side="right"), len(self._sizes) - 1
+        )
+        out = np.empty(total, dtype=np.int64)
+        for j, part in enumerate(self._parts):
+            where = np.flatnonzero(choices == j)
+            out[where] = part._take(len(where)) + self._starts[j]
+        return out
+
+    def _capture_pass_start(self) -> Any:
+        return [part.state_dict() for part in self._parts]
+
+    def _restore_pass_start(self, saved: Any) -> None:
+        if saved is None:
+            return
+        if not isinstance(saved, list) or len(saved) != len(self._parts):
+            raise SamplerStateError(
+                f"ConcatSampler.load_state_dict: 'pass_start' must hold {len(self._parts)} part "
+                f"states, got {saved!r:.200}"
+            )
+        for j, (part, state) in enumerate(zip(self._parts, saved, strict=True)):
+            try:
+                part.load_state_dict(state)
+            except SamplerStateError as exc:
+                raise SamplerStateError(f"ConcatSampler.load_state_dict: part {j}: {exc}") from exc
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"sizes": list(self._sizes), "weights": self._weights.tolist()}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        sizes = state.get("sizes", self._sizes)
+        if list(sizes) != self._sizes:
+            raise SamplerStateError(
+                f"ConcatSampler.load_state_dict: the state was saved for parts of sizes "
+                f"{list(sizes)}, this sampler has {self._sizes}"
+            )
+        weights = state.get("weights")
+        if weights is not None and not np.allclose(weights, self._weights):
+            logger.warning(
+                "ConcatSampler: continuing with weights %s instead of the saved %s",
+                self._weights.tolist(),
+                weights,
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"ConcatSampler(sizes={self._sizes}, weights={np.round(self._weights, 4).tolist()}, "
+            f"seed={self._seed}, rank={self._rank}, world_size={self._world_size})"
+        )

@@ -1,0 +1,45 @@
+"""Typed errors raised by the samplers package.
+
+Every message names the sampler and, where known, the state key, option or index involved.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from catalog.errors import CatmapError
+
+__all__ = [
+    "SamplerError",
+    "SamplerStateError",
+    "ReshardError",
+    "SamplerConfigError",
+    "NotResumableError",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class SamplerError(CatmapError):
+    """Base class of the errors raised on purpose by the samplers package."""
+
+
+class SamplerStateError(SamplerError, ValueError):
+    """A state dict cannot be loaded: wrong sampler type, missing key, or a different dataset."""
+
+
+class ReshardError(SamplerStateError):
+    """A state saved with one rank / world size cannot be continued with another.
+
+    Raised only where the saved state holds per-rank data (e.g. the indices a
+    ``GroupedBatchSampler`` has drawn but not yet batched); plain sampler states re-shard.
+    """
+
+
+class SamplerConfigError(SamplerError, ValueError, TypeError):
+    """A sampler chosen by name from a config has an unknown option or an option of a wrong
+    type or value. It is both a ``ValueError`` and a ``TypeError``."""
+
+
+class NotResumableError(SamplerError, TypeError):
+    """``state_dict`` was asked of a loader whose sampler does not implement it."""

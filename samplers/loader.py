@@ -1,0 +1,330 @@
+"""Loader builders: join a dataset (catalog), a mapper (mappers) and a sampler into batches."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
+
+from catalog.seeding import torch_generator
+from catalog.serialized_list import SerializedList
+
+from .batch import ResumableBatchSampler, check_batch_size
+from .distributed import get_rank, get_world_size, shared_random_seed
+from .grouped_batch import GroupedBatchSampler, aspect_ratio_group_ids
+from .inference import InferenceSampler
+from .resumable_loader import ResumableLoader
+from .stream import check_seed
+from .training import TrainingSampler
+from .worker_seed import WorkerSeeder, worker_init_reset_seed
+
+__all__ = [
+    "build_batch_data_loader",
+    "build_detection_train_loader",
+    "build_detection_test_loader",
+    "trivial_batch_collator",
+    "worker_init_reset_seed",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Attributes looked through to find the records under wrapped datasets.
+_WRAPPED_ATTRIBUTES = ("records", "dataset", "_dataset", "_lst")
+
+
+def trivial_batch_collator(batch: list[Any]) -> list[Any]:
+    """A ``collate_fn`` that returns the batch as the list of samples it is.
+
+    Example:
+        >>> trivial_batch_collator([{"a": 1}, {"a": 2}])
+        [{'a': 1}, {'a': 2}]
+    """
+    return batch
+
+
+def _find_records(dataset: Any) -> Sequence[dict] | None:
+    """The record list under a (possibly wrapped) dataset, or None when there is none."""
+    current = dataset
+    for _ in range(8):
+        if isinstance(current, SerializedList):
+            return current
+        if isinstance(current, list) and (not current or isinstance(current[0], dict)):
+            return current
+        for attribute in _WRAPPED_ATTRIBUTES:
+            inner = getattr(current, attribute, None)
+            if inner is not None and inner is not current:
+                current = inner
+                break
+        else:
+            return None
+    return None
+
+
+def _sampler_world_size(sampler: Any) -> tuple[int, int]:
+    world = getattr(sampler, "world_size", None)
+    rank = getattr(sampler, "rank", None)
+    return (
+        get_rank() if not isinstance(rank, int) else rank,
+        get_world_size() if not isinstance(world, int) else world,
+    )
+
+
+def _per_rank_batch_size(total_batch_size: Any, world_size: int) -> int:
+    total = check_batch_size(total_batch_size, "build_batch_data_loader (total_batch_size)")
+    if total % world_size != 0:
+        raise ValueError(
+            f"total_batch_size {total} does not divide by the world size {world_size}; "
+            "each rank gets total_batch_size / world_size"
+        )
+    return total // world_size
+
+
+def build_batch_data_loader(
+    dataset: Any,
+    sampler: Any,
+    total_batch_size: int,
+    *,
+    aspect_ratio_grouping: bool = False,
+    num_workers: int = 0,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    drop_last: bool = True,
+    pin_memory: bool = False,
+    persistent_workers: bool = False,
+    prefetch_factor: int | None = None,
+    group_ids: Any = None,
+    multiprocessing_context: Any = None,
+) -> ResumableLoader:
+    """Batches of ``total_batch_size / world_size`` samples per rank, resumable.
+
+    Args:
+        dataset: a map-style dataset (usually a mapped one).
+        sampler: yields dataset indices for this rank (a catmap training sampler for resume).
+        total_batch_size: the batch size summed over all ranks; must divide by world size.
+        aspect_ratio_grouping: batch records of the same orientation together; the groups come
+            from the records' width / height (found under the dataset's wrappers) or from
+            ``group_ids``.
+        num_workers, pin_memory, persistent_workers, prefetch_factor: DataLoader options.
+        collate_fn: default :func:`trivial_batch_collator` (batches are lists).
+        drop_last: drop incomplete batches at the end of a finite sampler.
+        group_ids: explicit group id per dataset index (implies grouping).
+        multiprocessing_context: how workers start ("fork", "spawn", "forkserver"; default:
+            Python's default).
+
+    Returns:
+        A :class:`ResumableLoader`; its workers are seeded from (seed, rank, worker id, pass)
+        for numpy, ``random`` and torch, where seed is the sampler's seed.
+
+    Raises:
+        ValueError: ``total_batch_size`` does not divide by the world size, or grouping was
+            asked for a dataset without width/height records.
+        TypeError: ``dataset`` is an IterableDataset.
+
+    Example:
+        >>> loader = build_batch_data_loader(
+        ...     list(range(10)), TrainingSampler(10, seed=0, rank=0, world_size=1), 4)
+        >>> len(next(iter(loader)))
+        4
+    """
+    if isinstance(dataset, IterableDataset):
+        raise TypeError(
+            "build_batch_data_loader needs a map-style dataset (the sampler picks indices); "
+            f"got the IterableDataset {type(dataset).__name__}"
+        )
+    rank, world_size = _sampler_world_size(sampler)
+    batch_size = _per_rank_batch_size(total_batch_size, world_size)
+    if group_ids is None and aspect_ratio_grouping:
+        records = _find_records(dataset)
+        if records is None:
+            raise ValueError(
+                f"aspect_ratio_grouping needs the records' width and height, but none were found "
+                f"under {type(dataset).__name__}; pass group_ids or aspect_ratio_grouping=False"
+            )
+        group_ids = aspect_ratio_group_ids(records)
+    if group_ids is not None:
+        if len(group_ids) != len(dataset):
+            raise ValueError(
+                f"build_batch_data_loader: {len(group_ids)} group ids for {len(dataset)} records"
+            )
+        batch_sampler: Any = GroupedBatchSampler(sampler, group_ids, batch_size, drop_last)
+    else:
+        batch_sampler = ResumableBatchSampler(sampler, batch_size, drop_last)
+    seed = getattr(sampler, "seed", None)
+    if not isinstance(seed, int):
+        seed = shared_random_seed()
+    return ResumableLoader(
+        dataset,
+        batch_sampler,
+        num_workers=num_workers,
+        collate_fn=collate_fn if collate_fn is not None else trivial_batch_collator,
+        pin_memory=pin_memory,
+        persistent_workers=persistent_workers,
+        prefetch_factor=prefetch_factor,
+        multiprocessing_context=multiprocessing_context,
+        seed=seed,
+        rank=rank,
+    )
+
+
+def _resolve_dataset(
+    dataset: Any, mapper: Callable[[Any], Any] | None, *, seed: int, for_training: bool
+) -> tuple[Any, Sequence[dict] | None]:
+    """(mapped dataset, records or None) from a name, names, records or a torch Dataset."""
+    from mappers.datasets import DatasetFromList, MapDataset
+
+    records: Sequence[dict] | None
+    if isinstance(dataset, str) or (
+        isinstance(dataset, (list, tuple))
+        and dataset
+        and all(isinstance(name, str) for name in dataset)
+    ):
+        from catalog.detection_dicts import get_detection_dataset_dicts
+
+        records = get_detection_dataset_dicts(dataset, filter_empty=for_training)
+    elif isinstance(dataset, SerializedList):
+        records = dataset
+    elif isinstance(dataset, (list, tuple)):
+        if not dataset:
+            raise ValueError("the dataset is an empty list: nothing to load")
+        bad = next((i for i, r in enumerate(dataset) if not isinstance(r, dict)), None)
+        if bad is not None:
+            raise TypeError(
+                f"dataset must be a name, a list of names, a list of record dicts or a torch "
+                f"Dataset; element {bad} is a {type(dataset[bad]).__name__}"
+            )
+        records = list(dataset)
+    elif isinstance(dataset, Dataset) or (
+        hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
+    ):
+        records = None
+    else:
+        raise TypeError(
+            "dataset must be a name, a list of names, a list of record dicts or a torch "
+            f"Dataset, got {type(dataset).__name__}"
+        )
+    base = DatasetFromList(records, copy=False) if records is not None else dataset
+    if records is None:
+        records = _find_records(dataset)
+    mapped = MapDataset(base, mapper, seed=seed) if mapper is not None else base
+    return mapped, records
+
+
+def build_detection_train_loader(
+    dataset: Any,
+    *,
+    mapper: Callable[[Any], Any] | None,
+    sampler: Any = None,
+    total_batch_size: int,
+    aspect_ratio_grouping: bool = True,
+    num_workers: int = 0,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    seed: int | None = None,
+    multiprocessing_context: Any = None,
+) -> ResumableLoader:
+    """An endless, resumable loader of training batches (lists of mapped samples).
+
+    Args:
+        dataset: a registered dataset name, a list of names (joined with
+            ``get_detection_dataset_dicts``), a list of record dicts, a SerializedList or a
+            map-style torch Dataset.
+        mapper: ``record -> sample or None`` (None results are replaced by other records, see
+            ``mappers.MapDataset``); None yields the records as they are.
+        sampler: default ``TrainingSampler(len(dataset), seed=seed)``.
+        total_batch_size: batch size over all ranks (divides by the world size).
+        aspect_ratio_grouping: group by orientation, from the records' width / height; a torch
+            Dataset without records is not grouped (a warning says so).
+        num_workers: DataLoader workers.
+        collate_fn: default :func:`trivial_batch_collator`.
+        seed: shared seed of the default sampler, the workers and the mapper's refetch; None
+            draws one (from torch's default generator on rank 0, broadcast).
+        multiprocessing_context: how workers start (default: Python's default).
+
+    Returns:
+        A :class:`ResumableLoader` (``state_dict`` / ``load_state_dict``).
+
+    Example:
+        >>> records = [{"file_name": f"{i}.jpg", "height": 4, "width": 6} for i in range(8)]
+        >>> loader = build_detection_train_loader(records, mapper=None, total_batch_size=2, seed=0)
+        >>> batch = next(iter(loader))
+        >>> len(batch), sorted(batch[0])
+        (2, ['file_name', 'height', 'width'])
+    """
+    seed = check_seed(seed, "seed", "build_detection_train_loader")
+    if seed is None:
+        seed = shared_random_seed()
+    mapped, records = _resolve_dataset(dataset, mapper, seed=seed, for_training=True)
+    if sampler is None:
+        sampler = TrainingSampler(len(mapped), seed=seed)
+    size = getattr(sampler, "dataset_size", None)
+    if isinstance(size, int) and size != len(mapped):
+        raise ValueError(
+            f"build_detection_train_loader: the sampler draws from {size} records, the dataset "
+            f"has {len(mapped)}"
+        )
+    group_ids = None
+    if aspect_ratio_grouping:
+        if records is not None:
+            group_ids = aspect_ratio_group_ids(records)
+        else:
+            logger.warning(
+                "build_detection_train_loader: %s exposes no records with width/height; "
+                "batches are not grouped by aspect ratio",
+                type(dataset).__name__,
+            )
+    return build_batch_data_loader(
+        mapped,
+        sampler,
+        total_batch_size,
+        num_workers=num_workers,
+        collate_fn=collate_fn,
+        group_ids=group_ids,
+        multiprocessing_context=multiprocessing_context,
+    )
+
+
+def build_detection_test_loader(
+    dataset: Any,
+    *,
+    mapper: Callable[[Any], Any] | None,
+    sampler: Any = None,
+    batch_size: int = 1,
+    num_workers: int = 0,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    multiprocessing_context: Any = None,
+) -> DataLoader:
+    """A finite loader that gives each record exactly once over all ranks.
+
+    Args:
+        dataset: as for :func:`build_detection_train_loader` (names are not filtered).
+        mapper: ``record -> sample``; None yields the records.
+        sampler: default :class:`InferenceSampler` (contiguous shards, no padding).
+        batch_size: samples per batch on each rank.
+        num_workers: DataLoader workers.
+        collate_fn: default :func:`trivial_batch_collator`.
+        multiprocessing_context: how workers start (default: Python's default).
+
+    Returns:
+        A torch DataLoader; ``len`` is this rank's number of batches.
+
+    Example:
+        >>> loader = build_detection_test_loader([{"i": i} for i in range(5)], mapper=None,
+        ...                                      batch_size=2)
+        >>> len(loader)
+        3
+    """
+    batch_size = check_batch_size(batch_size, "build_detection_test_loader")
+    mapped, _ = _resolve_dataset(dataset, mapper, seed=0, for_training=False)
+    if sampler is None:
+        sampler = InferenceSampler(len(mapped))
+    rank = getattr(sampler, "rank", None)
+    rank = rank if isinstance(rank, int) else get_rank()
+    return DataLoader(
+        mapped,
+        batch_sampler=BatchSampler(sampler, batch_size, drop_last=False),
+        num_workers=num_workers,
+        collate_fn=collate_fn if collate_fn is not None else trivial_batch_collator,
+        worker_init_fn=WorkerSeeder(0, rank, 0),
+        generator=torch_generator(0, rank),
+        multiprocessing_context=multiprocessing_context if num_workers > 0 else None,
+    )

@@ -1,0 +1,141 @@
+"""RandomSubsetTrainingSampler: train on a fixed random subset, reshuffled each pass."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from catalog.seeding import torch_generator
+
+from .distributed import shared_random_seed
+from .errors import SamplerStateError
+from .stream import PassSampler, check_seed
+from .training import check_size
+
+__all__ = ["RandomSubsetTrainingSampler"]
+
+logger = logging.getLogger(__name__)
+
+
+class RandomSubsetTrainingSampler(PassSampler):
+    """Endless passes over a fixed random subset of ``int(size * subset_ratio)`` records.
+
+    Args:
+        size: the number of records (a positive int).
+        subset_ratio: the fraction kept, in (0, 1].
+        shuffle: reshuffle the subset each pass (pass ``p`` seeded from ``(seed_shuffle, p)``).
+        seed_shuffle: the shared seed of the pass order (None: drawn and shared, as in
+            :class:`TrainingSampler`).
+        seed_subset: the shared seed choosing the subset (None: drawn and shared).
+        rank: this process's rank (default: from torch.distributed, else 0).
+        world_size: the number of ranks (default: from torch.distributed, else 1).
+
+    Raises:
+        TypeError: ``size`` is not an int or ``subset_ratio`` not a number.
+        ValueError: ``subset_ratio`` outside (0, 1], or the subset would be empty.
+
+    Example:
+        >>> import itertools
+        >>> s = RandomSubsetTrainingSampler(10, 0.5, seed_shuffle=1, seed_subset=2,
+        ...                                 rank=0, world_size=1)
+        >>> len(set(itertools.islice(s, 50)))
+        5
+    """
+
+    def __init__(
+        self,
+        size: int,
+        subset_ratio: float,
+        shuffle: bool = True,
+        seed_shuffle: int | None = None,
+        seed_subset: int | None = None,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        owner = "RandomSubsetTrainingSampler"
+        self._size = check_size(size, owner)
+        if isinstance(subset_ratio, bool) or not isinstance(
+            subset_ratio, (int, float, np.integer, np.floating)
+        ):
+            raise TypeError(f"{owner}: subset_ratio must be a number, got {subset_ratio!r}")
+        ratio = float(subset_ratio)
+        if not 0.0 < ratio <= 1.0:
+            raise ValueError(f"{owner}: subset_ratio must be in (0, 1], got {subset_ratio}")
+        self._ratio = ratio
+        self._subset_size = int(self._size * ratio)
+        if self._subset_size < 1:
+            raise ValueError(
+                f"{owner}: int({self._size} * {ratio}) = 0 records; choose a larger subset_ratio"
+            )
+        self._shuffle = bool(shuffle)
+        seed_subset = check_seed(seed_subset, "seed_subset", owner)
+        super().__init__(seed=seed_shuffle, rank=rank, world_size=world_size)
+        self._seed_subset = shared_random_seed() if seed_subset is None else seed_subset
+        self._subset = self._choose_subset(self._seed_subset)
+        logger.info(
+            "%s: training on %d of %d records (ratio %.3f)",
+            owner,
+            self._subset_size,
+            self._size,
+            ratio,
+        )
+
+    def _choose_subset(self, seed: int) -> np.ndarray:
+        perm = torch.randperm(self._size, generator=torch_generator(seed))
+        return perm[: self._subset_size].numpy()
+
+    @property
+    def dataset_size(self) -> int:
+        """The number of records indices are drawn from."""
+        return self._size
+
+    @property
+    def subset(self) -> np.ndarray:
+        """The chosen record indices (read-only int64 array)."""
+        view = self._subset.view()
+        view.flags.writeable = False
+        return view
+
+    @property
+    def seed_subset(self) -> int:
+        """The seed the subset was chosen with."""
+        return self._seed_subset
+
+    def _make_pass(self, pass_index: int) -> np.ndarray:
+        if not self._shuffle:
+            return self._subset
+        order = torch.randperm(self._subset_size, generator=torch_generator(self._seed, pass_index))
+        return self._subset[order.numpy()]
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {
+            "seed_subset": self._seed_subset,
+            "size": self._size,
+            "subset_ratio": self._ratio,
+            "shuffle": self._shuffle,
+        }
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        name = "RandomSubsetTrainingSampler.load_state_dict"
+        for key, mine in (
+            ("size", self._size),
+            ("subset_ratio", self._ratio),
+            ("shuffle", self._shuffle),
+        ):
+            if key in state and state[key] != mine:
+                raise SamplerStateError(
+                    f"{name}: the state was saved with {key}={state[key]!r}, this sampler has "
+                    f"{key}={mine!r}"
+                )
+        seed = state.get("seed_subset", self._seed_subset)
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise SamplerStateError(
+                f"{name}: 'seed_subset' must be a non-negative int, got {seed!r}"
+            )
+        if int(seed) != self._seed_subset:
+            self._seed_subset = int(seed)
+            self._subset = self._choose_subset(self._seed_subset)

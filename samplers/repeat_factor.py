@@ -1,0 +1,276 @@
+"""Repeat-factor sampling (LVIS-style class-balanced resampling, RepeatDataset, ClassBalancedDataset).
+
+Each pass repeats record ``i`` ``floor(r_i)`` times plus once more with probability
+``frac(r_i)`` (stochastic rounding), then shuffles the expanded list. Pass ``p`` is drawn from
+``(seed, p)``; the expansion is one ``numpy.repeat``, not a per-record loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from catalog.errors import RecordFormatError
+from catalog.seeding import torch_generator
+from catalog.serialized_list import RecordColumns
+
+from .errors import SamplerStateError
+from .stream import PassSampler
+
+__all__ = ["RepeatFactorTrainingSampler", "repeat_factors_from_category_frequency"]
+
+logger = logging.getLogger(__name__)
+
+
+def _check_threshold(repeat_thresh: Any) -> float:
+    if isinstance(repeat_thresh, bool) or not isinstance(
+        repeat_thresh, (int, float, np.integer, np.floating)
+    ):
+        raise TypeError(
+            f"repeat_factors_from_category_frequency: repeat_thresh must be a number, "
+            f"got {type(repeat_thresh).__name__}"
+        )
+    value = float(repeat_thresh)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(
+            f"repeat_factors_from_category_frequency: repeat_thresh must be a positive finite "
+            f"number, got {repeat_thresh}"
+        )
+    return value
+
+
+def _dataset_label(dataset_dicts: Any) -> str:
+    name = getattr(dataset_dicts, "name", None)
+    return f" of dataset {name!r}" if name else ""
+
+
+def _factors_from_columns(
+    columns: RecordColumns, thresh: float, sqrt: bool, label: str
+) -> np.ndarray:
+    n = len(columns)
+    cats = columns.category_ids
+    offsets = columns.category_offsets
+    counts = np.diff(offsets)
+    if cats.size and int(cats.min()) < 0:
+        position = int(np.flatnonzero(cats < 0)[0])
+        record = int(np.searchsorted(offsets, position, side="right") - 1)
+        raise RecordFormatError(
+            f"record {record}{label}: annotation {position - int(offsets[record])} has no "
+            f"integer 'category_id'"
+        )
+    if cats.size == 0:
+        return np.ones(n, dtype=np.float64)
+    num_categories = int(cats.max()) + 1
+    # One key per (record, category); records are already in order, so a stable sort only
+    # orders each record's few categories and duplicates become neighbours.
+    keys = np.repeat(np.arange(n, dtype=np.int64), counts) * num_categories + cats
+    keys = np.sort(keys, kind="stable")
+    first = np.empty(len(keys), dtype=bool)
+    first[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=first[1:])
+    image_count = np.bincount(keys[first] % num_categories, minlength=num_categories)
+    frequency = image_count / float(n)
+    with np.errstate(divide="ignore"):
+        ratio = np.where(image_count > 0, thresh / np.maximum(frequency, 1e-300), 1.0)
+    category_factor = np.maximum(1.0, np.sqrt(ratio) if sqrt else ratio)
+    per_annotation = category_factor[cats]
+    factors = np.ones(n, dtype=np.float64)
+    nonempty = np.flatnonzero(counts > 0)
+    if len(nonempty):
+        factors[nonempty] = np.maximum.reduceat(per_annotation, offsets[nonempty])
+    return factors
+
+
+def _factors_from_records(
+    dataset_dicts: Iterable[Any], thresh: float, sqrt: bool, label: str
+) -> np.ndarray:
+    per_record: list[set[int]] = []
+    for index, record in enumerate(dataset_dicts):
+        if not isinstance(record, dict):
+            raise RecordFormatError(
+                f"record {index}{label} is a {type(record).__name__}, not a dict"
+            )
+        categories: set[int] = set()
+        for position, anno in enumerate(record.get("annotations") or ()):
+            category = anno.get("category_id") if isinstance(anno, dict) else None
+            if isinstance(category, bool) or not isinstance(category, (int, np.integer)):
+                raise RecordFormatError(
+                    f"record {index}{label}: annotation {position} has no integer "
+                    f"'category_id' (got {category!r})"
+                )
+            categories.add(int(category))
+        per_record.append(categories)
+    n = len(per_record)
+    image_count: dict[int, int] = {}
+    for categories in per_record:
+        for category in categories:
+            image_count[category] = image_count.get(category, 0) + 1
+    category_factor = {}
+    for category, count in image_count.items():
+        ratio = thresh / (count / n)
+        category_factor[category] = max(1.0, math.sqrt(ratio) if sqrt else ratio)
+    return np.asarray(
+        [max((category_factor[c] for c in cats), default=1.0) for cats in per_record],
+        dtype=np.float64,
+    )
+
+
+def repeat_factors_from_category_frequency(
+    dataset_dicts: Sequence[dict] | Any, repeat_thresh: float, sqrt: bool = True
+) -> torch.Tensor:
+    """Per-record repeat factors from how rare each record's categories are (LVIS sampling).
+
+    ``f(c)`` is the fraction of records containing category ``c``; ``r(c) = max(1, sqrt(t /
+    f(c)))`` (``t / f(c)`` with ``sqrt=False``); a record's factor is the largest ``r(c)`` of its
+    categories, 1.0 for a record without annotations. A SerializedList (what the catalog
+    returns) is handled from its category columns without unpickling any record; a plain list
+    of dicts is read record by record.
+
+    Args:
+        dataset_dicts: a SerializedList, or a sequence / iterable of record dicts.
+        repeat_thresh: the frequency threshold ``t`` (> 0).
+        sqrt: use the square root of ``t / f(c)``.
+
+    Returns:
+        float32 tensor of shape (N,).
+
+    Raises:
+        TypeError / ValueError: ``repeat_thresh`` is not a positive number.
+        catalog.RecordFormatError: a record is not a dict or an annotation has no integer
+            ``category_id`` (the message names the record and annotation index).
+
+    Example:
+        >>> records = [{"annotations": [{"category_id": 0}, {"category_id": 1}]},
+        ...            {"annotations": [{"category_id": 0}]}, {"annotations": []}]
+        >>> [round(float(r), 4) for r in repeat_factors_from_category_frequency(records, 0.5)]
+        [1.2247, 1.0, 1.0]
+    """
+    thresh = _check_threshold(repeat_thresh)
+    label = _dataset_label(dataset_dicts)
+    columns = getattr(dataset_dicts, "columns", None)
+    if isinstance(columns, RecordColumns):
+        factors = _factors_from_columns(columns, thresh, bool(sqrt), label)
+    else:
+        factors = _factors_from_records(dataset_dicts, thresh, bool(sqrt), label)
+    logger.info(
+        "repeat factors%s: threshold %g, mean %.3f, max %.3f over %d records",
+        label,
+        thresh,
+        float(factors.mean()) if len(factors) else 0.0,
+        float(factors.max()) if len(factors) else 0.0,
+        len(factors),
+    )
+    return torch.from_numpy(factors.astype(np.float32))
+
+
+class RepeatFactorTrainingSampler(PassSampler):
+    """Endless passes where record ``i`` appears ``r_i`` times on average, shuffled.
+
+    Replaces ``RepeatDataset(times=k)`` (a constant factor ``k``) and ``ClassBalancedDataset``
+    (factors from :func:`repeat_factors_from_category_frequency`).
+
+    Args:
+        repeat_factors: one positive finite factor per record (tensor, array or sequence).
+        shuffle: shuffle each expanded pass.
+        seed: the shared seed (None: drawn on rank 0 and broadcast).
+        rank: this process's rank (default: from torch.distributed, else 0).
+        world_size: the number of ranks (default: from torch.distributed, else 1).
+
+    Raises:
+        TypeError: the factors are not numbers.
+        ValueError: not 1-D, empty, or a factor is not positive and finite (names the index).
+
+    Example:
+        >>> import itertools
+        >>> s = RepeatFactorTrainingSampler([2.0, 1.0], seed=0, rank=0, world_size=1)
+        >>> sorted(itertools.islice(s, 3))
+        [0, 0, 1]
+    """
+
+    def __init__(
+        self,
+        repeat_factors: Any,
+        *,
+        shuffle: bool = True,
+        seed: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        owner = "RepeatFactorTrainingSampler"
+        if isinstance(repeat_factors, torch.Tensor):
+            repeat_factors = repeat_factors.detach().cpu().numpy()
+        try:
+            factors = np.asarray(repeat_factors, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{owner}: repeat_factors must be numbers ({exc})") from None
+        if factors.ndim != 1 or factors.size == 0:
+            raise ValueError(
+                f"{owner}: repeat_factors must be a non-empty 1-D sequence, got shape "
+                f"{factors.shape}"
+            )
+        bad = ~(np.isfinite(factors) & (factors > 0))
+        if bad.any():
+            index = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"{owner}: repeat factor of record {index} is {factors[index]}; factors must "
+                f"be positive and finite"
+            )
+        self._factors = factors
+        self._int_part = np.floor(factors).astype(np.int64)
+        self._frac_part = factors - self._int_part
+        self._shuffle = bool(shuffle)
+        super().__init__(seed=seed, rank=rank, world_size=world_size)
+
+    @classmethod
+    def from_category_frequency(
+        cls,
+        dataset_dicts: Any,
+        repeat_thresh: float,
+        *,
+        sqrt: bool = True,
+        shuffle: bool = True,
+        seed: int | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> RepeatFactorTrainingSampler:
+        """Build the sampler from :func:`repeat_factors_from_category_frequency`."""
+        factors = repeat_factors_from_category_frequency(dataset_dicts, repeat_thresh, sqrt)
+        return cls(factors, shuffle=shuffle, seed=seed, rank=rank, world_size=world_size)
+
+    @property
+    def dataset_size(self) -> int:
+        """The number of records indices are drawn from."""
+        return len(self._factors)
+
+    @property
+    def repeat_factors(self) -> np.ndarray:
+        """The per-record factors (read-only float64 array)."""
+        view = self._factors.view()
+        view.flags.writeable = False
+        return view
+
+    def _make_pass(self, pass_index: int) -> np.ndarray:
+        generator = torch_generator(self._seed, pass_index)
+        draws = torch.rand(len(self._factors), generator=generator, dtype=torch.float64).numpy()
+        repeats = self._int_part + (draws < self._frac_part)
+        indices = np.repeat(np.arange(len(self._factors), dtype=np.int64), repeats)
+        if self._shuffle and len(indices):
+            indices = indices[torch.randperm(len(indices), generator=generator).numpy()]
+        return indices
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"size": len(self._factors), "shuffle": self._shuffle}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        name = "RepeatFactorTrainingSampler.load_state_dict"
+        for key, mine in (("size", len(self._factors)), ("shuffle", self._shuffle)):
+            if key in state and state[key] != mine:
+                raise SamplerStateError(
+                    f"{name}: the state was saved with {key}={state[key]!r}, this sampler has "
+                    f"{key}={mine!r}"
+                )

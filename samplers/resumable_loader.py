@@ -1,0 +1,199 @@
+"""ResumableLoader: a DataLoader whose state counts the batches the caller received.
+
+The batch sampler runs in the main process (as for any map-style DataLoader) and the index
+batches go to the workers. Workers prefetch, so the sampler runs ahead of what the caller has
+seen; the loader therefore records the batch sampler's state after each index batch and keeps
+it until that batch is delivered. ``state_dict()`` returns the state after the last delivered
+batch, whatever ``num_workers`` and ``prefetch_factor`` are.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader, Sampler
+
+from catalog.seeding import torch_generator
+
+from .errors import NotResumableError, SamplerStateError
+from .state import check_state, is_stateful, make_state
+from .worker_seed import WorkerSeeder
+
+__all__ = ["ResumableLoader"]
+
+logger = logging.getLogger(__name__)
+
+
+class _TrackingBatchSampler(Sampler[list[int]]):
+    """Passes batches through and queues the inner batch sampler's state after each one."""
+
+    def __init__(self, inner: Any, track: bool) -> None:
+        self.inner = inner
+        self.track = track
+        self.pending: collections.deque[dict[str, Any]] = collections.deque()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for batch in self.inner:
+            if self.track:
+                self.pending.append(self.inner.state_dict())
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+class ResumableLoader:
+    """Iterate batches of a map-style dataset; save and restore the position exactly.
+
+    Built by :func:`samplers.build_batch_data_loader` and
+    :func:`samplers.build_detection_train_loader`; ``loader.loader`` is the torch DataLoader.
+
+    Args:
+        dataset: a map-style dataset.
+        batch_sampler: yields lists of indices (resumable for ``state_dict``).
+        num_workers, collate_fn, pin_memory, persistent_workers, prefetch_factor,
+            multiprocessing_context: passed on to ``torch.utils.data.DataLoader``.
+        seed: seeds the workers (with ``rank`` and the pass number) and the DataLoader's own
+            generator, so global RNG state is never used.
+        rank: this process's rank.
+
+    Example:
+        >>> from samplers import TrainingSampler, ResumableBatchSampler
+        >>> batches = ResumableBatchSampler(TrainingSampler(8, seed=0, rank=0, world_size=1), 2)
+        >>> loader = ResumableLoader(list(range(8)), batches, collate_fn=list, seed=0)
+        >>> it = iter(loader); _ = next(it); state = loader.state_dict(); state["batches"]
+        1
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_sampler: Any,
+        *,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
+        multiprocessing_context: Any = None,
+        seed: int = 0,
+        rank: int = 0,
+    ) -> None:
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(
+                f"ResumableLoader: num_workers must be an int >= 0, got {num_workers!r}"
+            )
+        self.dataset = dataset
+        self.batch_sampler = batch_sampler
+        inner = getattr(batch_sampler, "sampler", None)
+        self._resumable = is_stateful(batch_sampler) and (inner is None or is_stateful(inner))
+        self._tracker = _TrackingBatchSampler(batch_sampler, self._resumable)
+        self._seeder = WorkerSeeder(seed, rank, 0)
+        kwargs: dict[str, Any] = {
+            "batch_sampler": self._tracker,
+            "num_workers": num_workers,
+            "collate_fn": collate_fn,
+            "pin_memory": pin_memory,
+            "worker_init_fn": self._seeder,
+            "generator": torch_generator(seed, rank),
+        }
+        if num_workers > 0:
+            kwargs["persistent_workers"] = persistent_workers
+            kwargs["multiprocessing_context"] = multiprocessing_context
+            if prefetch_factor is not None:
+                kwargs["prefetch_factor"] = prefetch_factor
+        self.loader = DataLoader(dataset, **kwargs)
+        self._batches = 0
+        self._iteration = 0
+        self._delivered: dict[str, Any] | None = None
+
+    @property
+    def batches_delivered(self) -> int:
+        """Batches handed to the caller so far (including those before a loaded state)."""
+        return self._batches
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._resumable:
+            if self._delivered is None:
+                self._delivered = self.batch_sampler.state_dict()
+            elif self._tracker.pending:
+                # A previous iterator prefetched batches nobody received: go back to the last
+                # delivered batch so that none is skipped.
+                self.batch_sampler.load_state_dict(self._delivered)
+            self._tracker.pending.clear()
+        self._iteration += 1
+        self._seeder.pass_index = self._iteration
+        return self._deliver(iter(self.loader))
+
+    def _deliver(self, iterator: Iterator[Any]) -> Iterator[Any]:
+        pending = self._tracker.pending
+        for batch in iterator:
+            if self._resumable:
+                self._delivered = pending.popleft()
+            self._batches += 1
+            yield batch
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch the caller received.
+
+        Raises:
+            NotResumableError: the batch sampler (or its sampler) has no ``state_dict``.
+        """
+        if not self._resumable:
+            raise NotResumableError(
+                f"ResumableLoader: {self._sampler_name()} has no state_dict(); "
+                "build the loader with a catmap training sampler for exact resume"
+            )
+        sampler_state = (
+            self._delivered if self._delivered is not None else self.batch_sampler.state_dict()
+        )
+        return make_state(
+            "ResumableLoader",
+            batches=self._batches,
+            iteration=self._iteration,
+            batch_sampler=sampler_state,
+        )
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue after the last batch delivered when ``state_dict`` was saved; call
+        ``iter()`` afterwards. Worker seeds continue with the next pass number.
+
+        Raises:
+            NotResumableError: the batch sampler has no ``load_state_dict``.
+            SamplerStateError / ReshardError: the state does not fit this loader.
+        """
+        state = check_state(state_dict, "ResumableLoader", ["batch_sampler", "batches"])
+        if not self._resumable:
+            raise NotResumableError(
+                f"ResumableLoader: {self._sampler_name()} has no load_state_dict()"
+            )
+        batches, iteration = state["batches"], state.get("iteration", 0)
+        for key, value in (("batches", batches), ("iteration", iteration)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SamplerStateError(
+                    f"ResumableLoader.load_state_dict: {key!r} must be an int >= 0, got {value!r}"
+                )
+        self.batch_sampler.load_state_dict(state["batch_sampler"])
+        self._tracker.pending.clear()
+        self._delivered = copy.deepcopy(state["batch_sampler"])
+        self._batches = batches
+        self._iteration = iteration
+        logger.info("ResumableLoader: resumed after %d delivered batches", batches)
+
+    def _sampler_name(self) -> str:
+        inner = getattr(self.batch_sampler, "sampler", None)
+        name = type(self.batch_sampler).__name__
+        return f"{name} over {type(inner).__name__}" if inner is not None else name
+
+    def __repr__(self) -> str:
+        return (
+            f"ResumableLoader(batch_sampler={type(self.batch_sampler).__name__}, "
+            f"num_workers={self.loader.num_workers}, batches_delivered={self._batches})"
+        )

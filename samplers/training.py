@@ -1,0 +1,98 @@
+"""TrainingSampler: an endless stream of shuffled passes over ``range(size)``, sharded by rank."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from catalog.seeding import torch_generator
+
+from .errors import SamplerStateError
+from .stream import PassSampler
+
+__all__ = ["TrainingSampler", "check_size"]
+
+logger = logging.getLogger(__name__)
+
+
+def check_size(size: Any, owner: str, *, allow_zero: bool = False) -> int:
+    """Validate a dataset size: an int, positive (or non-negative with ``allow_zero``)."""
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
+        raise TypeError(f"{owner}: size must be an int, got {type(size).__name__} {size!r}")
+    size = int(size)
+    if size < 0 or (size == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{owner}: size must be {bound}, got {size}")
+    return size
+
+
+class TrainingSampler(PassSampler):
+    """Endless training indices: each pass is a permutation of ``range(size)`` (or ``arange``
+    without shuffling); rank ``r`` takes every ``world_size``-th index of the global stream.
+
+    Args:
+        size: the number of records (a positive int).
+        shuffle: shuffle each pass (pass ``p`` is seeded from ``(seed, p)``).
+        seed: the shared seed; None draws one from torch's default generator on rank 0 and
+            broadcasts it, so every rank uses the same permutation.
+        rank: this process's rank (default: from torch.distributed, else 0).
+        world_size: the number of ranks (default: from torch.distributed, else 1).
+
+    Raises:
+        TypeError: ``size`` is not an int.
+        ValueError: ``size`` is not positive.
+
+    Example:
+        >>> import itertools
+        >>> s = TrainingSampler(4, shuffle=False, rank=1, world_size=2)
+        >>> list(itertools.islice(s, 4))
+        [1, 3, 1, 3]
+    """
+
+    def __init__(
+        self,
+        size: int,
+        shuffle: bool = True,
+        seed: int | None = None,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        self._size = check_size(size, "TrainingSampler")
+        self._shuffle = bool(shuffle)
+        super().__init__(seed=seed, rank=rank, world_size=world_size)
+
+    @property
+    def dataset_size(self) -> int:
+        """The number of records indices are drawn from."""
+        return self._size
+
+    def _make_pass(self, pass_index: int) -> np.ndarray:
+        if not self._shuffle:
+            return np.arange(self._size, dtype=np.int64)
+        generator = torch_generator(self._seed, pass_index)
+        return torch.randperm(self._size, generator=generator).numpy()
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"size": self._size, "shuffle": self._shuffle}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        if state.get("size", self._size) != self._size:
+            raise SamplerStateError(
+                f"TrainingSampler.load_state_dict: the state was saved for {state['size']} "
+                f"records, this sampler has {self._size}"
+            )
+        if state.get("shuffle", self._shuffle) != self._shuffle:
+            raise SamplerStateError(
+                f"TrainingSampler.load_state_dict: the state was saved with "
+                f"shuffle={state['shuffle']}, this sampler has shuffle={self._shuffle}"
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"TrainingSampler(size={self._size}, shuffle={self._shuffle}, seed={self._seed}, "
+            f"rank={self._rank}, world_size={self._world_size})"
+        )

@@ -1,0 +1,34 @@
+"""Shared pytest fixtures: every test starts and ends with the same catalog contents."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from catalog.dataset_catalog import DatasetCatalog
+from catalog.metadata import MetadataCatalog
+
+__all__ = ["isolated_cache_dir", "restore_catalogs"]
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache_dir(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Give every test its own empty on-disk dataset cache: tests never write to
+    ~/.cache/catmap (a test may set CATMAP_CACHE_DIR again with monkeypatch)."""
+    monkeypatch.setenv("CATMAP_CACHE_DIR", str(tmp_path_factory.mktemp("catmap-cache")))
+
+
+@pytest.fixture(autouse=True)
+def restore_catalogs() -> Iterator[None]:
+    """Snapshot DatasetCatalog and MetadataCatalog before a test and restore them after it,
+    so that registrations made by one test never leak into another."""
+    datasets = DatasetCatalog._snapshot()
+    metadata = MetadataCatalog._snapshot()
+    try:
+        yield
+    finally:
+        DatasetCatalog._restore(datasets)
+        MetadataCatalog._restore(metadata)

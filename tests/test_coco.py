@@ -1,0 +1,417 @@
+"""load_coco_json / register_coco_instances: conversion, bad-data policy, both decoding paths."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import json
+import logging
+import os
+
+import pytest
+
+from catalog import (
+    AnnotationFormatError,
+    BoxMode,
+    DatasetCatalog,
+    MetadataCatalog,
+    MetadataConflictError,
+    coco_typed,
+    load_coco_json,
+    register_coco_instances,
+)
+
+
+@pytest.fixture(params=["typed", "generic"])
+def path_kind(request, monkeypatch):
+    """Run a test through the msgspec fast path and through the generic json path."""
+    if request.param == "typed":
+        if not coco_typed.AVAILABLE:
+            pytest.skip("msgspec is not installed")
+    else:
+        monkeypatch.setattr(coco_typed, "AVAILABLE", False)
+    return request.param
+
+
+def _coco() -> dict:
+    return {
+        "info": {"description": "fixture"},
+        "images": [
+            {"id": 30, "file_name": "c.jpg", "height": 40, "width": 60, "license": 1},
+            {"id": 10, "file_name": "a.jpg", "height": 20, "width": 30},
+            {"id": 20, "file_name": "sub/b.jpg", "height": 50, "width": 50},
+        ],
+        "categories": [
+            {"id": 7, "name": "seven", "supercategory": "n"},
+            {"id": 3, "name": "three"},
+            {"id": 90, "name": "ninety"},
+        ],
+        "annotations": [
+            {
+                "id": 1,
+                "image_id": 30,
+                "category_id": 90,
+                "bbox": [1, 2, 3, 4],
+                "area": 12.0,
+                "iscrowd": 0,
+                "segmentation": [[0, 0, 1, 0, 1, 1], [5, 5, 6, 6]],  # 2nd polygon invalid
+            },
+            {
+                "id": 2,
+                "image_id": 10,
+                "category_id": 3,
+                "bbox": [0.5, 0.5, 10.0, 5.0],
+                "iscrowd": 1,
+                "segmentation": {"counts": [10, 5, 585], "size": [20, 30]},
+            },
+            {
+                "id": 3,
+                "image_id": 10,
+                "category_id": 7,
+                "bbox": [1, 1, 2, 2],
+                "keypoints": [1, 2, 2, 3, 4, 0],
+                "num_keypoints": 1,
+            },
+            {"id": 4, "image_id": 30, "category_id": 3, "bbox": [2, 2, 5, 5], "segmentation": []},
+            {
+                "id": 5,
+                "image_id": 30,
+                "category_id": 7,
+                "bbox": [2, 2, 5, 5],
+                "segmentation": [[1, 2, 3], [1, 2, 3, 4]],  # no valid polygon: skipped
+            },
+            {
+                "id": 6,
+                "image_id": 30,
+                "category_id": 7,
+                "bbox": [2, 2, 5, 5],
+                "segmentation": {"counts": "abc", "size": [40, 60]},
+            },
+        ],
+    }
+
+
+def _write(tmp_path, content, name="instances.json") -> str:
+    path = tmp_path / name
+    path.write_text(json.dumps(content))
+    return str(path)
+
+
+def test_records_follow_the_detectron2_format(tmp_path, path_kind, caplog):
+    path = _write(tmp_path, _coco())
+    with caplog.at_level(logging.WARNING, logger="catalog.coco"):
+        records = load_coco_json(path, "/root/images", dataset_name="fixture")
+    assert [r["image_id"] for r in records] == [30, 10, 20]  # the file's image order
+    assert records[0]["file_name"] == os.path.join("/root/images", "c.jpg")
+    assert records[2]["file_name"] == os.path.join("/root/images", "sub/b.jpg")
+    assert (records[0]["height"], records[0]["width"]) == (40, 60)
+    assert records[2]["annotations"] == []  # image without annotations kept
+    assert "license" not in records[0]
+
+    first = records[0]["annotations"]
+    assert [a["category_id"] for a in first] == [2, 0, 1]  # 90->2, 3->0, 7->1 (sorted ids)
+    assert first[0]["bbox"] == [1, 2, 3, 4]
+    assert first[0]["bbox_mode"] == BoxMode.XYWH_ABS
+    assert first[0]["iscrowd"] == 0
+    assert first[0]["segmentation"] == [[0, 0, 1, 0, 1, 1]]  # invalid polygon dropped
+    assert "segmentation" not in first[1]  # empty list: box-only instance
+    assert first[2]["segmentation"] == {"counts": "abc", "size": [40, 60]}  # compressed RLE
+    assert "area" not in first[0]
+
+    crowd, with_kp = records[1]["annotations"]
+    assert crowd["iscrowd"] == 1
+    assert crowd["segmentation"] == {"counts": [10, 5, 585], "size": [20, 30]}  # RLE kept
+    assert with_kp["keypoints"] == [1.5, 2.5, 2, 3.5, 4.5, 0]
+    assert "segmentation" not in with_kp  # absent: box-only
+
+    meta = MetadataCatalog.get("fixture")
+    assert meta.thing_classes == ["three", "seven", "ninety"]
+    assert meta.thing_dataset_id_to_contiguous_id == {3: 0, 7: 1, 90: 2}
+
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "dropped 3 invalid polygons" in warnings[0]
+    assert "skipped 1 instances" in warnings[0] and "[5]" in warnings[0]
+
+
+def test_typed_and_generic_paths_agree(tmp_path, monkeypatch):
+    if not coco_typed.AVAILABLE:
+        pytest.skip("msgspec is not installed")
+    content = _coco()
+    content["images"].append({"id": 40, "file_name": "d.jpg"})  # no size
+    content["annotations"].append(
+        {"id": 9, "image_id": 999, "category_id": 3, "bbox": [0, 0, 1, 1]}
+    )
+    path = _write(tmp_path, content)
+    typed = load_coco_json(path, "img", extra_annotation_keys=["area", "num_keypoints"])
+    monkeypatch.setattr(coco_typed, "AVAILABLE", False)
+    generic = load_coco_json(path, "img", extra_annotation_keys=["area", "num_keypoints"])
+    assert typed == generic
+    assert typed[0]["annotations"][0]["area"] == 12.0
+    assert typed[1]["annotations"][1]["num_keypoints"] == 1
+    assert [type(v) for v in typed[0]["annotations"][0]["bbox"]] == [int] * 4
+
+
+def test_extra_annotation_keys_copied_when_present(tmp_path, path_kind):
+    records = load_coco_json(_write(tmp_path, _coco()), "", extra_annotation_keys=["area", "id"])
+    first = records[0]["annotations"][0]
+    assert first["area"] == 12.0 and first["id"] == 1
+    assert "area" not in records[0]["annotations"][1]
+    assert records[0]["file_name"] == "c.jpg"  # empty image_root keeps the name
+
+
+def test_pathlib_paths_accepted(tmp_path, path_kind):
+    _write(tmp_path, _coco())
+    records = load_coco_json(tmp_path / "instances.json", tmp_path)
+    assert records[1]["file_name"] == str(tmp_path / "a.jpg")
+
+
+def test_results_file_is_rejected(tmp_path, path_kind):
+    path = _write(tmp_path, [{"image_id": 1, "category_id": 1, "bbox": [0, 0, 1, 1], "score": 0.9}])
+    with pytest.raises(AnnotationFormatError, match="results") as info:
+        load_coco_json(path, "")
+    assert isinstance(info.value, ValueError)
+    assert path in str(info.value)
+
+
+@pytest.mark.parametrize("content", [{"annotations": []}, {"images": {}}, 3, "text"])
+def test_not_an_instances_file(tmp_path, path_kind, content):
+    with pytest.raises(AnnotationFormatError, match="'images'"):
+        load_coco_json(_write(tmp_path, content), "")
+
+
+def test_invalid_json_names_the_file(tmp_path, path_kind):
+    path = tmp_path / "broken.json"
+    path.write_text('{"images": [')
+    with pytest.raises(AnnotationFormatError, match="broken.json.*not valid JSON"):
+        load_coco_json(path, "")
+
+
+def _error_case(mutate):
+    content = _coco()
+    mutate(content)
+    return content
+
+
+ERROR_CASES = {
+    "unknown category": (
+        lambda c: c["annotations"][2].update(category_id=55),
+        r"annotation 3 \(index 2\) has category_id 55",
+    ),
+    "duplicate annotation id": (
+        lambda c: c["annotations"][3].update(id=1),
+        "annotation id 1 appears more than once",
+    ),
+    "missing image_id": (
+        lambda c: c["annotations"][1].pop("image_id"),
+        r"annotation 2 \(index 1\) is malformed",
+    ),
+    "missing bbox": (
+        lambda c: c["annotations"][0].pop("bbox"),
+        r"annotation 1 \(index 0\) is malformed",
+    ),
+    "bbox of 3 numbers": (
+        lambda c: c["annotations"][0].update(bbox=[1, 2, 3]),
+        r"annotation 1 \(index 0\) has bbox \[1, 2, 3\]",
+    ),
+    "bbox of strings": (
+        lambda c: c["annotations"][0].update(bbox=["1", "2", "3", "4"]),
+        r"annotation 1 \(index 0\) is malformed",
+    ),
+    "segmentation of numbers": (
+        lambda c: c["annotations"][0].update(segmentation=[1, 2, 3, 4, 5, 6]),
+        r"annotation 1 \(index 0\) is malformed",
+    ),
+    "segmentation a string": (
+        lambda c: c["annotations"][0].update(segmentation="polygon"),
+        r"annotation 1 \(index 0\) has a segmentation of type str",
+    ),
+    "annotation not a dict": (
+        lambda c: c["annotations"].append([1, 2]),
+        "annotation 6 is a list",
+    ),
+    "image without file_name": (
+        lambda c: c["images"][1].pop("file_name"),
+        "image 1 has no 'id' or 'file_name'",
+    ),
+    "image file_name not a str": (
+        lambda c: c["images"][1].update(file_name=5),
+        r"image 10 \(index 1\) has a file_name of type int",
+    ),
+    "duplicate image id": (
+        lambda c: c["images"][2].update(id=30),
+        r"image id 30 appears more than once \(index 2\)",
+    ),
+    "duplicate category id": (
+        lambda c: c["categories"].append({"id": 7, "name": "again"}),
+        "category id 7 appears more than once",
+    ),
+    "category without id": (
+        lambda c: c["categories"].append({"name": "anonymous"}),
+        "category 3 has no 'id'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERROR_CASES))
+def test_bad_data_raises_typed_error_naming_file_and_id(tmp_path, path_kind, case):
+    mutate, pattern = ERROR_CASES[case]
+    path = _write(tmp_path, _error_case(mutate))
+    with pytest.raises(AnnotationFormatError, match=pattern) as info:
+        load_coco_json(path, "")
+    assert path in str(info.value)
+
+
+def test_orphan_annotations_are_skipped_with_a_counted_warning(tmp_path, path_kind, caplog):
+    content = _coco()
+    content["annotations"] += [
+        {"id": 100 + i, "image_id": 12345, "category_id": 3, "bbox": [0, 0, 1, 1]} for i in range(3)
+    ]
+    with caplog.at_level(logging.WARNING, logger="catalog.coco"):
+        records = load_coco_json(_write(tmp_path, content), "")
+    assert len(records) == 3  # no image dropped
+    assert sum(len(r["annotations"]) for r in records) == 5
+    message = next(r.getMessage() for r in caplog.records if "image_id" in r.getMessage())
+    assert "skipped 3 annotations" in message and "(100, 12345)" in message
+
+
+@pytest.mark.parametrize("bbox", [[0, 0, 0, 5], [0, 0, 5, 0], [3, 3, -1, 4], [3, 3, 4, -2]])
+def test_empty_or_negative_bbox_skipped_with_warning(tmp_path, path_kind, caplog, bbox):
+    content = _coco()
+    content["annotations"][0]["bbox"] = bbox
+    with caplog.at_level(logging.WARNING, logger="catalog.coco"):
+        records = load_coco_json(_write(tmp_path, content), "")
+    assert [a["category_id"] for a in records[0]["annotations"]] == [0, 1]
+    assert any(
+        "skipped 1 annotations with an empty or negative bbox" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+def test_ignore_flag_skips_annotation_with_warning(tmp_path, path_kind, caplog):
+    content = _coco()
+    content["annotations"][0]["ignore"] = 1
+    with caplog.at_level(logging.WARNING, logger="catalog.coco"):
+        records = load_coco_json(_write(tmp_path, content), "")
+    assert len(records[0]["annotations"]) == 2
+    assert any("skipped 1 annotations marked 'ignore'" in r.getMessage() for r in caplog.records)
+
+
+def test_images_without_size_are_kept_with_a_warning(tmp_path, path_kind, caplog):
+    content = _coco()
+    del content["images"][2]["height"]
+    with caplog.at_level(logging.WARNING, logger="catalog.coco"):
+        records = load_coco_json(_write(tmp_path, content), "")
+    assert "height" not in records[2] and records[2]["width"] == 50
+    assert any("1 images have no 'height' or 'width'" in r.getMessage() for r in caplog.records)
+
+
+def test_file_without_annotations_or_categories(tmp_path, path_kind):
+    content = {"images": _coco()["images"]}
+    records = load_coco_json(_write(tmp_path, content), "", dataset_name="test_only")
+    assert [r["annotations"] for r in records] == [[], [], []]
+    assert MetadataCatalog.get("test_only").thing_classes == []
+
+
+def test_metadata_conflict_is_reported(tmp_path, path_kind):
+    MetadataCatalog.get("conflict").thing_classes = ["other"]
+    with pytest.raises(MetadataConflictError, match="thing_classes"):
+        load_coco_json(_write(tmp_path, _coco()), "", dataset_name="conflict")
+
+
+def test_gc_is_re_enabled_after_success_and_failure(tmp_path, path_kind):
+    assert gc.isenabled()
+    load_coco_json(_write(tmp_path, _coco()), "")
+    assert gc.isenabled()
+    with pytest.raises(AnnotationFormatError):
+        load_coco_json(_write(tmp_path, [], "results.json"), "")
+    assert gc.isenabled()
+
+
+def test_register_coco_instances_is_lazy(tmp_path, path_kind):
+    path = tmp_path / "later.json"
+    register_coco_instances("lazy_coco", {"extra": 1}, path, tmp_path / "imgs")
+    meta = MetadataCatalog.get("lazy_coco")
+    assert meta.json_file == str(path)
+    assert meta.image_root == str(tmp_path / "imgs")
+    assert meta.evaluator_type == "coco"
+    assert meta.extra == 1
+    assert "thing_classes" not in meta  # the file has not been read
+    path.write_text(json.dumps(_coco()))  # the file only needs to exist at the first get
+    records = DatasetCatalog.get("lazy_coco")
+    assert len(records) == 3
+    assert records[1]["file_name"] == str(tmp_path / "imgs" / "a.jpg")
+    assert meta.thing_classes == ["three", "seven", "ninety"]
+    entry = DatasetCatalog.entry("lazy_coco")
+    assert entry.source_files == (str(path),)
+    assert entry.cache_key["json_file"] == os.path.abspath(path)
+
+
+def test_register_coco_instances_missing_file_fails_at_get(tmp_path):
+    register_coco_instances("missing_coco", {}, tmp_path / "nope.json", "")
+    with pytest.raises(FileNotFoundError) as info:
+        DatasetCatalog.get("missing_coco")
+    assert any("missing_coco" in n for n in info.value.__notes__)
+
+
+def test_register_coco_instances_metadata_conflict_rolls_back(tmp_path):
+    MetadataCatalog.get("rollback").evaluator_type = "lvis"
+    with pytest.raises(MetadataConflictError):
+        register_coco_instances("rollback", {}, tmp_path / "x.json", "")
+    assert "rollback" not in DatasetCatalog
+
+
+def test_register_coco_instances_bad_arguments(tmp_path):
+    with pytest.raises(TypeError, match="metadata"):
+        register_coco_instances("badmeta", ["not", "a", "dict"], tmp_path / "x.json", "")
+    with pytest.raises(TypeError, match="must be a str"):
+        register_coco_instances(5, {}, tmp_path / "x.json", "")
+
+
+def test_input_is_not_mutated_between_loads(tmp_path, path_kind):
+    path = _write(tmp_path, _coco())
+    first = load_coco_json(path, "")
+    second = load_coco_json(path, "")
+    assert first == second
+    assert copy.deepcopy(first) == first
+
+
+def test_make_synthetic_coco_shape_and_determinism(tmp_path):
+    from tools.make_synthetic_coco import coco_category_ids, make_synthetic_coco
+
+    first = tmp_path / "a.json"
+    summary = make_synthetic_coco(str(first), num_images=300, seed=3)
+    again = tmp_path / "b.json"
+    make_synthetic_coco(str(again), num_images=300, seed=3)
+    assert first.read_bytes() == again.read_bytes()  # same seed, same file
+    other = tmp_path / "c.json"
+    make_synthetic_coco(str(other), num_images=300, seed=4)
+    assert other.read_bytes() != first.read_bytes()
+
+    content = json.loads(first.read_text())
+    assert len(content["images"]) == 300 == summary["images"]
+    assert len(content["annotations"]) == summary["annotations"]
+    assert 4 * 300 < summary["annotations"] < 11 * 300  # about 7.3 per image
+    ids = [c["id"] for c in content["categories"]]
+    assert ids == coco_category_ids() and len(ids) == 80 and ids[-1] == 90
+    lengths = [
+        len(p) for a in content["annotations"] if not a["iscrowd"] for p in a["segmentation"]
+    ]
+    assert min(lengths) >= 8 and max(lengths) <= 40 and all(n % 2 == 0 for n in lengths)
+    crowd = [a for a in content["annotations"] if a["iscrowd"]]
+    for ann in crowd:
+        h, w = ann["segmentation"]["size"]
+        assert sum(ann["segmentation"]["counts"]) == h * w
+    assert summary["crowd"] == len(crowd)
+
+    records = load_coco_json(first, "img", dataset_name="synthetic")
+    assert len(records) == 300
+    assert sum(len(r["annotations"]) for r in records) == summary["annotations"]
+    assert len(MetadataCatalog.get("synthetic").thing_classes) == 80
+
+
+def test_make_synthetic_coco_rejects_negative_count(tmp_path):
+    from tools.make_synthetic_coco import make_synthetic_coco
+
+    with pytest.raises(ValueError, match="num_images"):
+        make_synthetic_coco(str(tmp_path / "x.json"), num_images=-1)

@@ -1,0 +1,174 @@
+"""get_detection_dataset_dicts: joining, filtering, consistency checks, histogram."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+from catalog import (
+    DatasetCatalog,
+    DatasetNotRegisteredError,
+    EmptyDatasetError,
+    MetadataCatalog,
+    MetadataConflictError,
+    SerializedList,
+    get_detection_dataset_dicts,
+)
+from catalog.detection_dicts import concat_serialized, format_class_histogram
+
+
+def _anno(category: int, crowd: int = 0, keypoints: list | None = None) -> dict:
+    anno = {"bbox": [0, 0, 2, 2], "bbox_mode": 1, "category_id": category, "iscrowd": crowd}
+    if keypoints is not None:
+        anno["keypoints"] = keypoints
+    return anno
+
+
+def _record(image_id: int, annotations: list | None) -> dict:
+    record = {
+        "file_name": f"{image_id}.jpg",
+        "height": 10,
+        "width": 20 + image_id,
+        "image_id": image_id,
+    }
+    if annotations is not None:
+        record["annotations"] = annotations
+    return record
+
+
+def _register(name: str, records: list[dict], classes: list[str] | None = None) -> None:
+    DatasetCatalog.register(name, lambda: records)
+    if classes is not None:
+        MetadataCatalog.get(name).thing_classes = classes
+
+
+@pytest.fixture
+def two_datasets():
+    _register(
+        "det_a",
+        [
+            _record(0, [_anno(0), _anno(1)]),
+            _record(1, []),  # no annotations
+            _record(2, [_anno(1, crowd=1)]),  # only crowd
+            _record(3, None),  # no annotations key
+            _record(4, [_anno(1, crowd=1), _anno(0)]),
+        ],
+        ["cat", "dog"],
+    )
+    _register("det_b", [_record(10, [_anno(1)]), _record(11, [])], ["cat", "dog"])
+
+
+def _ids(records) -> list[int]:
+    return [r["image_id"] for r in records]
+
+
+def test_single_name_without_filtering_returns_the_cached_list(two_datasets):
+    result = get_detection_dataset_dicts("det_a", filter_empty=False)
+    assert result is DatasetCatalog.get("det_a")
+    assert _ids(result) == [0, 1, 2, 3, 4]
+
+
+def test_names_joined_in_order(two_datasets):
+    result = get_detection_dataset_dicts(["det_b", "det_a"], filter_empty=False)
+    assert isinstance(result, SerializedList)
+    assert _ids(result) == [10, 11, 0, 1, 2, 3, 4]
+    assert result.columns.widths.tolist() == [30, 31, 20, 21, 22, 23, 24]
+    assert result.columns.num_annotations().tolist() == [1, 0, 2, 0, 1, 0, 2]
+    assert result.columns.category_ids.tolist() == [1, 0, 1, 1, 1, 0]
+
+
+def test_filter_empty_drops_crowd_only_and_unannotated(two_datasets, caplog):
+    with caplog.at_level(logging.INFO, logger="catalog.detection_dicts"):
+        result = get_detection_dataset_dicts(["det_a", "det_b"])
+    assert _ids(result) == [0, 4, 10]
+    assert result.columns.num_annotations().tolist() == [2, 2, 1]
+    message = next(r.getMessage() for r in caplog.records if "removed" in r.getMessage())
+    assert "removed 4 images" in message and "3 left" in message
+
+
+def test_min_keypoints(caplog):
+    _register(
+        "kp",
+        [
+            _record(0, [_anno(0, keypoints=[1, 1, 2, 2, 2, 0, 3, 3, 1])]),  # 2 visible
+            _record(1, [_anno(0, keypoints=[1, 1, 0, 2, 2, 0])]),  # 0 visible
+            _record(2, [_anno(0, keypoints=[1, 1, 2]), _anno(0, keypoints=[5, 5, 1])]),  # 2
+            _record(3, [_anno(0)]),  # no keypoints
+        ],
+    )
+    with caplog.at_level(logging.INFO, logger="catalog.detection_dicts"):
+        result = get_detection_dataset_dicts("kp", filter_empty=False, min_keypoints=2)
+    assert _ids(result) == [0, 2]
+    assert any(
+        "removed 2 images with fewer than 2 visible keypoints" in r.getMessage()
+        and "2 left" in r.getMessage()
+        for r in caplog.records
+    )
+
+
+def test_inconsistent_classes_raise_naming_both(two_datasets):
+    _register("det_c", [_record(20, [_anno(0)])], ["cat", "bird"])
+    with pytest.raises(MetadataConflictError, match="'det_a' and 'det_c'.*bird"):
+        get_detection_dataset_dicts(["det_a", "det_c"])
+    result = get_detection_dataset_dicts(["det_a", "det_c"], check_consistency=False)
+    assert _ids(result) == [0, 4, 20]
+
+
+def test_datasets_without_classes_are_not_compared(two_datasets):
+    _register("det_plain", [_record(30, [_anno(0)])])
+    assert _ids(get_detection_dataset_dicts(["det_plain", "det_a"])) == [30, 0, 4]
+
+
+def test_empty_dataset_is_a_clear_error():
+    _register("empty", [])
+    with pytest.raises(EmptyDatasetError, match="'empty' is empty"):
+        get_detection_dataset_dicts("empty")
+
+
+def test_nothing_left_after_filtering_is_an_error():
+    _register("all_crowd", [_record(0, [_anno(0, crowd=1)])])
+    with pytest.raises(EmptyDatasetError, match="no images left in all_crowd"):
+        get_detection_dataset_dicts("all_crowd")
+
+
+def test_bad_names():
+    with pytest.raises(ValueError, match="at least one"):
+        get_detection_dataset_dicts([])
+    with pytest.raises(TypeError, match="must be strs"):
+        get_detection_dataset_dicts(["ok", 3])
+    with pytest.raises(DatasetNotRegisteredError, match="'nope'"):
+        get_detection_dataset_dicts("nope")
+
+
+def test_class_histogram_logged_as_table(two_datasets, caplog):
+    with caplog.at_level(logging.INFO, logger="catalog.detection_dicts"):
+        get_detection_dataset_dicts(["det_a", "det_b"])
+    table = next(r.getMessage() for r in caplog.records if "#instances" in r.getMessage())
+    lines = table.splitlines()
+    assert "det_a+det_b" in lines[0]
+    rows = {
+        line.split("|")[0].strip(): int(line.split("|")[1])
+        for line in lines[3:]
+        if "|" in line and "-" not in line
+    }
+    assert rows == {"cat": 2, "dog": 2, "total": 4}  # the crowd instance of image 4 not counted
+
+
+def test_format_class_histogram_without_names_and_empty():
+    cols = SerializedList([{"annotations": [_anno(2), _anno(0), _anno(2, crowd=1)]}]).columns
+    table = format_class_histogram(cols, None)
+    assert [line.split("|")[0].strip() for line in table.splitlines()[2:5]] == ["0", "1", "2"]
+    assert format_class_histogram(SerializedList([{"annotations": []}]).columns, None) == ""
+
+
+def test_concat_serialized_matches_list_concatenation():
+    a = SerializedList([_record(i, [_anno(i % 2)] * i) for i in range(3)])
+    b = SerializedList([_record(10 + i, [_anno(1)]) for i in range(2)])
+    joined = concat_serialized([a, SerializedList([]), b], name="ab")
+    assert joined.to_list() == a.to_list() + b.to_list()
+    expected = SerializedList(a.to_list() + b.to_list()).columns
+    for got, want in zip(joined.columns.arrays(), expected.arrays(), strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert len(concat_serialized([])) == 0

@@ -1,0 +1,389 @@
+"""Tests of catalog.disk_cache: keys, invalidation, corruption, racing builders, switches."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing as mp
+import os
+import pickle
+import time
+from multiprocessing.reduction import ForkingPickler
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from catalog import CacheError, SerializedList
+from catalog.disk_cache import (
+    CACHE_SUFFIX,
+    CacheCorruptError,
+    CacheCorruptWarning,
+    CacheKey,
+    DiskCache,
+    MappedFile,
+    load_entry,
+    load_with_cache,
+    map_serialized,
+    remap_file,
+    write_serialized,
+)
+
+
+def _records(n: int, tag: str = "a") -> list[dict]:
+    return [
+        {
+            "file_name": f"{tag}/{i}.jpg",
+            "height": 10 + i,
+            "width": 20 + i,
+            "image_id": i,
+            "annotations": [{"category_id": i % 3, "bbox": [0, 0, 1, 1], "iscrowd": i % 2}],
+        }
+        for i in range(n)
+    ]
+
+
+class CountingBuilder:
+    """A loader that reads a JSON list of records and counts how often it ran."""
+
+    def __init__(self, source: Path, extra: dict | None = None) -> None:
+        self.source = source
+        self.calls = 0
+        self.extra = extra if extra is not None else {"metadata": {"id_map": {1: 0, 7: 1}}}
+
+    def __call__(self) -> tuple[list[dict], dict]:
+        self.calls += 1
+        return json.loads(self.source.read_text()), self.extra
+
+
+@pytest.fixture
+def cache_env(tmp_path, monkeypatch):
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("CATMAP_CACHE_DIR", str(directory))
+    monkeypatch.delenv("CATMAP_CACHE", raising=False)
+    return directory
+
+
+@pytest.fixture
+def source(tmp_path) -> Path:
+    path = tmp_path / "ann.json"
+    path.write_text(json.dumps(_records(5)))
+    return path
+
+
+def _cache_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob(f"*{CACHE_SUFFIX}")) if directory.is_dir() else []
+
+
+def _load(source: Path, builder, **kwargs):
+    return load_with_cache("toy", [source], builder, loader="json-list", **kwargs)
+
+
+def test_second_load_comes_from_the_mapped_cache(cache_env, source):
+    builder = CountingBuilder(source)
+    first, extra1 = _load(source, builder)
+    second, extra2 = _load(source, builder)
+    assert builder.calls == 1
+    assert first.to_list() == second.to_list() == _records(5)
+    # the extra data keeps its Python types (int dict keys survive)
+    assert extra1 == extra2 == {"metadata": {"id_map": {1: 0, 7: 1}}}
+    assert isinstance(getattr(second, "_shared_owner", None), MappedFile)
+    assert not second.buffer.flags.writeable
+    np.testing.assert_array_equal(second.columns.heights, [10, 11, 12, 13, 14])
+    np.testing.assert_array_equal(second.columns.category_ids, [0, 1, 2, 0, 1])
+    np.testing.assert_array_equal(second.columns.iscrowd, [0, 1, 0, 1, 0])
+    assert len(_cache_files(cache_env)) == 1
+
+
+def test_changed_source_file_invalidates_and_replaces_the_entry(cache_env, source):
+    builder = CountingBuilder(source)
+    _load(source, builder)
+    old_files = _cache_files(cache_env)
+    source.write_text(json.dumps(_records(3, tag="b")))
+    stat = source.stat()
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    records, _ = _load(source, builder)
+    assert builder.calls == 2
+    assert records.to_list() == _records(3, tag="b")
+    new_files = _cache_files(cache_env)
+    assert len(new_files) == 1 and new_files != old_files  # the stale entry was removed
+
+
+def test_touching_the_file_alone_invalidates(cache_env, source):
+    builder = CountingBuilder(source)
+    _load(source, builder)
+    stat = source.stat()
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    _load(source, builder)
+    assert builder.calls == 2
+
+
+def test_same_size_rewrite_within_the_timestamp_granularity_invalidates(cache_env, source):
+    builder = CountingBuilder(source)
+    _load(source, builder)
+    stat = source.stat()
+    source.write_text(source.read_text().replace("a/0.jpg", "z/0.jpg"))
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same size, same mtime
+    records, _ = _load(source, builder)
+    assert builder.calls == 2 and records[0]["file_name"] == "z/0.jpg"
+
+
+def test_loader_options_and_version_are_part_of_the_key(cache_env, source):
+    builder = CountingBuilder(source)
+    _load(source, builder, options={"root": "a"})
+    _load(source, builder, options={"root": "b"})
+    _load(source, builder, options={"root": "a"})
+    assert builder.calls == 2
+    key = CacheKey.build("toy", [source], loader="x", options={"root": "a"})
+    other_version = CacheKey(key.name, key.loader, key.sources, key.options, version="0.0.0")
+    assert key.digest() != other_version.digest()
+    assert key.sources[0][0] == str(source.resolve())
+
+
+def test_unserializable_option_loads_without_caching(cache_env, source):
+    builder = CountingBuilder(source)
+    records, _ = _load(source, builder, options={"fn": object()})
+    assert records.to_list() == _records(5)
+    assert _cache_files(cache_env) == []
+
+
+def _corrupt_payload(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 100])
+
+
+def _bad_header(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[30] ^= 0x01  # inside the JSON header
+    path.write_bytes(bytes(data))
+
+
+def _not_a_cache(path: Path) -> None:
+    path.write_bytes(b"garbage")
+
+
+@pytest.mark.parametrize("damage", [_corrupt_payload, _truncate, _bad_header, _not_a_cache])
+def test_corrupt_entry_is_detected_rebuilt_with_a_warning_and_never_served(
+    cache_env, source, damage
+):
+    builder = CountingBuilder(source)
+    _load(source, builder)
+    (entry,) = _cache_files(cache_env)
+    damage(entry)
+    with pytest.warns(CacheCorruptWarning, match="toy"):
+        records, _ = _load(source, builder)
+    assert builder.calls == 2
+    assert records.to_list() == _records(5)
+    # the rebuilt file verifies again
+    (entry,) = _cache_files(cache_env)
+    assert map_serialized(entry)[0].to_list() == _records(5)
+
+
+def test_map_serialized_reports_the_reason(tmp_path):
+    path = tmp_path / "x.catmap"
+    with open(path, "wb") as out:
+        write_serialized(out, SerializedList(_records(4)))
+    _corrupt_payload(path)
+    with pytest.raises(CacheCorruptError, match="payload checksum"):
+        map_serialized(path)
+    _truncate(path)
+    with pytest.raises(CacheCorruptError, match="truncated or overwritten"):
+        map_serialized(path)
+    # without payload verification a flipped byte is not noticed, which is why loads verify
+    with open(path, "wb") as out:
+        write_serialized(out, SerializedList(_records(4)))
+    assert len(map_serialized(path, verify=False)[0]) == 4
+
+
+def test_empty_dataset_round_trips(tmp_path):
+    path = tmp_path / "empty.catmap"
+    with open(path, "wb") as out:
+        write_serialized(out, SerializedList([], name="empty"))
+    records, header = map_serialized(path)
+    assert len(records) == 0 and header["num_records"] == 0 and records.name == "empty"
+
+
+def test_cache_can_be_turned_off_globally_and_per_call(cache_env, source, monkeypatch):
+    builder = CountingBuilder(source)
+    _load(source, builder, enabled=False)
+    _load(source, builder, enabled=False)
+    assert builder.calls == 2 and _cache_files(cache_env) == []
+    monkeypatch.setenv("CATMAP_CACHE", "0")
+    records, extra = _load(source, builder)
+    assert builder.calls == 3 and _cache_files(cache_env) == []
+    assert records.to_list() == _records(5) and extra == builder.extra
+
+
+def test_unwritable_cache_directory_does_not_break_loading(tmp_path, source, monkeypatch, caplog):
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("x")
+    monkeypatch.setenv("CATMAP_CACHE_DIR", str(blocker / "cache"))
+    builder = CountingBuilder(source)
+    with caplog.at_level(logging.WARNING, logger="catalog.disk_cache"):
+        records, _ = _load(source, builder)
+    assert records.to_list() == _records(5)
+    assert "continuing without the cache" in caplog.text
+
+
+def test_missing_source_lets_the_loader_report_it(cache_env, tmp_path):
+    missing = tmp_path / "missing.json"
+
+    def build():
+        raise FileNotFoundError(f"no such annotation file: {missing}")
+
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        load_with_cache("toy", [missing], build, loader="x")
+
+
+def test_source_changed_while_loading_is_not_cached(cache_env, source):
+    def build():
+        records = json.loads(source.read_text())
+        stat = source.stat()
+        os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+        return records, {}
+
+    records, _ = _load(source, build)
+    assert len(records) == 5 and _cache_files(cache_env) == []
+
+
+def _race_worker(args: tuple[str, str, str]) -> list[dict]:
+    cache_dir, source, ready_dir = args
+    os.environ["CATMAP_CACHE_DIR"] = cache_dir
+
+    def build():
+        # both processes are inside build() before either writes: a real race
+        Path(ready_dir, str(os.getpid())).touch()
+        deadline = time.monotonic() + 30
+        while len(os.listdir(ready_dir)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return json.loads(Path(source).read_text()), {"pid": os.getpid()}
+
+    records, _ = load_with_cache("toy", [source], build, loader="json-list")
+    return records.to_list()
+
+
+def test_racing_builders_both_end_with_a_valid_cache(cache_env, source, tmp_path):
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    ctx = mp.get_context("fork")
+    with ctx.Pool(2) as pool:
+        results = pool.map(_race_worker, [(str(cache_env), str(source), str(ready))] * 2)
+    assert results == [_records(5), _records(5)]
+    (entry,) = _cache_files(cache_env)
+    assert map_serialized(entry)[0].to_list() == _records(5)
+    assert [p for p in cache_env.iterdir() if p.name.startswith(".tmp-")] == []
+
+
+def _read_in_child(payload: bytes) -> list[dict]:
+    records = pickle.loads(payload)
+    return [records[0], records[-1], len(records), type(records._shared_owner).__name__]
+
+
+def test_spawn_workers_remap_the_file_instead_of_copying(cache_env, source):
+    builder = CountingBuilder(source)
+    _load(source, builder)
+    records, _ = _load(source, builder)
+    payload = bytes(ForkingPickler.dumps(records))
+    assert len(payload) < 2000  # a reference to the file, not the buffer
+    # the parent keeps the file open: removing it does not break workers started later
+    for entry in _cache_files(cache_env):
+        entry.unlink()
+    with mp.get_context("spawn").Pool(1) as pool:
+        first, last, n, owner = pool.apply(_read_in_child, (payload,))
+    assert (first, last, n) == (_records(5)[0], _records(5)[-1], 5)
+    assert owner == "MappedFile"
+
+
+def test_remap_by_path_refuses_a_different_file(tmp_path):
+    path = tmp_path / "x.catmap"
+    with open(path, "wb") as out:
+        write_serialized(out, SerializedList(_records(4)))
+    records, header = map_serialized(path)
+    stat = path.stat()
+    with open(path, "wb") as out:
+        write_serialized(out, SerializedList(_records(6)))
+    with pytest.raises(CacheError, match="replaced by a different file"):
+        remap_file(
+            -1,
+            -1,
+            stat.st_dev,
+            stat.st_ino,
+            str(path),
+            header["payload_crc32"],
+            stat.st_size,
+            "toy",
+        )
+
+
+def test_disk_cache_lists_and_clears_entries(cache_env, source, tmp_path):
+    builder = CountingBuilder(source)
+    _load(source, builder)
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(_records(2)))
+    load_with_cache("other", [other], CountingBuilder(other), loader="json-list")
+    cache = DiskCache()
+    entries = {e.name: e for e in cache.entries()}
+    assert set(entries) == {"toy", "other"}
+    assert entries["toy"].num_records == 5 and entries["toy"].valid and not entries["toy"].stale
+    assert entries["toy"].sources == [str(source.resolve())]
+    other.unlink()
+    assert {e.name for e in cache.entries() if e.stale} == {"other"}
+    removed = cache.clear(stale_only=True)
+    assert [p.name.startswith("other-") for p in removed] == [True]
+    assert [e.name for e in cache.entries()] == ["toy"]
+    assert len(cache.clear()) == 1 and cache.entries() == []
+
+
+class _Entry:
+    """Duck-typed DatasetEntry (the catalog's registration record)."""
+
+    def __init__(self, name, func, source_files, cache_key, options=None):
+        self.name = name
+        self.func = func
+        self.source_files = tuple(source_files)
+        self.cache_key = cache_key
+        self.options = options or {}
+
+
+def test_load_entry_restores_the_metadata_the_loader_set(cache_env, source):
+    from catalog import MetadataCatalog
+
+    name = "disk_cache_test_meta"
+    calls = []
+
+    def loader():
+        calls.append(1)
+        MetadataCatalog.get(name).set(thing_classes=["a", "b"], id_map={3: 0, 9: 1})
+        return json.loads(source.read_text())
+
+    def run(entry):
+        return SerializedList(entry.func(), name=entry.name)
+
+    entry = _Entry(name, loader, [source], {"loader": "test", "opt": 1})
+    try:
+        records, extra = load_entry(entry, run)
+        assert extra["metadata"] == {"thing_classes": ["a", "b"], "id_map": {3: 0, 9: 1}}
+        MetadataCatalog.remove(name)
+        records2, _ = load_entry(entry, run)
+        assert len(calls) == 1
+        assert records2.to_list() == records.to_list() == _records(5)
+        assert MetadataCatalog.get(name).id_map == {3: 0, 9: 1}
+        # cache=False on the registration: the loader runs again
+        entry.options["cache"] = False
+        MetadataCatalog.remove(name)
+        load_entry(entry, run)
+        assert len(calls) == 2
+        # plain functions (no cache key) are never cached
+        plain = _Entry(name + "_plain", lambda: [{"x": 1}], [source], None)
+        load_entry(plain, run)
+        assert {e.name for e in DiskCache().entries()} == {name}
+    finally:
+        for n in (name, name + "_plain"):
+            if n in MetadataCatalog:
+                MetadataCatalog.remove(n)

@@ -1,0 +1,346 @@
+"""Loader builders: batching, grouping, worker seeding, exact resume, the test loader."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from catalog import DatasetCatalog, MetadataCatalog
+from samplers import (
+    InferenceSampler,
+    NotResumableError,
+    RepeatFactorTrainingSampler,
+    ResumableLoader,
+    TrainingSampler,
+    build_batch_data_loader,
+    build_detection_test_loader,
+    build_detection_train_loader,
+    trivial_batch_collator,
+    worker_init_reset_seed,
+)
+
+
+def _records(n=24):
+    # odd records are landscape (group 0), even ones portrait (group 1)
+    return [
+        {
+            "file_name": f"{i}.jpg",
+            "image_id": i,
+            "height": 4,
+            "width": 6 if i % 2 else 3,
+            "annotations": [{"bbox": [0, 0, 1, 1], "bbox_mode": 1, "category_id": i % 3}],
+        }
+        for i in range(n)
+    ]
+
+
+def image_id(record):
+    return record["image_id"]
+
+
+def random_draws(record):
+    info = get_worker_info()
+    return (
+        record["image_id"],
+        info.id if info is not None else -1,
+        float(np.random.random()),
+        random.random(),
+        float(torch.rand(1)),
+    )
+
+
+class Squares(Dataset):
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, index):
+        return index * index
+
+
+def test_trivial_batch_collator_returns_the_list():
+    batch = [{"a": 1}, {"b": 2}]
+    assert trivial_batch_collator(batch) is batch
+
+
+def test_train_loader_yields_grouped_list_batches_forever():
+    loader = build_detection_train_loader(_records(), mapper=image_id, total_batch_size=4, seed=0)
+    batches = list(itertools.islice(loader, 30))  # 5 passes
+    assert all(isinstance(b, list) and len(b) == 4 for b in batches)
+    assert all(len({i % 2 for i in b}) == 1 for b in batches)
+    counts = np.bincount(np.concatenate(batches), minlength=24)
+    assert counts.min() >= 4
+
+
+def test_train_loader_without_grouping_follows_the_sampler():
+    loader = build_detection_train_loader(
+        _records(), mapper=image_id, total_batch_size=4, aspect_ratio_grouping=False, seed=3
+    )
+    flat = list(itertools.chain(*itertools.islice(loader, 6)))
+    expected = list(itertools.islice(TrainingSampler(24, seed=3, rank=0, world_size=1), 24))
+    assert flat == expected
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_train_loader_resumes_exactly_and_counts_delivered_batches(num_workers):
+    make = lambda seed: build_detection_train_loader(  # noqa: E731
+        _records(), mapper=image_id, total_batch_size=4, num_workers=num_workers, seed=seed
+    )
+    loader = make(0)
+    it = iter(loader)
+    head = [next(it) for _ in range(7)]
+    state = loader.state_dict()
+    tail = [next(it) for _ in range(6)]
+    assert state["batches"] == 7 and loader.batches_delivered == 13
+    resumed = make(1)
+    resumed.load_state_dict(state)
+    assert list(itertools.islice(resumed, 6)) == tail
+    # the same position gives the same state whatever num_workers is
+    reference = make(0)
+    ref_it = iter(reference)
+    assert [next(ref_it) for _ in range(7)] == head
+    assert reference.state_dict() == state
+
+
+def test_resume_maps_no_skipped_record():
+    calls = []
+
+    def counting(record):
+        calls.append(record["image_id"])
+        return record["image_id"]
+
+    loader = build_detection_train_loader(_records(), mapper=counting, total_batch_size=2, seed=0)
+    it = iter(loader)
+    for _ in range(40):
+        next(it)
+    state = loader.state_dict()
+    calls.clear()
+    resumed = build_detection_train_loader(_records(), mapper=counting, total_batch_size=2, seed=0)
+    resumed.load_state_dict(state)
+    batch = next(iter(resumed))
+    assert sorted(calls) == sorted(batch)
+
+
+def test_new_iter_after_prefetching_restarts_at_the_last_delivered_batch():
+    loader = build_detection_train_loader(
+        _records(),
+        mapper=image_id,
+        total_batch_size=2,
+        num_workers=2,
+        seed=0,
+        aspect_ratio_grouping=False,
+    )
+    uninterrupted = list(
+        itertools.islice(
+            iter(
+                build_detection_train_loader(
+                    _records(),
+                    mapper=image_id,
+                    total_batch_size=2,
+                    seed=0,
+                    aspect_ratio_grouping=False,
+                )
+            ),
+            10,
+        )
+    )
+    first = list(itertools.islice(iter(loader), 4))  # workers prefetched more than 4 batches
+    second = list(itertools.islice(iter(loader), 6))
+    assert first + second == uninterrupted
+
+
+def test_train_loader_from_names_and_a_list_of_names():
+    DatasetCatalog.register("loader_test_a", lambda: _records(8))
+    DatasetCatalog.register("loader_test_b", lambda: _records(8)[:4])
+    try:
+        one = build_detection_train_loader(
+            "loader_test_a", mapper=image_id, total_batch_size=2, seed=0
+        )
+        assert len(one.dataset) == 8
+        both = build_detection_train_loader(
+            ["loader_test_a", "loader_test_b"], mapper=image_id, total_batch_size=2, seed=0
+        )
+        assert len(both.dataset) == 12
+        assert all(len(b) == 2 for b in itertools.islice(both, 10))
+        test = build_detection_test_loader("loader_test_b", mapper=image_id, batch_size=3)
+        assert list(test) == [[0, 1, 2], [3]]
+    finally:
+        for name in ("loader_test_a", "loader_test_b"):
+            DatasetCatalog.remove(name)
+            MetadataCatalog.remove(name)
+
+
+def test_train_loader_with_a_custom_sampler_and_a_torch_dataset(caplog):
+    sampler = RepeatFactorTrainingSampler([1.0] * 10, seed=0, rank=0, world_size=1)
+    loader = build_detection_train_loader(
+        Squares(), mapper=None, sampler=sampler, total_batch_size=5
+    )
+    assert "not grouped by aspect ratio" in caplog.text
+    batch = next(iter(loader))
+    assert len(batch) == 5 and all(int(np.sqrt(x)) ** 2 == x for x in batch)
+    with pytest.raises(ValueError, match="draws from 7 records, the dataset has 10"):
+        build_detection_train_loader(
+            Squares(), mapper=None, sampler=TrainingSampler(7, seed=0), total_batch_size=5
+        )
+
+
+@pytest.mark.parametrize(
+    "dataset,exc,match",
+    [
+        ([], ValueError, "empty list"),
+        ([{"a": 1}, 3], TypeError, "element 1 is a int"),
+        (42, TypeError, "got int"),
+    ],
+)
+def test_train_loader_dataset_errors(dataset, exc, match):
+    with pytest.raises(exc, match=match):
+        build_detection_train_loader(dataset, mapper=None, total_batch_size=2, seed=0)
+
+
+def test_batch_loader_checks_the_total_batch_size():
+    sampler = TrainingSampler(10, seed=0, rank=0, world_size=4)
+    with pytest.raises(ValueError, match="does not divide by the world size 4"):
+        build_batch_data_loader(list(range(10)), sampler, 6)
+    loader = build_batch_data_loader(list(range(10)), sampler, 8)
+    assert len(next(iter(loader))) == 2
+    with pytest.raises(ValueError, match="total_batch_size"):
+        build_batch_data_loader(list(range(10)), sampler, 0)
+
+
+def test_batch_loader_grouping_needs_records():
+    from mappers.datasets import DatasetFromList, MapDataset
+
+    sampler = TrainingSampler(24, seed=0, rank=0, world_size=1)
+    mapped = MapDataset(DatasetFromList(_records()), image_id, seed=0)
+    loader = build_batch_data_loader(mapped, sampler, 4, aspect_ratio_grouping=True)
+    assert all(len({i % 2 for i in b}) == 1 for b in itertools.islice(loader, 10))
+    with pytest.raises(ValueError, match="width and height"):
+        build_batch_data_loader(
+            Squares(), TrainingSampler(10, seed=0), 2, aspect_ratio_grouping=True
+        )
+    with pytest.raises(ValueError, match="3 group ids for 10 records"):
+        build_batch_data_loader(Squares(), TrainingSampler(10, seed=0), 2, group_ids=[0, 1, 0])
+
+
+def test_batch_loader_rejects_iterable_datasets():
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter(range(3))
+
+    with pytest.raises(TypeError, match="map-style"):
+        build_batch_data_loader(Stream(), TrainingSampler(3, seed=0), 1)
+
+
+def test_loader_over_a_plain_sampler_is_not_resumable():
+    loader = build_batch_data_loader(
+        list(range(5)), InferenceSampler(5, rank=0, world_size=1), 2, drop_last=False
+    )
+    assert len(loader) == 3 and list(loader) == [[0, 1], [2, 3], [4]]
+    with pytest.raises(NotResumableError, match="state_dict"):
+        loader.state_dict()
+    with pytest.raises(NotResumableError):
+        loader.load_state_dict(
+            {"type": "ResumableLoader", "version": 1, "batches": 0, "batch_sampler": {}}
+        )
+
+
+def test_loader_state_errors():
+    loader = build_detection_train_loader(_records(), mapper=None, total_batch_size=2, seed=0)
+    with pytest.raises(Exception, match="written by 'TrainingSampler'"):
+        loader.load_state_dict(TrainingSampler(24, seed=0).state_dict())
+    state = loader.state_dict()
+    with pytest.raises(Exception, match="'batches' must be an int"):
+        loader.load_state_dict(dict(state, batches=-4))
+
+
+def test_workers_are_seeded_from_seed_rank_worker_and_pass():
+    def draws(seed):
+        loader = build_detection_train_loader(
+            _records(8),
+            mapper=random_draws,
+            total_batch_size=2,
+            num_workers=2,
+            seed=seed,
+            aspect_ratio_grouping=False,
+        )
+        return list(itertools.chain(*itertools.islice(loader, 8)))
+
+    torch.manual_seed(0)
+    np.random.seed(0)
+    a = draws(5)
+    torch.manual_seed(1)
+    np.random.seed(1)
+    b = draws(5)
+    assert a == b  # global RNG state of the main process does not matter
+    assert a != draws(6)
+    by_worker = {}
+    for _, worker, *values in a:
+        by_worker.setdefault(worker, []).append(tuple(values))
+    assert set(by_worker) == {0, 1}
+    assert by_worker[0][0] != by_worker[1][0]  # workers draw different numbers
+
+
+def test_worker_init_reset_seed_in_a_plain_dataloader():
+    from torch.utils.data import DataLoader
+
+    from catalog.seeding import torch_generator
+
+    def run():
+        loader = DataLoader(
+            _records(4),
+            batch_size=None,
+            num_workers=1,
+            collate_fn=random_draws,
+            worker_init_fn=worker_init_reset_seed,
+            generator=torch_generator(3),
+        )
+        return list(loader)
+
+    assert run() == run()
+
+
+def test_test_loader_covers_every_record_once():
+    loader = build_detection_test_loader(_records(7), mapper=image_id, batch_size=3)
+    assert len(loader) == 3
+    assert list(loader) == [[0, 1, 2], [3, 4, 5], [6]]
+    shards = [
+        build_detection_test_loader(
+            _records(7),
+            mapper=image_id,
+            sampler=InferenceSampler(7, rank=r, world_size=3),
+            batch_size=2,
+            num_workers=1,
+        )
+        for r in range(3)
+    ]
+    assert [len(s) for s in shards] == [2, 1, 1]
+    assert sorted(itertools.chain(*itertools.chain(*shards))) == list(range(7))
+    with pytest.raises(ValueError, match="batch_size"):
+        build_detection_test_loader(_records(3), mapper=None, batch_size=0)
+
+
+def test_resumable_loader_repr_and_len_of_endless_loader():
+    loader = build_detection_train_loader(_records(), mapper=None, total_batch_size=2, seed=0)
+    assert isinstance(loader, ResumableLoader) and "batches_delivered=0" in repr(loader)
+    with pytest.raises(TypeError):
+        len(loader)
+
+
+def test_persistent_workers_re_iter_continues_after_the_last_delivered_batch():
+    sampler = TrainingSampler(24, seed=1, rank=0, world_size=1)
+    loader = build_batch_data_loader(
+        list(range(24)), sampler, 2, num_workers=2, persistent_workers=True, prefetch_factor=4
+    )
+    reference = build_batch_data_loader(
+        list(range(24)), TrainingSampler(24, seed=1, rank=0, world_size=1), 2
+    )
+    expected = list(itertools.islice(reference, 12))
+    got = []
+    for _ in range(3):
+        got += list(itertools.islice(iter(loader), 4))
+    assert got == expected
+    assert loader.state_dict()["batches"] == 12

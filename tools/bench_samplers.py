@@ -1,0 +1,244 @@
+"""Benchmark the samplers against per-image Python loops (as detectron2 computes them).
+
+Measured side by side in one run:
+
+1. one pass of training indices for ``--items`` records: TrainingSampler (with its exact
+   position tracking) against an ``islice`` over ``randperm(n).tolist()`` streams;
+2. repeat factors for ``--images`` images over ``--categories`` categories: the vectorized
+   SerializedList-column path against a per-image loop over record dicts;
+3. one pass of repeat-factor index expansion: ``numpy.repeat`` against a per-image
+   ``list.extend`` loop;
+4. resume cost: ``load_state_dict`` deep into a pass plus the first index, against replaying
+   the stream up to the same position, at several positions.
+
+Memory (USS / PSS of this process, from psutil) is reported after each stage.
+
+Usage::
+
+    python tools/bench_samplers.py                       # full size (10M items, 1M images)
+    python tools/bench_samplers.py --items 200000 --images 20000   # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import gc
+import itertools
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from catalog import SerializedList
+from samplers import (
+    RepeatFactorTrainingSampler,
+    TrainingSampler,
+    repeat_factors_from_category_frequency,
+)
+
+__all__ = ["main"]
+
+logger = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------- baselines
+def baseline_training_stream(size: int, seed: int, rank: int, world_size: int) -> Iterator[int]:
+    """Endless permutations joined into one stream, every world_size-th item kept."""
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+
+    def endless() -> Iterator[int]:
+        while True:
+            yield from torch.randperm(size, generator=generator).tolist()
+
+    return itertools.islice(endless(), rank, None, world_size)
+
+
+def baseline_repeat_factors(records: list[dict], thresh: float) -> torch.Tensor:
+    """Image frequency of each category and the per-image maximum, one image at a time."""
+    images_with = collections.defaultdict(int)
+    for record in records:
+        for category in {a["category_id"] for a in record["annotations"]}:
+            images_with[category] += 1
+    n = len(records)
+    factor_of = {c: max(1.0, math.sqrt(thresh / (count / n))) for c, count in images_with.items()}
+    factors = []
+    for record in records:
+        categories = {a["category_id"] for a in record["annotations"]}
+        factors.append(max((factor_of[c] for c in categories), default=1.0))
+    return torch.tensor(factors, dtype=torch.float32)
+
+
+def baseline_expand_pass(factors: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Stochastic rounding, then one ``extend`` per image, then a shuffle."""
+    whole = torch.trunc(factors)
+    frac = factors - whole
+    repeats = whole + (torch.rand(len(frac), generator=generator) < frac).float()
+    indices: list[int] = []
+    for image, count in enumerate(repeats):
+        indices.extend([image] * int(count.item()))
+    out = torch.tensor(indices, dtype=torch.int64)
+    return out[torch.randperm(len(out), generator=generator)]
+
+
+# ---------------------------------------------------------------------- helpers
+def timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
+    best = math.inf
+    result = None
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def memory_mib() -> str:
+    try:
+        import psutil
+    except ImportError:
+        return "psutil not installed"
+    info = psutil.Process().memory_full_info()
+    return f"USS {info.uss / 2**20:.0f} MiB, PSS {getattr(info, 'pss', 0) / 2**20:.0f} MiB"
+
+
+def consume(iterator: Iterator[int], count: int) -> int:
+    tail = collections.deque(itertools.islice(iterator, count), maxlen=1)
+    return tail[0] if tail else -1
+
+
+def synthetic_records(
+    images: int, categories: int, mean_annotations: float, seed: int
+) -> list[dict]:
+    """Long-tailed (Zipf-like) category frequencies, Poisson annotation counts."""
+    rng = np.random.default_rng(seed)
+    counts = rng.poisson(mean_annotations, images)
+    weights = 1.0 / np.arange(1, categories + 1) ** 1.1
+    cats = rng.choice(categories, int(counts.sum()), p=weights / weights.sum()).tolist()
+    records = []
+    position = 0
+    for i, count in enumerate(counts.tolist()):
+        annos = [{"category_id": c} for c in cats[position : position + count]]
+        position += count
+        records.append({"file_name": f"{i}.jpg", "height": 480, "width": 640, "annotations": annos})
+    return records
+
+
+# ---------------------------------------------------------------------- stages
+def bench_one_pass(items: int, rows: list[tuple[str, ...]]) -> None:
+    ours, last = timed(
+        lambda: consume(iter(TrainingSampler(items, seed=0, rank=0, world_size=1)), items)
+    )
+    base, _ = timed(lambda: consume(baseline_training_stream(items, 0, 0, 1), items))
+    rows.append(
+        (
+            f"one pass of indices, {items:,} items",
+            f"{base:.3f} s",
+            f"{ours:.3f} s",
+            f"{base / ours:.2f}x",
+        )
+    )
+    print(f"  one pass done ({memory_mib()})", flush=True)
+
+
+def bench_repeat_factors(
+    images: int, categories: int, mean_annotations: float, rows: list[tuple[str, ...]]
+) -> None:
+    build, records = timed(lambda: synthetic_records(images, categories, mean_annotations, 0))
+    serialize, serialized = timed(lambda: SerializedList(records, progress=False))
+    annotations = int(serialized.columns.num_annotations().sum())
+    print(
+        f"  {images:,} images, {annotations:,} annotations, {categories} categories "
+        f"(records built in {build:.1f} s, serialized once in {serialize:.1f} s; {memory_mib()})",
+        flush=True,
+    )
+    thresh = 0.001
+    ours, factors = timed(lambda: repeat_factors_from_category_frequency(serialized, thresh), 3)
+    base, expected = timed(lambda: baseline_repeat_factors(records, thresh))
+    torch.testing.assert_close(factors, expected)
+    rows.append(
+        (
+            f"repeat factors, {images:,} images / {categories} categories",
+            f"{base:.3f} s",
+            f"{ours:.3f} s",
+            f"{base / ours:.1f}x",
+        )
+    )
+    records.clear()  # free the dicts before the next stage
+    sampler = RepeatFactorTrainingSampler(factors, seed=0, rank=0, world_size=1)
+    ours_pass, indices = timed(lambda: sampler._make_pass(0), 3)
+    base_pass, _ = timed(lambda: baseline_expand_pass(factors, torch.Generator().manual_seed(0)))
+    rows.append(
+        (
+            f"repeat-factor pass expansion, {images:,} images ({len(indices):,} indices)",
+            f"{base_pass:.3f} s",
+            f"{ours_pass:.3f} s",
+            f"{base_pass / ours_pass:.1f}x",
+        )
+    )
+    print(f"  repeat factors done ({memory_mib()})", flush=True)
+
+
+def bench_resume(items: int, fractions: list[float], rows: list[tuple[str, ...]]) -> None:
+    for fraction in fractions:
+        position = int(items * fraction)
+        original = TrainingSampler(items, seed=1, rank=0, world_size=1)
+        replay_time, expected = timed(lambda: consume(iter(original), position + 1))  # noqa: B023
+        state = original.state_dict()
+        state["offset"] = position  # the state a run saves after `position` indices
+
+        def resume() -> int:
+            sampler = TrainingSampler(items, seed=7, rank=0, world_size=1)
+            sampler.load_state_dict(state)  # noqa: B023
+            return next(iter(sampler))
+
+        resume_time, first = timed(resume, 3)
+        if first != expected:
+            raise RuntimeError(f"resume at {position} gave {first}, replay gave {expected}")
+        rows.append(
+            (
+                f"resume at {fraction:.0%} of a {items:,}-item pass",
+                f"{replay_time * 1e3:.1f} ms (replay)",
+                f"{resume_time * 1e3:.1f} ms",
+                f"{replay_time / resume_time:.0f}x",
+            )
+        )
+    print(f"  resume done ({memory_mib()})", flush=True)
+
+
+def main(argv: list[str] | None = None) -> list[tuple[str, ...]]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--items", type=int, default=10_000_000, help="records for the index pass")
+    parser.add_argument("--images", type=int, default=1_000_000, help="images for repeat factors")
+    parser.add_argument("--categories", type=int, default=1200)
+    parser.add_argument("--mean-annotations", type=float, default=4.0)
+    parser.add_argument("--resume-items", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    rows: list[tuple[str, ...]] = []
+    print(
+        f"torch {torch.__version__}, numpy {np.__version__}, {args.threads} torch thread(s)",
+        flush=True,
+    )
+    bench_one_pass(args.items, rows)
+    bench_repeat_factors(args.images, args.categories, args.mean_annotations, rows)
+    for items in args.resume_items:
+        bench_resume(items, [0.1, 0.5, 0.9], rows)
+    header = ("stage", "per-image loop / replay", "catmap", "speed-up")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    print()
+    for row in [header, tuple("-" * w for w in widths), *rows]:
+        print("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,356 @@
+"""End-to-end loader benchmark: samples/s and memory of every process, catmap against a baseline.
+
+For each number of DataLoader workers from 0 to ``--max-workers`` it runs, each in a fresh
+subprocess so that one configuration's memory never leaks into the next:
+
+* ``catmap``: the registered dataset's records in a ``SerializedList`` →
+  ``build_detection_train_loader`` (``DatasetMapper``, ``TrainingSampler``);
+* ``baseline``: the same records as a plain Python list of dicts in a map-style torch Dataset
+  that deep-copies each record before mapping (detectron2's ``DatasetFromList(copy=True,
+  serialize=False)``, and what a hand-written torch Dataset does), a seeded ``RandomSampler``
+  and a torch ``DataLoader`` with the same batch size.
+
+Both use the same ``DatasetMapper`` (ResizeShortestEdge + RandomFlip), so the throughput columns
+compare the loaders and the memory columns show the record storage: a Python list is copied into
+every worker as reference counts and the garbage collector touches its pages, a SerializedList
+stays one shared buffer. Each process runs one full garbage collection at its first sample (as a
+long training run eventually does), so the memory figures show the steady state.
+``--replicate K`` repeats the records K times to stand in for a large annotation file.
+
+Memory is PSS and USS (psutil) summed over the main process and its workers, measured after the
+timed batches while the workers are alive. On a busy machine, ``--repeats N`` runs every
+configuration N times (interleaved) and reports the run with the median samples/s.
+
+Examples::
+
+    python tools/benchmark_loader.py                                  # demo dataset, 0..2 workers
+    python tools/benchmark_loader.py --replicate 300 --batches 100 --repeats 3
+    python tools/benchmark_loader.py --import my_project.datasets --dataset my_train --max-workers 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools.dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset  # noqa: E402
+
+__all__ = [
+    "BenchmarkError",
+    "CollectOnceMapper",
+    "ListDataset",
+    "measure_memory",
+    "main",
+    "run_config",
+]
+
+logger = logging.getLogger(__name__)
+
+IMPLEMENTATIONS = ("baseline", "catmap")
+_RESULT_PREFIX = "BENCHMARK_RESULT "
+
+
+class BenchmarkError(RuntimeError):
+    """A benchmark configuration failed (the message names it and carries the child's output)."""
+
+
+class CollectOnceMapper:
+    """Wraps a mapper; runs one full ``gc.collect()`` in each process at its first sample.
+
+    Example:
+        >>> CollectOnceMapper(lambda r: r["x"])({"x": 1})
+        1
+    """
+
+    def __init__(self, mapper: Callable[[dict], Any]) -> None:
+        self.mapper = mapper
+        self._collected_in: int | None = None
+
+    def __call__(self, record: dict) -> Any:
+        if self._collected_in != os.getpid():
+            self._collected_in = os.getpid()
+            gc.collect()
+        return self.mapper(record)
+
+
+class ListDataset:
+    """The baseline dataset: a plain list of record dicts, deep-copied on access, then mapped.
+
+    Example:
+        >>> ds = ListDataset([{"a": 1}], lambda r: r["a"] + 1)
+        >>> len(ds), ds[0]
+        (1, 2)
+    """
+
+    def __init__(self, records: list[dict], mapper: Callable[[dict], Any]) -> None:
+        self.records = records
+        self.mapper = mapper
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.mapper(copy.deepcopy(self.records[index]))
+
+
+def _collate_list(batch: list[Any]) -> list[Any]:
+    return batch
+
+
+def measure_memory() -> dict[str, float]:
+    """PSS and USS in MiB of this process and of its child processes, summed.
+
+    Returns:
+        ``{"pss_main", "uss_main", "pss_workers", "uss_workers", "pss_total", "uss_total",
+        "processes"}``.
+
+    Example:
+        >>> measure_memory()["processes"] >= 1
+        True
+    """
+    import psutil
+
+    me = psutil.Process()
+    figures = {"pss_main": 0.0, "uss_main": 0.0, "pss_workers": 0.0, "uss_workers": 0.0, "processes": 0}
+    for proc, role in [(me, "main")] + [(c, "workers") for c in me.children(recursive=True)]:
+        try:
+            info = proc.memory_full_info()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue  # a worker that exited between listing and reading has no memory left
+        figures[f"pss_{role}"] += getattr(info, "pss", info.rss) / 2**20
+        figures[f"uss_{role}"] += info.uss / 2**20
+        figures["processes"] += 1
+    figures["pss_total"] = figures["pss_main"] + figures["pss_workers"]
+    figures["uss_total"] = figures["uss_main"] + figures["uss_workers"]
+    return figures
+
+
+def _build_mapper(short_edge: int, max_size: int) -> Callable[[dict], Any]:
+    from mappers import DatasetMapper
+    from mappers.transforms import RandomFlip, ResizeShortestEdge
+
+    return CollectOnceMapper(
+        DatasetMapper(
+            is_train=True,
+            augmentations=[ResizeShortestEdge(short_edge, max_size=max_size), RandomFlip(prob=0.5)],
+            use_instance_mask=True,
+        )
+    )
+
+
+def _endless(loader: Any):
+    while True:
+        yield from loader
+
+
+def run_config(
+    impl: str,
+    name: str,
+    *,
+    workers: int,
+    batches: int,
+    warmup: int,
+    batch_size: int,
+    replicate: int,
+    seed: int,
+    short_edge: int,
+    max_size: int,
+) -> dict[str, Any]:
+    """Run one configuration in this process and return its figures.
+
+    Raises:
+        BenchmarkError: an unknown implementation name.
+    """
+    import torch
+
+    from catalog import DatasetCatalog, SerializedList
+    from samplers import TrainingSampler, build_detection_train_loader
+
+    if impl not in IMPLEMENTATIONS:
+        raise BenchmarkError(f"unknown implementation {impl!r}; expected one of {IMPLEMENTATIONS}")
+    torch.set_num_threads(1)
+    mapper = _build_mapper(short_edge, max_size)
+    source = DatasetCatalog.get(name)
+    total = len(source) * replicate
+    # every replicated record is a distinct object (a SerializedList access returns a fresh dict),
+    # as if read from a large annotation file
+    fresh_records = (source[i % len(source)] for i in range(total))
+    if impl == "catmap":
+        dataset: Any = SerializedList(fresh_records, name=name)
+        gc.collect()
+        loader = build_detection_train_loader(
+            dataset,
+            mapper=mapper,
+            sampler=TrainingSampler(len(dataset), shuffle=True, seed=seed),
+            total_batch_size=batch_size,
+            aspect_ratio_grouping=False,
+            num_workers=workers,
+        )
+        stream = iter(loader)
+    else:
+        dataset = ListDataset(list(fresh_records), mapper)
+        generator = torch.Generator()
+        generator.manual_seed(seed)
+        loader = torch.utils.data.DataLoader(
+            dataset,
+            batch_size=batch_size,
+            sampler=torch.utils.data.RandomSampler(dataset, generator=generator),
+            num_workers=workers,
+            collate_fn=_collate_list,
+            drop_last=True,
+            persistent_workers=workers > 0,
+        )
+        stream = _endless(loader)
+    for _ in range(warmup):
+        next(stream)
+    start = time.perf_counter()
+    samples = 0
+    for _ in range(batches):
+        samples += len(next(stream))
+    elapsed = time.perf_counter() - start
+    memory = measure_memory()
+    return {
+        "impl": impl,
+        "workers": workers,
+        "records": len(dataset),
+        "samples": samples,
+        "seconds": elapsed,
+        "samples_per_s": samples / elapsed if elapsed > 0 else float("inf"),
+        **memory,
+    }
+
+
+def _child_command(args: argparse.Namespace, impl: str, workers: int) -> list[str]:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", impl, "--child-workers", str(workers)]
+    for module in args.imports:
+        cmd += ["--import", module]
+    for flag in ("dataset", "coco_json", "image_root", "data_dir"):
+        value = getattr(args, flag)
+        if value is not None:
+            cmd += [f"--{flag.replace('_', '-')}", str(value)]
+    for flag in ("num_images", "batches", "warmup", "batch_size", "replicate", "seed", "short_edge", "max_size"):
+        cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    return cmd
+
+
+def _run_child(args: argparse.Namespace, impl: str, workers: int) -> dict[str, Any]:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(_child_command(args, impl, workers), capture_output=True, text=True, env=env)
+    for line in proc.stdout.splitlines():
+        if line.startswith(_RESULT_PREFIX):
+            return json.loads(line[len(_RESULT_PREFIX) :])
+    raise BenchmarkError(
+        f"{impl} with {workers} worker(s) failed (exit status {proc.returncode}):\n"
+        f"{proc.stdout[-2000:]}{proc.stderr[-4000:]}"
+    )
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median samples/s (memory figures of that same run)."""
+    ordered = sorted(runs, key=lambda r: r["samples_per_s"])
+    return dict(ordered[(len(ordered) - 1) // 2], repeats=len(runs))
+
+
+def _format_rows(results: list[dict[str, Any]]) -> str:
+    headers = ["workers", "loader", "samples/s", "x baseline", "PSS MiB", "x baseline",
+               "main PSS", "workers PSS", "USS MiB"]  # fmt: skip
+    rows = []
+    by_key = {(r["workers"], r["impl"]): r for r in results}
+    for r in results:
+        base = by_key.get((r["workers"], "baseline"))
+        speed = f"{r['samples_per_s'] / base['samples_per_s']:.2f}" if base and r["impl"] != "baseline" else ""
+        mem = f"{r['pss_total'] / base['pss_total']:.2f}" if base and r["impl"] != "baseline" else ""
+        rows.append([r["workers"], r["impl"], f"{r['samples_per_s']:.1f}", speed, f"{r['pss_total']:.0f}",
+                     mem, f"{r['pss_main']:.0f}", f"{r['pss_workers']:.0f}", f"{r['uss_total']:.0f}"])  # fmt: skip
+    cells = [headers] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description="End-to-end loader samples/s and memory, catmap vs a plain list.")
+    add_dataset_arguments(parser)
+    parser.add_argument("--max-workers", type=int, default=2, help="benchmark 0..N workers (default 2)")
+    parser.add_argument("--batches", type=int, default=40, help="timed batches per configuration")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed batches first (worker start-up)")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--replicate", type=int, default=1,
+                        help="repeat the records K times (a stand-in for a large annotation file)")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run every configuration N times and report the median run")  # fmt: skip
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--short-edge", type=int, default=256, help="ResizeShortestEdge length")
+    parser.add_argument("--max-size", type=int, default=480, help="ResizeShortestEdge max size")
+    parser.add_argument("--impl", choices=IMPLEMENTATIONS, action="append", default=None,
+                        help="run only this loader (repeatable; default both)")  # fmt: skip
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON")
+    parser.add_argument("--child", choices=IMPLEMENTATIONS, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--child-workers", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    for flag in ("batches", "batch_size", "replicate", "repeats", "short_edge", "max_size"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    if args.max_workers < 0 or args.warmup < 0:
+        parser.error("--max-workers and --warmup must be >= 0")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        name = resolve_dataset(args)
+    except DatasetSourceError as exc:
+        parser.error(str(exc))
+
+    if args.child is not None:
+        result = run_config(args.child, name, workers=args.child_workers, batches=args.batches,
+                            warmup=args.warmup, batch_size=args.batch_size, replicate=args.replicate,
+                            seed=args.seed, short_edge=args.short_edge, max_size=args.max_size)  # fmt: skip
+        print(_RESULT_PREFIX + json.dumps(result), flush=True)
+        return 0
+
+    from catalog import DatasetCatalog
+
+    num_records = len(DatasetCatalog.get(name)) * args.replicate
+    impls = args.impl or list(IMPLEMENTATIONS)
+    print(f"dataset {name!r}: {num_records} records ({args.replicate}x replicated), batch size "
+          f"{args.batch_size}, {args.warmup} warm-up + {args.batches} timed batches, "
+          f"workers 0..{args.max_workers}, {os.cpu_count()} CPU cores")  # fmt: skip
+    runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    for repeat in range(args.repeats):  # repeats outermost: slow drifts of a shared machine
+        for workers in range(args.max_workers + 1):  # spread over every configuration alike
+            for impl in impls:
+                label = f" (round {repeat + 1}/{args.repeats})" if args.repeats > 1 else ""
+                print(f"  running {impl:<8} with {workers} worker(s){label} ...", end=" ", flush=True)
+                try:
+                    result = _run_child(args, impl, workers)
+                except BenchmarkError as exc:
+                    print("failed")
+                    print(exc, file=sys.stderr)
+                    return 1
+                print(f"{result['samples_per_s']:.1f} samples/s, PSS {result['pss_total']:.0f} MiB")
+                runs.setdefault((workers, impl), []).append(result)
+    results = [_median_run(r) for r in runs.values()]
+    print()
+    print(_format_rows(results))
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2))
+        print(f"\nwrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,494 @@
+"""A synthetic COCO detection dataset: coloured shapes on varied backgrounds.
+
+Every image is a JPEG with a few non-overlapping shapes (circle, square, triangle, hexagon,
+star, cross) drawn as polygons on a gradient, noise, stripe or checkerboard background. The
+annotation of each shape is the very polygon that was drawn, so boxes and polygons are exact.
+Class frequencies are deliberately unbalanced (circles are common, crosses rare), which makes
+the dataset a good showcase for repeat-factor sampling. Image sizes mix landscape, portrait and
+square shapes so that aspect-ratio grouping has something to do.
+
+Generation is deterministic for a seed (each image from its own generator seeded from
+``(seed, image index)``), writes every file atomically, and is skipped when a previous run with
+the same settings left a complete dataset behind.
+
+Example:
+    >>> from tools.shapes_dataset import generate_shapes_dataset
+    >>> ds = generate_shapes_dataset("/tmp/shapes", num_images=20)   # doctest: +SKIP
+    >>> ds.json_file.name, len(ds.class_names)                      # doctest: +SKIP
+    ('annotations.json', 6)
+
+Command line::
+
+    python tools/shapes_dataset.py --out /tmp/shapes --num-images 300 --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+if __package__ in (None, ""):  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from catalog.seeding import numpy_generator  # noqa: E402
+
+__all__ = [
+    "DEFAULT_IMAGE_SIZES",
+    "SHAPE_CATEGORY_IDS",
+    "SHAPE_CLASSES",
+    "SHAPE_WEIGHTS",
+    "ShapesDataset",
+    "default_demo_dir",
+    "generate_shapes_dataset",
+    "register_shapes_dataset",
+    "shape_polygon",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Class names, in the order of their (sorted) COCO category ids.
+SHAPE_CLASSES: tuple[str, ...] = ("circle", "square", "triangle", "hexagon", "star", "cross")
+#: COCO category ids: deliberately not 0..K-1, so loaders must map them to contiguous ids.
+SHAPE_CATEGORY_IDS: tuple[int, ...] = (10, 20, 30, 40, 50, 60)
+#: Probability of each class for every drawn shape: strongly unbalanced on purpose.
+SHAPE_WEIGHTS: tuple[float, ...] = (0.46, 0.25, 0.14, 0.08, 0.045, 0.025)
+#: Image sizes as (width, height): landscape, portrait and square.
+DEFAULT_IMAGE_SIZES: tuple[tuple[int, int], ...] = (
+    (320, 240),
+    (384, 256),
+    (240, 320),
+    (256, 384),
+    (288, 288),
+)
+
+_FORMAT_VERSION = 1
+_MANIFEST = "manifest.json"
+_ANNOTATIONS = "annotations.json"
+_IMAGES = "images"
+_MAX_PLACEMENT_TRIES = 40
+
+
+@dataclass(frozen=True)
+class ShapesDataset:
+    """Where a generated shapes dataset lives and what it holds.
+
+    Attributes:
+        root: the dataset directory.
+        json_file: the COCO instances file.
+        image_root: the directory holding the JPEG images.
+        num_images: number of images.
+        num_annotations: number of annotated shapes.
+        class_names: class names in category-id order.
+        category_ids: COCO category id of each class.
+        generated: True when this call wrote the files, False when an existing dataset was reused.
+    """
+
+    root: Path
+    json_file: Path
+    image_root: Path
+    num_images: int
+    num_annotations: int
+    class_names: tuple[str, ...] = SHAPE_CLASSES
+    category_ids: tuple[int, ...] = SHAPE_CATEGORY_IDS
+    generated: bool = field(default=True, compare=False)
+
+
+def default_demo_dir() -> Path:
+    """Return the demo dataset cache directory: ``$CATMAP_DEMO_DIR`` or ``~/.cache/catmap/demo``.
+
+    Example:
+        >>> isinstance(default_demo_dir(), Path)
+        True
+    """
+    env = os.environ.get("CATMAP_DEMO_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "catmap" / "demo"
+
+
+def _regular_polygon(n: int, radius: float, rotation: float) -> np.ndarray:
+    angles = rotation + np.arange(n) * (2.0 * math.pi / n)
+    return np.stack([np.cos(angles), np.sin(angles)], axis=1) * radius
+
+
+def shape_polygon(shape: str, center: tuple[float, float], radius: float, rotation: float) -> np.ndarray:
+    """Return the outline of a shape as an (N, 2) float array of (x, y) vertices.
+
+    Args:
+        shape: one of :data:`SHAPE_CLASSES`.
+        center: (x, y) of the shape's centre in pixels.
+        radius: radius of the circle the shape fits in.
+        rotation: rotation in radians.
+
+    Raises:
+        ValueError: the shape name is unknown or the radius is not positive.
+
+    Example:
+        >>> shape_polygon("square", (10, 10), 5, 0.0).shape
+        (4, 2)
+    """
+    if radius <= 0:
+        raise ValueError(f"shape radius must be positive, got {radius}")
+    if shape == "circle":
+        points = _regular_polygon(32, radius, rotation)
+    elif shape == "square":
+        points = _regular_polygon(4, radius, rotation + math.pi / 4)
+    elif shape == "triangle":
+        points = _regular_polygon(3, radius, rotation - math.pi / 2)
+    elif shape == "hexagon":
+        points = _regular_polygon(6, radius, rotation)
+    elif shape == "star":
+        outer = _regular_polygon(5, radius, rotation - math.pi / 2)
+        inner = _regular_polygon(5, radius * 0.45, rotation - math.pi / 2 + math.pi / 5)
+        points = np.empty((10, 2))
+        points[0::2], points[1::2] = outer, inner
+    elif shape == "cross":
+        a, b = radius * 0.32, radius * 0.95
+        base = np.array(
+            [[-a, -b], [a, -b], [a, -a], [b, -a], [b, a], [a, a],
+             [a, b], [-a, b], [-a, a], [-b, a], [-b, -a], [-a, -a]]
+        )  # fmt: skip
+        c, s = math.cos(rotation), math.sin(rotation)
+        points = base @ np.array([[c, s], [-s, c]])
+    else:
+        raise ValueError(f"unknown shape {shape!r}; expected one of {', '.join(SHAPE_CLASSES)}")
+    return points + np.asarray(center, dtype=np.float64)
+
+
+def _polygon_area(points: np.ndarray) -> float:
+    x, y = points[:, 0], points[:, 1]
+    return float(0.5 * abs(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))
+
+
+def _hsv_to_rgb(h: float, s: float, v: float) -> np.ndarray:
+    i = int(h * 6.0) % 6
+    f = h * 6.0 - int(h * 6.0)
+    p, q, t = v * (1 - s), v * (1 - f * s), v * (1 - (1 - f) * s)
+    rgb = [(v, t, p), (q, v, p), (p, v, t), (p, q, v), (t, p, v), (v, p, q)][i]
+    return np.array(rgb) * 255.0
+
+
+def _background(rng: np.random.Generator, width: int, height: int) -> np.ndarray:
+    """A muted background: gradient, smooth noise, stripes or checkerboard (HxWx3 float32)."""
+    hue = rng.random()
+    c0 = _hsv_to_rgb(hue, rng.uniform(0.05, 0.35), rng.uniform(0.35, 0.85)).astype(np.float32)
+    c1 = _hsv_to_rgb(
+        (hue + rng.uniform(0.1, 0.5)) % 1.0, rng.uniform(0.05, 0.35), rng.uniform(0.35, 0.85)
+    ).astype(np.float32)
+    xs = np.arange(width, dtype=np.float32)[None, :]
+    ys = np.arange(height, dtype=np.float32)[:, None]
+    kind = int(rng.integers(4))
+    if kind == 0:  # linear gradient in a random direction
+        angle = rng.uniform(0, 2 * math.pi)
+        proj = xs * math.cos(angle) + ys * math.sin(angle)
+        t = (proj - proj.min()) / max(float(np.ptp(proj)), 1e-6)
+    elif kind == 1:  # smooth value noise: a coarse random grid, bilinearly upsampled
+        gh, gw = int(rng.integers(3, 7)), int(rng.integers(3, 7))
+        grid = rng.random((gh + 1, gw + 1)).astype(np.float32)
+        gy, gx = ys * (gh / height), xs * (gw / width)
+        y0, x0 = gy.astype(np.int64), gx.astype(np.int64)
+        fy, fx = gy - y0, gx - x0
+        y1, x1 = np.minimum(y0 + 1, gh), np.minimum(x0 + 1, gw)
+        top = grid[y0, x0] * (1 - fx) + grid[y0, x1] * fx
+        bottom = grid[y1, x0] * (1 - fx) + grid[y1, x1] * fx
+        t = top * (1 - fy) + bottom * fy
+    elif kind == 2:  # soft stripes
+        angle = rng.uniform(0, math.pi)
+        period = rng.uniform(18, 60)
+        proj = xs * math.cos(angle) + ys * math.sin(angle)
+        t = 0.5 + 0.5 * np.sin(proj * (2 * math.pi / period))
+    else:  # low-contrast checkerboard
+        cell = int(rng.integers(16, 48))
+        t = (((xs // cell) + (ys // cell)) % 2) * 0.6 + 0.2
+    t = np.broadcast_to(t, (height, width)).astype(np.float32)
+    image = c0 + (c1 - c0) * t[..., None]
+    image += rng.standard_normal(image.shape, dtype=np.float32) * 4.0  # a little sensor noise
+    return image
+
+
+def _place_shapes(
+    rng: np.random.Generator, width: int, height: int, max_shapes: int, weights: np.ndarray
+) -> list[tuple[int, np.ndarray]]:
+    """Choose classes and non-overlapping positions; returns (class index, polygon) pairs."""
+    count = int(rng.integers(1, max_shapes + 1))
+    short = min(width, height)
+    placed: list[tuple[float, float, float]] = []
+    shapes: list[tuple[int, np.ndarray]] = []
+    for _ in range(count):
+        cls = int(rng.choice(len(weights), p=weights))
+        for _try in range(_MAX_PLACEMENT_TRIES):
+            radius = float(rng.uniform(0.07, 0.2) * short)
+            cx = float(rng.uniform(radius + 2, width - radius - 2))
+            cy = float(rng.uniform(radius + 2, height - radius - 2))
+            if all(math.hypot(cx - px, cy - py) > radius + pr + 3 for px, py, pr in placed):
+                placed.append((cx, cy, radius))
+                polygon = shape_polygon(SHAPE_CLASSES[cls], (cx, cy), radius, rng.uniform(0, 2 * math.pi))
+                shapes.append((cls, np.round(polygon, 2)))
+                break
+    return shapes
+
+
+def _shape_color(rng: np.random.Generator, background_mean: np.ndarray) -> np.ndarray:
+    """A vivid colour that stands out from the background around the shape."""
+    for _ in range(8):
+        color = _hsv_to_rgb(rng.random(), rng.uniform(0.65, 1.0), rng.uniform(0.6, 1.0))
+        if np.abs(color - background_mean).sum() > 180:
+            return color
+    return 255.0 - background_mean
+
+
+def _render_image(
+    index: int, seed: int, sizes: Sequence[tuple[int, int]], max_shapes: int, weights: np.ndarray
+):
+    """Render image ``index``: returns (PIL image, list of (class index, polygon))."""
+    from PIL import Image, ImageDraw
+
+    rng = numpy_generator(seed, index)
+    width, height = sizes[int(rng.integers(len(sizes)))]
+    background = _background(rng, width, height)
+    shapes = _place_shapes(rng, width, height, max_shapes, weights)
+    image = Image.fromarray(np.clip(background, 0, 255).astype(np.uint8), "RGB")
+    draw = ImageDraw.Draw(image)
+    for _cls, polygon in shapes:
+        x0, y0 = np.floor(polygon.min(axis=0)).astype(int)
+        x1, y1 = np.ceil(polygon.max(axis=0)).astype(int)
+        local = background[max(y0, 0) : y1 + 1, max(x0, 0) : x1 + 1].reshape(-1, 3).mean(axis=0)
+        fill = tuple(int(c) for c in _shape_color(rng, local))
+        outline = tuple(int(c * 0.55) for c in fill)
+        draw.polygon([tuple(p) for p in polygon.tolist()], fill=fill, outline=outline)
+    return image, shapes
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _settings(num_images: int, seed: int, sizes, max_shapes: int, weights) -> dict:
+    return {
+        "format_version": _FORMAT_VERSION,
+        "num_images": num_images,
+        "seed": seed,
+        "image_sizes": [list(s) for s in sizes],
+        "max_shapes": max_shapes,
+        "class_weights": [round(float(w), 8) for w in weights],
+    }
+
+
+def _reuse(root: Path, settings: dict) -> ShapesDataset | None:
+    """Return the existing dataset under root when it is complete and made with ``settings``."""
+    try:
+        manifest = json.loads((root / _MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if manifest.get("settings") != settings:
+        return None
+    image_root = root / _IMAGES
+    files = manifest.get("files", [])
+    if len(files) != settings["num_images"] or not (root / _ANNOTATIONS).is_file():
+        return None
+    if not all((image_root / f).is_file() for f in files):
+        return None
+    return ShapesDataset(
+        root=root,
+        json_file=root / _ANNOTATIONS,
+        image_root=image_root,
+        num_images=settings["num_images"],
+        num_annotations=int(manifest["num_annotations"]),
+        generated=False,
+    )
+
+
+def generate_shapes_dataset(
+    root: str | os.PathLike,
+    *,
+    num_images: int = 300,
+    seed: int = 0,
+    image_sizes: Sequence[tuple[int, int]] = DEFAULT_IMAGE_SIZES,
+    max_shapes: int = 5,
+    class_weights: Sequence[float] | None = None,
+    jpeg_quality: int = 90,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> ShapesDataset:
+    """Generate (or reuse) a COCO-format dataset of shapes under ``root``.
+
+    Writes ``root/images/000000.jpg ...``, ``root/annotations.json`` (COCO instances: images,
+    annotations with exact ``bbox`` [x, y, w, h], ``segmentation`` polygon, ``area``, and
+    categories with ids :data:`SHAPE_CATEGORY_IDS`) and ``root/manifest.json``. When the
+    manifest shows a complete dataset made with the same settings, nothing is written again.
+
+    Args:
+        root: output directory (created when missing).
+        num_images: number of images, at least 1.
+        seed: generation seed; the same seed and settings give the same files.
+        image_sizes: candidate (width, height) sizes, each at least 32 pixels.
+        max_shapes: most shapes per image (each image gets 1..max_shapes).
+        class_weights: probability of each class in :data:`SHAPE_CLASSES` (normalised);
+            default :data:`SHAPE_WEIGHTS`.
+        jpeg_quality: JPEG quality 1..95.
+        overwrite: regenerate even when a matching dataset exists.
+        progress: show a tqdm progress bar while writing images.
+
+    Returns:
+        A :class:`ShapesDataset` describing the files.
+
+    Raises:
+        ValueError: a setting is out of range.
+
+    Example:
+        >>> ds = generate_shapes_dataset("/tmp/shapes_doc", num_images=4)  # doctest: +SKIP
+        >>> ds.num_images                                                 # doctest: +SKIP
+        4
+    """
+    if not isinstance(num_images, int) or num_images < 1:
+        raise ValueError(f"num_images must be a positive int, got {num_images!r}")
+    if not isinstance(max_shapes, int) or max_shapes < 1:
+        raise ValueError(f"max_shapes must be a positive int, got {max_shapes!r}")
+    if not 1 <= jpeg_quality <= 95:
+        raise ValueError(f"jpeg_quality must be within 1..95, got {jpeg_quality}")
+    sizes = [tuple(int(v) for v in s) for s in image_sizes]
+    if not sizes or any(len(s) != 2 or min(s) < 32 for s in sizes):
+        raise ValueError(f"image_sizes must be (width, height) pairs of at least 32, got {image_sizes!r}")
+    weights = np.asarray(SHAPE_WEIGHTS if class_weights is None else class_weights, dtype=np.float64)
+    if weights.shape != (len(SHAPE_CLASSES),) or (weights < 0).any() or weights.sum() <= 0:
+        raise ValueError(
+            f"class_weights must be {len(SHAPE_CLASSES)} non-negative numbers with a positive sum "
+            f"(one per class {SHAPE_CLASSES}), got {class_weights!r}"
+        )
+    weights = weights / weights.sum()
+
+    root = Path(root).expanduser().resolve()
+    settings = _settings(num_images, seed, sizes, max_shapes, weights)
+    if not overwrite:
+        existing = _reuse(root, settings)
+        if existing is not None:
+            logger.info("reusing shapes dataset in %s (%d images)", root, existing.num_images)
+            return existing
+
+    image_root = root / _IMAGES
+    image_root.mkdir(parents=True, exist_ok=True)
+    (root / _MANIFEST).unlink(missing_ok=True)  # an interrupted run is never mistaken for done
+
+    import io
+
+    indices = range(num_images)
+    if progress:
+        try:
+            from tqdm import tqdm
+
+            indices = tqdm(indices, desc="generating shapes", unit="img", leave=False)
+        except ImportError:
+            logger.debug("tqdm is not installed: generating without a progress bar")
+    images, annotations, files = [], [], []
+    for index in indices:
+        image, shapes = _render_image(index, seed, sizes, max_shapes, weights)
+        file_name = f"{index:06d}.jpg"
+        buffer = io.BytesIO()
+        image.save(buffer, format="JPEG", quality=jpeg_quality)
+        _write_atomic(image_root / file_name, buffer.getvalue())
+        files.append(file_name)
+        image_id = index + 1
+        images.append({"id": image_id, "file_name": file_name, "width": image.width, "height": image.height})
+        for cls, polygon in shapes:
+            x0, y0 = polygon.min(axis=0)
+            x1, y1 = polygon.max(axis=0)
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": SHAPE_CATEGORY_IDS[cls],
+                    "bbox": [round(float(x0), 2), round(float(y0), 2),
+                             round(float(x1 - x0), 2), round(float(y1 - y0), 2)],
+                    "area": round(_polygon_area(polygon), 2),
+                    "segmentation": [polygon.reshape(-1).tolist()],
+                    "iscrowd": 0,
+                }
+            )  # fmt: skip
+    coco = {
+        "info": {"description": "catmap synthetic shapes", "version": str(_FORMAT_VERSION)},
+        "images": images,
+        "annotations": annotations,
+        "categories": [
+            {"id": cid, "name": name, "supercategory": "shape"}
+            for cid, name in zip(SHAPE_CATEGORY_IDS, SHAPE_CLASSES, strict=True)
+        ],
+    }
+    _write_atomic(root / _ANNOTATIONS, json.dumps(coco).encode())
+    manifest = {"settings": settings, "files": files, "num_annotations": len(annotations)}
+    _write_atomic(root / _MANIFEST, json.dumps(manifest).encode())
+    logger.info("wrote %d images and %d annotations to %s", num_images, len(annotations), root)
+    return ShapesDataset(
+        root=root,
+        json_file=root / _ANNOTATIONS,
+        image_root=image_root,
+        num_images=num_images,
+        num_annotations=len(annotations),
+        generated=True,
+    )
+
+
+def register_shapes_dataset(name: str, dataset: ShapesDataset) -> str:
+    """Register a generated shapes dataset in the catalog as COCO instances under ``name``.
+
+    Registering the same name twice in one process is a no-op when it points at the same
+    annotation file (so tools can call this freely); a different file under a taken name is an
+    error from the catalog.
+
+    Returns:
+        ``name``.
+
+    Example:
+        >>> ds = generate_shapes_dataset("/tmp/shapes_doc", num_images=4)   # doctest: +SKIP
+        >>> register_shapes_dataset("shapes_doc", ds)                        # doctest: +SKIP
+        'shapes_doc'
+    """
+    from catalog import DatasetCatalog, MetadataCatalog, register_coco_instances
+
+    if name in DatasetCatalog:
+        known = MetadataCatalog.get(name).get("json_file")
+        if known is not None and Path(known).resolve() == dataset.json_file.resolve():
+            return name
+    register_coco_instances(name, {}, str(dataset.json_file), str(dataset.image_root))
+    return name
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point: generate a shapes dataset and print where it is."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=None, help="output directory (default: the demo cache dir)")
+    parser.add_argument("--num-images", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-shapes", type=int, default=5)
+    parser.add_argument("--overwrite", action="store_true", help="regenerate even if it exists")
+    args = parser.parse_args(argv)
+    try:
+        ds = generate_shapes_dataset(
+            args.out or default_demo_dir() / "shapes",
+            num_images=args.num_images,
+            seed=args.seed,
+            max_shapes=args.max_shapes,
+            overwrite=args.overwrite,
+            progress=True,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    state = "generated" if ds.generated else "reused"
+    print(f"{state} {ds.num_images} images, {ds.num_annotations} shapes")
+    print(f"annotations: {ds.json_file}")
+    print(f"images:      {ds.image_root}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
