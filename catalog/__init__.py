@@ -5,6 +5,7 @@ from .box_mode import BoxMode
 from .coco import load_coco_json, register_coco_instances
 from .dataset_catalog import DatasetCatalog, DatasetEntry
 from .detection_dicts import get_detection_dataset_dicts
+from .disk_cache import CacheCorruptError, CacheCorruptWarning, DiskCache, load_with_cache
 from .errors import (
     AnnotationFormatError,
     CacheError,
@@ -16,6 +17,7 @@ from .errors import (
     RecordFormatError,
     SharedAttachError,
 )
+from .local_share import share_across_local_ranks
 from .metadata import Metadata, MetadataCatalog
 from .registry import Registry, RegistryKeyError
 from .serialized_list import RecordColumns, SerializedList
@@ -24,10 +26,13 @@ from .version import __version__
 __all__ = [
     "AnnotationFormatError",
     "BoxMode",
+    "CacheCorruptError",
+    "CacheCorruptWarning",
     "CacheError",
     "CatmapError",
     "DatasetCatalog",
     "DatasetEntry",
+    "DiskCache",
     "DatasetAlreadyRegisteredError",
     "DatasetNotRegisteredError",
     "EmptyDatasetError",
@@ -44,6 +49,8 @@ __all__ = [
     "get_detection_dataset_dicts",
     "load_annotation_file",
     "load_coco_json",
+    "load_with_cache",
     "register_annotation_file",
     "register_coco_instances",
+    "share_across_local_ranks",
 ]

@@ -87,12 +87,15 @@ if AVAILABLE:
 
 
 def convert_typed(
-    raw: bytes,
+    json_file: str,
     image_root: str,
     extra_annotation_keys: Sequence[str],
     counts: Any,
 ) -> tuple[list[dict], list[dict]]:
-    """Decode and convert a COCO file's bytes; ``(records, sorted categories)``.
+    """Read, decode and convert a COCO file; ``(records, sorted categories)``.
+
+    The file's bytes are dropped as soon as they are decoded, before the records are built,
+    which keeps the peak memory down.
 
     Raises:
         FallBack: msgspec is missing, the file does not match the expected schema, or it holds
@@ -100,17 +103,19 @@ def convert_typed(
 
     Example:
         >>> from catalog.coco import _Counts
-        >>> records, cats = convert_typed(
-        ...     b'{"images": [{"id": 1, "file_name": "a.jpg", "height": 2, "width": 3}]}',
-        ...     "", (), _Counts())  # doctest: +SKIP
+        >>> records, cats = convert_typed("instances.json", "images", (), _Counts())  # doctest: +SKIP
     """
     extra = tuple(extra_annotation_keys)
     if not AVAILABLE or any(k in _BASE_ANNOTATION_FIELDS for k in extra):
         raise FallBack("typed path unavailable")
+    with open(json_file, "rb") as f:
+        raw = f.read()
     try:
         data = _decoder(extra).decode(raw)
     except (msgspec.ValidationError, msgspec.DecodeError) as exc:
         raise FallBack(str(exc)) from None
+    finally:
+        del raw
     try:
         categories = _categories(data.categories or [])
         id_map = {c["id"]: i for i, c in enumerate(categories)}

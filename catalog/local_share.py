@@ -32,7 +32,10 @@ Environment:
 
 All ranks must call :func:`share_across_local_ranks` for the same datasets in the same order
 (as with any collective); ``DatasetCatalog.get`` loads each dataset once per process, so
-calling ``get`` for the same names on every rank is enough.
+calling ``get`` for the same names on every rank is enough. A loader that itself calls
+``DatasetCatalog.get`` loads that inner dataset on its own rank only (with a warning): the
+other ranks are already waiting for the outer one. Set ``CATMAP_SHARE=0`` (on every rank) if
+only some ranks load datasets.
 """
 
 from __future__ import annotations
@@ -44,7 +47,9 @@ import logging
 import os
 import pickle
 import socket
+import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -66,6 +71,11 @@ logger = logging.getLogger(__name__)
 
 _OFF_VALUES = {"0", "false", "off", "no"}
 _gloo_cache: dict[str, Any] = {}
+# Threads of one rank must not interleave their collectives (each dataset takes three).
+_collective_lock = threading.RLock()
+# Set while this thread runs a leader's build: a loader that itself calls DatasetCatalog.get
+# loads the inner dataset locally (the other ranks are waiting in a collective already).
+_in_build = threading.local()
 
 
 # ---------------------------------------------------------------------------------------
@@ -134,9 +144,10 @@ class LocalGroup:
 
 
 def _dist() -> Any:
-    try:
-        import torch.distributed as dist
-    except ImportError:  # pragma: no cover - torch without distributed support
+    # A process group can only be initialized after torch.distributed was imported: checking
+    # sys.modules keeps single-process loading from paying for importing torch.
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
         return None
     if not dist.is_available() or not dist.is_initialized():
         return None
@@ -372,6 +383,23 @@ def share_across_local_ranks(
     dist = _dist()
     if dist is None or dist.get_world_size() == 1 or not sharing_enabled():
         return build()
+    if getattr(_in_build, "active", False):
+        logger.warning(
+            "dataset %r is loaded inside another dataset's loader: loading it on this rank "
+            "only, without sharing",
+            name,
+        )
+        return build()
+    with _collective_lock:
+        return _share_collectively(dist, name, build, on_attach)
+
+
+def _share_collectively(
+    dist: Any,
+    name: str,
+    build: Callable[[], tuple[SerializedList, dict[str, Any]]],
+    on_attach: Callable[[dict[str, Any]], None] | None,
+) -> tuple[SerializedList, dict[str, Any]]:
     group = _collective_group(dist)
     rank = dist.get_rank()
     gathered = _all_gather(dist, group, (node_id(), name))
@@ -406,7 +434,11 @@ def _share(
     try:
         if topology.is_leader:
             try:
-                records, extra = build()
+                _in_build.active = True
+                try:
+                    records, extra = build()
+                finally:
+                    _in_build.active = False
                 if len(topology.ranks) > 1:
                     pickle.dumps(extra)  # fail here, not inside the collective
                     records, descriptor, to_unlink = publish_records(records)

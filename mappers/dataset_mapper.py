@@ -14,6 +14,9 @@ The image tensor is a CHW *view* of the HWC array the augmentations produced (st
 ``(1, W*C, C)``), not a copy: a contiguous CHW copy costs about as much as the resize. Models
 normalize the image first, which produces a new contiguous tensor anyway; call
 ``.contiguous()`` if you need one.
+
+Inside a DataLoader worker the first call limits OpenCV and torch to one thread in that
+process (:func:`limit_threads_in_worker`): the workers already share the cores.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from .annotations import (
 from .errors import ImageReadError, ImageSizeMismatchError
 from .image_io import read_image
 from .instances import Instances
-from .random_state import get_generator
+from .random_state import get_generator, use_generator
 
 __all__ = [
     "DatasetMapper",
@@ -50,6 +53,7 @@ __all__ = [
     "check_image_size",
     "copy_record",
     "image_to_tensor",
+    "limit_threads_in_worker",
     "read_record_image",
     "read_segmentation",
 ]
@@ -72,6 +76,34 @@ def copy_record(record: dict[str, Any]) -> dict[str, Any]:
         return pickle.loads(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
     except Exception:  # something in the record does not pickle: fall back to deepcopy
         return copy.deepcopy(record)
+
+
+_threads_limited_in_pid: int | None = None
+
+
+def limit_threads_in_worker() -> None:
+    """Inside a DataLoader worker, run OpenCV (and torch) on one thread; once per process.
+
+    Each worker is one of several processes sharing the cores: library thread pools inside
+    them only add contention. torch already does this for its own pool in workers; OpenCV
+    does not. Outside a worker nothing changes.
+    """
+    global _threads_limited_in_pid
+    pid = os.getpid()
+    if _threads_limited_in_pid == pid:
+        return
+    _threads_limited_in_pid = pid
+    from torch.utils.data import get_worker_info
+
+    if get_worker_info() is None:
+        return
+    torch.set_num_threads(1)
+    try:
+        import cv2
+    except ImportError:
+        return
+    cv2.setNumThreads(1)
+    logger.debug("DataLoader worker %d: OpenCV and torch limited to one thread", pid)
 
 
 def _copy_for_mapping(record: dict[str, Any]) -> dict[str, Any]:
@@ -573,6 +605,7 @@ class DatasetMapper:
 
     def __call__(self, dataset_dict: dict[str, Any]) -> dict[str, Any] | None:
         """Map one record; see the class docstring."""
+        limit_threads_in_worker()
         record = _copy_for_mapping(dataset_dict)
         plan = None
         if (
@@ -624,10 +657,18 @@ class DatasetMapper:
     def _plan(self, shape: tuple[int, ...]) -> _ShapeOnlyAugInput | None:
         """Draw the transforms for an image of ``shape`` without touching pixels."""
         plan = _ShapeOnlyAugInput(shape, np.dtype(np.uint8))
+        drawn: list[T.Transform] = []
         try:
-            plan.transforms = self.augmentations(plan, rng=get_generator())
-        except _NotPlannable:  # a subclass produced something unexpected: the general
-            return None  # path runs instead (the generator advanced, which is harmless)
+            # What AugmentationList.__call__ does, minus its per-augmentation bookkeeping:
+            # these augmentation types take exactly the image and draw from the generator.
+            with use_generator(get_generator()):
+                for aug in self.augmentations.augs:
+                    tfm = aug.get_transform(plan.image)
+                    plan.transform(tfm)
+                    drawn.append(tfm)
+        except _NotPlannable:  # a transform the plan does not know: the general path runs
+            return None  # instead (the generator advanced, which is harmless)
+        plan.transforms = T.TransformList(drawn)
         return plan
 
     def _reduced_size(self, plan: _ShapeOnlyAugInput) -> tuple[int, int] | None:

@@ -236,7 +236,9 @@ class MapDataset(_MapBase, data.Dataset):
         max_refetch: how many other indices to try after the requested one maps to None;
             ``max_refetch + 1`` consecutive failures raise RefetchExhaustedError.
         seed: the refetch seed. None draws one from ``torch.initial_seed()`` of the process
-            that constructs the dataset (the main process), at construction time.
+            that constructs the dataset (the main process), at construction time. The
+            generator depends on (seed, worker id) only: pass a seed that includes the rank
+            (e.g. ``derive_seed(seed, rank)``) for different retries on each rank.
 
     Raises:
         RefetchExhaustedError: (a RuntimeError) from ``ds[i]`` when too many records in a

@@ -203,8 +203,12 @@ def _resolve_dataset(
             "dataset must be a name, a list of names, a list of record dicts or a torch "
             f"Dataset, got {type(dataset).__name__}"
         )
-    base = DatasetFromList(records, copy=False) if records is not None else dataset
-    if records is None:
+    if records is not None:
+        base = DatasetFromList(records, copy=False)
+        # a list is serialized by DatasetFromList: read group ids from its columns instead
+        records = base.records if isinstance(base.records, SerializedList) else records
+    else:
+        base = dataset
         records = _find_records(dataset)
     mapped = MapDataset(base, mapper, seed=seed) if mapper is not None else base
     return mapped, records

@@ -258,12 +258,31 @@ class PassSampler(Sampler[int]):
                 )
             values[key] = int(value)
         saved_world = state.get("world_size", self._world_size)
+        if (
+            isinstance(saved_world, bool)
+            or not isinstance(saved_world, (int, np.integer))
+            or saved_world < 1
+        ):
+            raise SamplerStateError(
+                f"{name}.load_state_dict: 'world_size' must be a positive int, got {saved_world!r}"
+            )
         self._load_extra_state(dict(state))
         self._seed = values["seed"]
         self._reset_cache()
         self._cursor_pass = values["pass_index"]
         self._cursor_offset = values["offset"]
         self._restore_pass_start(state.get("pass_start"))
+        # A saved cursor overshoots its pass by less than one round of ranks; anything further
+        # is a corrupt state (and would make the cursor walk through countless passes).
+        length = len(self._order(self._cursor_pass))
+        if self._cursor_offset >= length + int(saved_world):
+            offset = self._cursor_offset
+            self._cursor_offset = 0
+            raise SamplerStateError(
+                f"{name}.load_state_dict: offset {offset} lies beyond pass "
+                f"{self._cursor_pass} ({length} indices) by more than one round of "
+                f"{saved_world} ranks; the state does not belong to this sampler"
+            )
         if saved_world != self._world_size:
             logger.info(
                 "%s: state saved with world size %s continues re-sharded over %d ranks",

@@ -415,3 +415,23 @@ def test_make_synthetic_coco_rejects_negative_count(tmp_path):
 
     with pytest.raises(ValueError, match="num_images"):
         make_synthetic_coco(str(tmp_path / "x.json"), num_images=-1)
+
+
+def test_gc_resume_keeps_an_application_freeze(tmp_path, path_kind):
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        load_coco_json(_write(tmp_path, _coco()), "")
+        assert gc.isenabled()
+        assert gc.get_freeze_count() == frozen  # the application's freeze is not undone
+    finally:
+        gc.unfreeze()
+
+
+def test_gc_stays_disabled_when_it_was_disabled(tmp_path, path_kind):
+    gc.disable()
+    try:
+        load_coco_json(_write(tmp_path, _coco()), "")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -387,3 +387,94 @@ def test_load_entry_restores_the_metadata_the_loader_set(cache_env, source):
         for n in (name, name + "_plain"):
             if n in MetadataCatalog:
                 MetadataCatalog.remove(n)
+
+
+# ---------------------------------------------------------------------------------------
+# through the catalog's registration functions
+
+
+def _coco_file(path: Path) -> None:
+    path.write_text(
+        json.dumps(
+            {
+                "images": [{"id": 5, "file_name": "a.jpg", "height": 10, "width": 20}],
+                "annotations": [{"id": 1, "image_id": 5, "category_id": 9, "bbox": [1, 2, 3, 4]}],
+                "categories": [{"id": 9, "name": "dog"}, {"id": 2, "name": "cat"}],
+            }
+        )
+    )
+
+
+def test_register_coco_instances_uses_the_cache_and_restores_metadata(
+    cache_env, tmp_path, monkeypatch
+):
+    import catalog.coco as coco
+    from catalog import DatasetCatalog, MetadataCatalog, register_coco_instances
+
+    json_file = tmp_path / "instances.json"
+    _coco_file(json_file)
+    calls = []
+    original = coco.load_coco_json
+
+    def counting(*args, **kwargs):
+        calls.append(args[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(coco, "load_coco_json", counting)
+    register_coco_instances("dc_coco", {}, json_file, "/img")
+    first = DatasetCatalog.get("dc_coco").to_list()
+    # a fresh registration (as in a new process) is served from the cache
+    DatasetCatalog.remove("dc_coco")
+    MetadataCatalog.remove("dc_coco")
+    register_coco_instances("dc_coco", {}, json_file, "/img")
+    second = DatasetCatalog.get("dc_coco")
+    assert len(calls) == 1
+    assert second.to_list() == first and first[0]["file_name"] == "/img/a.jpg"
+    assert isinstance(getattr(second, "_shared_owner", None), MappedFile)
+    meta = MetadataCatalog.get("dc_coco")
+    assert meta.thing_classes == ["cat", "dog"]
+    assert meta.thing_dataset_id_to_contiguous_id == {2: 0, 9: 1}
+    # a different image_root is a different key
+    register_coco_instances("dc_coco_other_root", {}, json_file, "/other")
+    assert DatasetCatalog.get("dc_coco_other_root")[0]["file_name"] == "/other/a.jpg"
+    assert len(calls) == 2
+
+
+def test_register_coco_instances_cache_false_writes_nothing(cache_env, tmp_path):
+    from catalog import DatasetCatalog, register_coco_instances
+
+    json_file = tmp_path / "instances.json"
+    _coco_file(json_file)
+    register_coco_instances("dc_coco_nocache", {}, json_file, "/img", cache=False)
+    assert len(DatasetCatalog.get("dc_coco_nocache")) == 1
+    assert _cache_files(cache_env) == []
+
+
+def _mm_file(path: Path) -> None:
+    path.write_text(
+        json.dumps(
+            {
+                "metainfo": {"classes": ["cat"]},
+                "data_list": [{"img_path": "a.jpg", "height": 4, "width": 5, "instances": []}],
+            }
+        )
+    )
+
+
+def _parse(raw: dict) -> dict:
+    return {**raw, "parsed": True}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "cached"),
+    [({}, True), ({"cache": False}, False), ({"parse_data_info": _parse}, False)],
+)
+def test_register_annotation_file_caching(cache_env, tmp_path, kwargs, cached):
+    from catalog import DatasetCatalog, register_annotation_file
+
+    ann_file = tmp_path / "train.json"
+    _mm_file(ann_file)
+    register_annotation_file("dc_mm", ann_file, **kwargs)
+    records = DatasetCatalog.get("dc_mm")
+    assert len(records) == 1
+    assert [e.name for e in DiskCache().entries()] == (["dc_mm"] if cached else [])

@@ -344,3 +344,19 @@ def test_persistent_workers_re_iter_continues_after_the_last_delivered_batch():
         got += list(itertools.islice(iter(loader), 4))
     assert got == expected
     assert loader.state_dict()["batches"] == 12
+
+
+def test_loader_state_re_shards_to_another_world_size():
+    def loader_for(rank, world):
+        sampler = TrainingSampler(30, seed=2, rank=rank, world_size=world)
+        return build_batch_data_loader(list(range(30)), sampler, 6)
+
+    global_stream = list(itertools.islice(TrainingSampler(30, seed=2, rank=0, world_size=1), 200))
+    saved = loader_for(1, 2)  # 3 indices per batch on each of 2 ranks
+    list(itertools.islice(saved, 4))  # 4 batches: the two ranks consumed 24 indices
+    state = saved.state_dict()
+    for rank in range(3):
+        resumed = loader_for(rank, 3)  # 2 indices per batch on each of 3 ranks
+        resumed.load_state_dict(state)
+        flat = list(itertools.chain(*itertools.islice(resumed, 5)))
+        assert flat == global_stream[24 + rank :: 3][:10]

@@ -294,7 +294,7 @@ def test_without_memfd_a_shm_file_is_used_and_unlinked_after_attaching(job):
     assert path.startswith(("/dev/shm/catmap-", "/tmp/catmap-"))
     assert all(r["records"] == _records(5) for r in results)
     assert not os.path.exists(path)
-    assert all(Path(path).name not in r["left"] for r in results)
+    assert Path(path).name not in results[0]["left"]  # the leader unlinked it before returning
 
 
 @pytest.mark.distributed

@@ -177,6 +177,10 @@ def test_state_errors():
         s.load_state_dict(dict(state, version=99))
     with pytest.raises(SamplerStateError, match="'offset' must be a non-negative int"):
         s.load_state_dict(dict(state, offset=-1))
+    with pytest.raises(SamplerStateError, match="offset 10000000 lies beyond pass 0"):
+        s.load_state_dict(dict(state, offset=10_000_000))
+    with pytest.raises(SamplerStateError, match="'world_size' must be a positive int"):
+        s.load_state_dict(dict(state, world_size=0))
     with pytest.raises(SamplerStateError, match="saved for 10 records, this sampler has 12"):
         TrainingSampler(12, seed=0).load_state_dict(state)
     with pytest.raises(SamplerStateError, match="shuffle"):

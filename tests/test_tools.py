@@ -391,7 +391,7 @@ def test_benchmark_loader_end_to_end(tmp_path, coco_args):
     for r in results:
         assert r["records"] == 40 * 3 and r["repeats"] == 1
         assert r["samples"] == 2 * 2
-        assert r["samples_per_s"] > 0
+        assert r["samples_per_s"] > 0 and r["cpu_ms_per_sample"] >= 0  # 10 ms clock ticks
         assert r["processes"] == 1 and r["pss_workers"] == 0
         assert r["pss_total"] == pytest.approx(r["pss_main"]) and r["pss_main"] > 0
     table = proc.stdout[proc.stdout.index("workers    loader") :].splitlines()
@@ -414,7 +414,9 @@ def test_benchmark_config_with_a_worker(isolated_catalog, coco_args, impl):
                         seed=0, short_edge=64, max_size=128)  # fmt: skip
     assert result["records"] == 80 and result["samples"] == 4
     assert result["processes"] == 2  # main + 1 worker, measured while the worker is alive
+    assert len(result["pss_each"]) == 2 and sum(result["pss_each"]) == pytest.approx(result["pss_total"], abs=0.2)
     assert result["pss_workers"] > 0 and result["pss_total"] > result["pss_main"]
+    assert result["cpu_ms_per_sample"] >= 0
 
 
 def test_benchmark_loader_rejects_bad_options(isolated_catalog, capsys, coco_args):
@@ -436,5 +438,44 @@ def test_benchmark_helpers():
     calls = []
     mapper = CollectOnceMapper(lambda r: calls.append(r) or r)
     assert mapper(1) == 1 and mapper(2) == 2 and calls == [1, 2]
+    import time
+
+    from tools.benchmark_loader import cpu_seconds
+
+    before = cpu_seconds()[os.getpid()]
+    deadline = time.process_time() + 0.15
+    while time.process_time() < deadline:
+        sum(range(1000))  # burn CPU
+    assert cpu_seconds()[os.getpid()] >= before + 0.1
     memory = measure_memory()
     assert memory["processes"] >= 1 and memory["pss_main"] > 0 and memory["uss_total"] > 0
+    assert memory["pss_each"][0] == pytest.approx(memory["pss_main"], abs=0.1)
+
+
+def test_tools_use_datasets_registered_by_an_imported_module(isolated_catalog, capsys, tmp_path, monkeypatch, shapes):
+    module = tmp_path / "my_datasets_for_tools.py"
+    module.write_text(
+        "from catalog import register_coco_instances\n"
+        f"register_coco_instances('my_shapes', {{}}, {str(shapes.json_file)!r}, {str(shapes.image_root)!r})\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from tools.analyze_dataset import main
+
+    assert main(["--import", "my_datasets_for_tools", "--dataset", "my_shapes", "--no-plot"]) == 0
+    assert "dataset 'my_shapes': 40 images" in capsys.readouterr().out
+
+
+def test_register_shapes_dataset_is_idempotent_for_the_same_files(shapes, tmp_path):
+    from catalog import DatasetAlreadyRegisteredError, DatasetCatalog, MetadataCatalog
+    from tools.shapes_dataset import register_shapes_dataset
+
+    assert register_shapes_dataset("shapes_reg", shapes) == "shapes_reg"
+    assert register_shapes_dataset("shapes_reg", shapes) == "shapes_reg"
+    records = DatasetCatalog.get("shapes_reg")
+    assert len(records) == 40
+    assert MetadataCatalog.get("shapes_reg").thing_classes == list(SHAPE_CLASSES)
+    first = records[0]["annotations"][0]
+    assert first["bbox_mode"] == BoxMode.XYWH_ABS and 0 <= first["category_id"] < len(SHAPE_CLASSES)
+    other = generate_shapes_dataset(tmp_path / "other", num_images=2, image_sizes=SIZES)
+    with pytest.raises(DatasetAlreadyRegisteredError, match="shapes_reg"):
+        register_shapes_dataset("shapes_reg", other)

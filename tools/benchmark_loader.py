@@ -18,7 +18,9 @@ long training run eventually does), so the memory figures show the steady state.
 ``--replicate K`` repeats the records K times to stand in for a large annotation file.
 
 Memory is PSS and USS (psutil) summed over the main process and its workers, measured after the
-timed batches while the workers are alive. On a busy machine, ``--repeats N`` runs every
+timed batches while the workers are alive. CPU ms/sample is the user + system CPU time of the
+main process and its workers over the timed batches: unlike samples/s it hardly depends on what
+else runs on the machine. On a busy machine, ``--repeats N`` runs every
 configuration N times (interleaved) and reports the run with the median samples/s.
 
 Examples::
@@ -110,12 +112,12 @@ def _collate_list(batch: list[Any]) -> list[Any]:
     return batch
 
 
-def measure_memory() -> dict[str, float]:
+def measure_memory() -> dict[str, Any]:
     """PSS and USS in MiB of this process and of its child processes, summed.
 
     Returns:
         ``{"pss_main", "uss_main", "pss_workers", "uss_workers", "pss_total", "uss_total",
-        "processes"}``.
+        "processes", "pss_each"}``; ``pss_each`` lists the PSS of each process, main first.
 
     Example:
         >>> measure_memory()["processes"] >= 1
@@ -124,18 +126,41 @@ def measure_memory() -> dict[str, float]:
     import psutil
 
     me = psutil.Process()
-    figures = {"pss_main": 0.0, "uss_main": 0.0, "pss_workers": 0.0, "uss_workers": 0.0, "processes": 0}
+    figures: dict[str, Any] = {"pss_main": 0.0, "uss_main": 0.0, "pss_workers": 0.0, "uss_workers": 0.0,
+                               "processes": 0, "pss_each": []}  # fmt: skip
     for proc, role in [(me, "main")] + [(c, "workers") for c in me.children(recursive=True)]:
         try:
             info = proc.memory_full_info()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue  # a worker that exited between listing and reading has no memory left
-        figures[f"pss_{role}"] += getattr(info, "pss", info.rss) / 2**20
+        pss = getattr(info, "pss", info.rss) / 2**20  # PSS is Linux-only; RSS elsewhere
+        figures[f"pss_{role}"] += pss
+        figures["pss_each"].append(round(pss, 1))
         figures[f"uss_{role}"] += info.uss / 2**20
         figures["processes"] += 1
     figures["pss_total"] = figures["pss_main"] + figures["pss_workers"]
     figures["uss_total"] = figures["uss_main"] + figures["uss_workers"]
     return figures
+
+
+def cpu_seconds() -> dict[int, float]:
+    """User + system CPU seconds used so far by this process and each of its children, by pid.
+
+    Example:
+        >>> os.getpid() in cpu_seconds()
+        True
+    """
+    import psutil
+
+    me = psutil.Process()
+    seconds = {}
+    for proc in [me] + me.children(recursive=True):
+        try:
+            times = proc.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue  # exited between listing and reading
+        seconds[proc.pid] = times.user + times.system
+    return seconds
 
 
 def _build_mapper(short_edge: int, max_size: int) -> Callable[[dict], Any]:
@@ -216,11 +241,14 @@ def run_config(
         stream = _endless(loader)
     for _ in range(warmup):
         next(stream)
+    cpu_before = cpu_seconds()
     start = time.perf_counter()
     samples = 0
     for _ in range(batches):
         samples += len(next(stream))
     elapsed = time.perf_counter() - start
+    cpu_after = cpu_seconds()
+    cpu = sum(after - cpu_before.get(pid, 0.0) for pid, after in cpu_after.items())
     memory = measure_memory()
     return {
         "impl": impl,
@@ -229,6 +257,7 @@ def run_config(
         "samples": samples,
         "seconds": elapsed,
         "samples_per_s": samples / elapsed if elapsed > 0 else float("inf"),
+        "cpu_ms_per_sample": 1000.0 * cpu / samples,
         **memory,
     }
 
@@ -265,16 +294,21 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _format_rows(results: list[dict[str, Any]]) -> str:
-    headers = ["workers", "loader", "samples/s", "x baseline", "PSS MiB", "x baseline",
-               "main PSS", "workers PSS", "USS MiB"]  # fmt: skip
+    headers = ["workers", "loader", "samples/s", "x baseline", "CPU ms/sample", "x baseline",
+               "PSS MiB", "x baseline", "PSS of each process", "USS MiB"]  # fmt: skip
     rows = []
     by_key = {(r["workers"], r["impl"]): r for r in results}
     for r in results:
         base = by_key.get((r["workers"], "baseline"))
-        speed = f"{r['samples_per_s'] / base['samples_per_s']:.2f}" if base and r["impl"] != "baseline" else ""
-        mem = f"{r['pss_total'] / base['pss_total']:.2f}" if base and r["impl"] != "baseline" else ""
-        rows.append([r["workers"], r["impl"], f"{r['samples_per_s']:.1f}", speed, f"{r['pss_total']:.0f}",
-                     mem, f"{r['pss_main']:.0f}", f"{r['pss_workers']:.0f}", f"{r['uss_total']:.0f}"])  # fmt: skip
+        compare = base is not None and r["impl"] != "baseline"
+
+        def ratio(key: str, r: dict[str, Any] = r, base: dict[str, Any] | None = base, compare: bool = compare) -> str:
+            return f"{r[key] / base[key]:.2f}" if compare and base[key] > 0 else ""
+
+        rows.append([r["workers"], r["impl"], f"{r['samples_per_s']:.1f}", ratio("samples_per_s"),
+                     f"{r['cpu_ms_per_sample']:.2f}", ratio("cpu_ms_per_sample"),
+                     f"{r['pss_total']:.0f}", ratio("pss_total"),
+                     " + ".join(f"{p:.0f}" for p in r["pss_each"]), f"{r['uss_total']:.0f}"])  # fmt: skip
     cells = [headers] + [[str(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
@@ -340,7 +374,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print("failed")
                     print(exc, file=sys.stderr)
                     return 1
-                print(f"{result['samples_per_s']:.1f} samples/s, PSS {result['pss_total']:.0f} MiB")
+                print(f"{result['samples_per_s']:.1f} samples/s, {result['cpu_ms_per_sample']:.2f} CPU "
+                      f"ms/sample, PSS {result['pss_total']:.0f} MiB")  # fmt: skip
                 runs.setdefault((workers, impl), []).append(result)
     results = [_median_run(r) for r in runs.values()]
     print()

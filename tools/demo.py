@@ -233,17 +233,17 @@ def run_demo(
     Raises:
         ValueError: a setting is out of range.
     """
-    import torch
-
-    from catalog import DatasetCatalog, MetadataCatalog, get_detection_dataset_dicts
-    from samplers import TrainingSampler, repeat_factors_from_category_frequency
-
     if batches < 1:
         raise ValueError(f"--batches must be at least 1, got {batches}")
     if workers < 0:
         raise ValueError(f"--workers must be >= 0, got {workers}")
     if batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {batch_size}")
+    import torch
+
+    from catalog import DatasetCatalog, MetadataCatalog, get_detection_dataset_dicts
+    from samplers import TrainingSampler, repeat_factors_from_category_frequency
+
     result = DemoResult()
     demo_dir = default_demo_dir()
     out = Path(out) if out is not None else demo_dir / "output"
@@ -383,7 +383,7 @@ def run_demo(
     print(f"first batch of the restored loader: image ids {[s.get('image_id') for s in got]}")
     if same_records:
         detail = "with the same augmented pixels and boxes" if same_pixels else (
-            "(random augmentations are drawn afresh by the new workers)")
+            "(random augmentations are drawn afresh after a restore)")
         print(f"resume check: PASSED: the restored loader continues with the same {len(got)} "
               f"records in the same order {detail}")  # fmt: skip
     else:
