@@ -205,6 +205,17 @@ def test_draw_instances_draws_box_outline_and_fill():
     assert image.sum() == 0  # input not modified
 
 
+def test_draw_instances_fit_scales_image_and_annotations_together():
+    out = np.asarray(draw_instances(np.zeros((10, 20, 3), np.uint8), boxes=[[2, 2, 10, 8]],
+                                    line_width=1, fit=(40, 40)))  # fmt: skip
+    assert out.shape == (20, 40, 3)  # scaled 2x to fit 40x40, aspect kept
+    color = class_colors(1)[0]
+    assert tuple(out[12, 20]) == color  # right edge of the box, at 2 * 10
+    assert tuple(out[4, 12]) == color  # top edge, at 2 * 2
+    assert tuple(out[12, 10]) == (0, 0, 0)  # inside the box: untouched
+    assert tuple(out[12, 30]) == (0, 0, 0)  # outside: untouched
+
+
 def test_draw_instances_rejects_inconsistent_fields():
     image = np.zeros((10, 10, 3), np.uint8)
     with pytest.raises(ValueError, match="disagree"):
