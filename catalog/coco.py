@@ -1,6 +1,8 @@
 """COCO instances files: a fast loader into detectron2-format records, and registration.
 
-The loader parses the file with orjson when installed (the standard json module otherwise),
+The loader decodes the file with msgspec into typed structs holding only the keys records
+need (:mod:`catalog.coco_typed`) when msgspec is installed; otherwise, or when the file needs
+an exact error message, it parses with orjson (the standard json module without it). It
 pauses the garbage collector while it builds the records and builds no pycocotools index:
 one pass over the images, one over the annotations.
 """

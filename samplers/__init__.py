@@ -22,6 +22,7 @@ from .random_subset import RandomSubsetTrainingSampler
 from .registry import SAMPLERS, build_train_sampler
 from .repeat_factor import RepeatFactorTrainingSampler, repeat_factors_from_category_frequency
 from .resumable_loader import ResumableLoader
+from .sample_seed import SampleSeededDataset, StreamPositions, sample_seed
 from .stream import PassSampler
 from .training import TrainingSampler
 from .worker_seed import WorkerSeeder, worker_init_reset_seed
@@ -29,6 +30,8 @@ from .worker_seed import WorkerSeeder, worker_init_reset_seed
 __all__ = [
     "SAMPLERS",
     "ResumableLoader",
+    "SampleSeededDataset",
+    "StreamPositions",
     "WorkerSeeder",
     "build_batch_data_loader",
     "build_detection_test_loader",
@@ -53,5 +56,6 @@ __all__ = [
     "get_rank",
     "get_world_size",
     "repeat_factors_from_category_frequency",
+    "sample_seed",
     "shared_random_seed",
 ]

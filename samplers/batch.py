@@ -9,6 +9,7 @@ from typing import Any
 from torch.utils.data import Sampler
 
 from .errors import NotResumableError
+from .sample_seed import StreamPositions
 from .state import check_state, is_stateful, make_state
 
 __all__ = ["ResumableBatchSampler", "check_batch_size"]
@@ -29,7 +30,9 @@ class ResumableBatchSampler(Sampler[list[int]]):
     """Groups a sampler's indices into lists of ``batch_size``; resumable when the sampler is.
 
     Unlike ``torch.utils.data.BatchSampler`` it never pulls an index it does not deliver in an
-    infinite stream, so its state is the sampler's state after the last delivered batch.
+    infinite stream, so its state is the sampler's state after the last delivered batch. It
+    also counts the global stream position of every index (:meth:`iter_with_positions`), from
+    which the loaders seed each sample's augmentations.
 
     Args:
         sampler: yields indices (a catmap training sampler for exact resume).
@@ -47,12 +50,25 @@ class ResumableBatchSampler(Sampler[list[int]]):
         self.sampler = sampler
         self.batch_size = check_batch_size(batch_size, "ResumableBatchSampler")
         self.drop_last = bool(drop_last)
+        self._positions = StreamPositions(sampler)
 
     def __iter__(self) -> Iterator[list[int]]:
-        batch: list[int] = []
+        for batch in self.iter_with_positions():
+            yield [index for index, _ in batch]
+
+    def iter_with_positions(self) -> Iterator[list[tuple[int, int]]]:
+        """Batches of ``(index, global stream position)`` pairs; ``iter()`` without positions.
+
+        Example:
+            >>> from samplers import TrainingSampler
+            >>> s = TrainingSampler(5, shuffle=False, rank=1, world_size=2)
+            >>> next(ResumableBatchSampler(s, 2).iter_with_positions())
+            [(1, 1), (3, 3)]
+        """
+        batch: list[tuple[int, int]] = []
         size = self.batch_size
-        for index in self.sampler:
-            batch.append(index)
+        for pair in self._positions.draw(self.sampler):
+            batch.append(pair)
             if len(batch) == size:
                 yield batch
                 batch = []
@@ -66,19 +82,29 @@ class ResumableBatchSampler(Sampler[list[int]]):
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def state_dict(self) -> dict[str, Any]:
-        """The wrapped sampler's state, valid between batches."""
+        """The wrapped sampler's state and the global position of the next draw, valid
+        between batches."""
         if not is_stateful(self.sampler):
             raise NotResumableError(
                 f"ResumableBatchSampler: {type(self.sampler).__name__} has no state_dict(); use a "
                 "catmap training sampler for exact resume"
             )
         return make_state(
-            "ResumableBatchSampler", batch_size=self.batch_size, sampler=self.sampler.state_dict()
+            "ResumableBatchSampler",
+            batch_size=self.batch_size,
+            position=self._positions.next,
+            sampler=self.sampler.state_dict(),
         )
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the wrapped sampler; the batch size may differ (e.g. another world size)."""
-        state = check_state(state_dict, "ResumableBatchSampler", ["sampler"])
+        """Restore the wrapped sampler and the position count; the batch size may differ (e.g.
+        another world size).
+
+        Raises:
+            SamplerStateError: malformed state (e.g. a missing or negative ``position``).
+            NotResumableError: the wrapped sampler has no ``load_state_dict``.
+        """
+        state = check_state(state_dict, "ResumableBatchSampler", ["sampler", "position"])
         if not is_stateful(self.sampler):
             raise NotResumableError(
                 f"ResumableBatchSampler: {type(self.sampler).__name__} has no load_state_dict()"
@@ -89,4 +115,7 @@ class ResumableBatchSampler(Sampler[list[int]]):
                 state["batch_size"],
                 self.batch_size,
             )
+        positions = StreamPositions(self.sampler)
+        positions.load(state["position"], "ResumableBatchSampler")
         self.sampler.load_state_dict(state["sampler"])
+        self._positions = positions

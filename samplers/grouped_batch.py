@@ -17,6 +17,7 @@ from catalog.serialized_list import RecordColumns
 
 from .batch import check_batch_size
 from .errors import NotResumableError, ReshardError, SamplerStateError
+from .sample_seed import StreamPositions
 from .state import check_state, is_stateful, make_state
 
 __all__ = ["GroupedBatchSampler", "aspect_ratio_group_ids", "UNKNOWN_SIZE_GROUP"]
@@ -74,7 +75,9 @@ class GroupedBatchSampler(Sampler[list[int]]):
 
     Indices are buffered per group until a group holds a full batch, which is yielded at once;
     batches therefore come in roughly the sampler's order. At the end of a finite sampler the
-    partial batches left are yielded (or dropped with ``drop_last=True``).
+    partial batches left are yielded (or dropped with ``drop_last=True``). The global stream
+    position of every index is kept with it while it waits (:meth:`iter_with_positions`), so
+    the loaders can seed each sample's augmentations from it.
 
     Args:
         sampler: yields dataset indices (a catmap training sampler for exact resume).
@@ -113,21 +116,35 @@ class GroupedBatchSampler(Sampler[list[int]]):
         self.group_ids = ids
         self.num_groups = int(ids.max()) + 1 if ids.size else 0
         self.drop_last = bool(drop_last)
-        self._buckets: list[list[int]] = [[] for _ in range(self.num_groups)]
+        # pending (index, global stream position) pairs per group
+        self._buckets: list[list[tuple[int, int]]] = [[] for _ in range(self.num_groups)]
+        self._positions = StreamPositions(sampler)
 
     def __iter__(self) -> Iterator[list[int]]:
+        for batch in self.iter_with_positions():
+            yield [index for index, _ in batch]
+
+    def iter_with_positions(self) -> Iterator[list[tuple[int, int]]]:
+        """Batches of ``(index, global stream position)`` pairs; ``iter()`` without positions.
+
+        Example:
+            >>> from samplers import TrainingSampler
+            >>> s = TrainingSampler(4, shuffle=False, rank=0, world_size=1)
+            >>> next(GroupedBatchSampler(s, [0, 1, 0, 1], 2).iter_with_positions())
+            [(0, 0), (2, 2)]
+        """
         group_ids = self.group_ids
         buckets = self._buckets
         size = self.batch_size
         total = len(group_ids)
-        for index in self.sampler:
+        for index, position in self._positions.draw(self.sampler):
             if not 0 <= index < total:
                 raise IndexError(
                     f"GroupedBatchSampler: the sampler yielded index {index}, but group_ids "
                     f"covers {total} records"
                 )
             bucket = buckets[group_ids[index]]
-            bucket.append(index)
+            bucket.append((index, position))
             if len(bucket) == size:
                 batch = bucket[:]
                 bucket.clear()
@@ -148,7 +165,8 @@ class GroupedBatchSampler(Sampler[list[int]]):
         return getattr(self.sampler, "rank", None), getattr(self.sampler, "world_size", None)
 
     def state_dict(self) -> dict[str, Any]:
-        """The sampler's state and the indices waiting in each group (per rank)."""
+        """The sampler's state, the indices waiting in each group with their global stream
+        positions (per rank), and the global position of the next draw."""
         if not is_stateful(self.sampler):
             raise NotResumableError(
                 f"GroupedBatchSampler: {type(self.sampler).__name__} has no state_dict(); use a "
@@ -158,21 +176,27 @@ class GroupedBatchSampler(Sampler[list[int]]):
         return make_state(
             "GroupedBatchSampler",
             sampler=self.sampler.state_dict(),
-            buckets=[list(b) for b in self._buckets],
+            buckets=[[index for index, _ in b] for b in self._buckets],
+            bucket_positions=[[position for _, position in b] for b in self._buckets],
+            position=self._positions.next,
             batch_size=self.batch_size,
             rank=rank,
             world_size=world,
         )
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the sampler and the pending indices.
+        """Restore the sampler, the pending indices and the position count.
 
         Raises:
             ReshardError: the state holds pending indices of another rank or world size (they
                 were drawn from that rank's shard and cannot be re-sharded).
             SamplerStateError: malformed state.
         """
-        state = check_state(state_dict, "GroupedBatchSampler", ["sampler", "buckets"])
+        state = check_state(
+            state_dict,
+            "GroupedBatchSampler",
+            ["sampler", "buckets", "bucket_positions", "position"],
+        )
         buckets = state["buckets"]
         if not isinstance(buckets, list) or not all(isinstance(b, list) for b in buckets):
             raise SamplerStateError("GroupedBatchSampler.load_state_dict: 'buckets' must be lists")
@@ -202,10 +226,42 @@ class GroupedBatchSampler(Sampler[list[int]]):
                         f"GroupedBatchSampler.load_state_dict: pending index {index!r} does not "
                         f"belong to group {group} of these group_ids"
                     )
+        positions, bucket_positions = self._checked_positions(state, buckets)
         if not is_stateful(self.sampler):
             raise NotResumableError(
                 f"GroupedBatchSampler: {type(self.sampler).__name__} has no load_state_dict()"
             )
         self.sampler.load_state_dict(state["sampler"])
-        self._buckets = [list(b) for b in buckets[: self.num_groups]]
+        self._buckets = [
+            list(zip(b, p, strict=True))
+            for b, p in zip(buckets[: self.num_groups], bucket_positions, strict=False)
+        ]
         self._buckets += [[] for _ in range(self.num_groups - len(self._buckets))]
+        self._positions = positions
+
+    def _checked_positions(
+        self, state: Any, buckets: list[list[int]]
+    ) -> tuple[StreamPositions, list[list[int]]]:
+        """The position count and the pending positions of a state, validated."""
+        bucket_positions = state["bucket_positions"]
+        if not isinstance(bucket_positions, list) or [
+            len(b) if isinstance(b, list) else -1 for b in bucket_positions
+        ] != [len(b) for b in buckets]:
+            raise SamplerStateError(
+                "GroupedBatchSampler.load_state_dict: 'bucket_positions' must hold one global "
+                "stream position per pending index of 'buckets'"
+            )
+        positions = StreamPositions(self.sampler)
+        positions.load(state["position"], "GroupedBatchSampler")
+        for bucket in bucket_positions:
+            for position in bucket:
+                if (
+                    isinstance(position, bool)
+                    or not isinstance(position, int)
+                    or not 0 <= position < positions.next
+                ):
+                    raise SamplerStateError(
+                        f"GroupedBatchSampler.load_state_dict: pending position {position!r} is "
+                        f"not a drawn position (0 <= position < {positions.next})"
+                    )
+        return positions, bucket_positions

@@ -114,7 +114,10 @@ def build_batch_data_loader(
 
     Returns:
         A :class:`ResumableLoader`; its workers are seeded from (seed, rank, worker id, pass)
-        for numpy, ``random`` and torch, where seed is the sampler's seed.
+        for numpy, ``random`` and torch, where seed is the sampler's seed. Each sample is
+        mapped with the augmentation generator (``mappers.random_state``) seeded from (seed,
+        its global stream position), so augmented batches are the same for any
+        ``num_workers``, after ``load_state_dict`` and on any world size.
 
     Raises:
         ValueError: ``total_batch_size`` does not divide by the world size, or grouping was
@@ -245,7 +248,10 @@ def build_detection_train_loader(
         multiprocessing_context: how workers start (default: Python's default).
 
     Returns:
-        A :class:`ResumableLoader` (``state_dict`` / ``load_state_dict``).
+        A :class:`ResumableLoader` (``state_dict`` / ``load_state_dict``). Augmentations drawn
+        through ``mappers.random_state.get_generator()`` (all catmap augmentations) follow the
+        sample: a restored loader yields the identical mapped batches the original would have
+        produced next, whatever ``num_workers`` is.
 
     Example:
         >>> records = [{"file_name": f"{i}.jpg", "height": 4, "width": 6} for i in range(8)]

@@ -5,6 +5,11 @@ batches go to the workers. Workers prefetch, so the sampler runs ahead of what t
 seen; the loader therefore records the batch sampler's state after each index batch and keeps
 it until that batch is delivered. ``state_dict()`` returns the state after the last delivered
 batch, whatever ``num_workers`` and ``prefetch_factor`` are.
+
+With a catmap batch sampler (which reports each index's global stream position), every index
+goes to the workers with its sample seed, ``sample_seed(seed, position)``, and the sample is
+mapped with the augmentation generator seeded from it (:mod:`samplers.sample_seed`): the
+augmented batches are then identical for any ``num_workers`` and after a restore.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from torch.utils.data import DataLoader, Sampler
 from catalog.seeding import torch_generator
 
 from .errors import NotResumableError, SamplerStateError
+from .sample_seed import SampleSeededDataset, sample_seed
 from .state import check_state, is_stateful, make_state
 from .worker_seed import WorkerSeeder
 
@@ -28,16 +34,29 @@ __all__ = ["ResumableLoader"]
 logger = logging.getLogger(__name__)
 
 
-class _TrackingBatchSampler(Sampler[list[int]]):
-    """Passes batches through and queues the inner batch sampler's state after each one."""
+class _TrackingBatchSampler(Sampler[list[Any]]):
+    """Passes batches through and queues the inner batch sampler's state after each one.
 
-    def __init__(self, inner: Any, track: bool) -> None:
+    With ``seed`` set, batches come from the inner sampler's ``iter_with_positions()`` and
+    each index is sent as ``(index, sample_seed(seed, position))``.
+    """
+
+    def __init__(self, inner: Any, track: bool, seed: int | None) -> None:
         self.inner = inner
         self.track = track
+        self.seed = seed
         self.pending: collections.deque[dict[str, Any]] = collections.deque()
 
-    def __iter__(self) -> Iterator[list[int]]:
-        for batch in self.inner:
+    def __iter__(self) -> Iterator[list[Any]]:
+        seed = self.seed
+        if seed is None:
+            batches: Iterator[list[Any]] = iter(self.inner)
+        else:
+            batches = (
+                [(index, sample_seed(seed, position)) for index, position in batch]
+                for batch in self.inner.iter_with_positions()
+            )
+        for batch in batches:
             if self.track:
                 self.pending.append(self.inner.state_dict())
             yield batch
@@ -57,9 +76,19 @@ class ResumableLoader:
         batch_sampler: yields lists of indices (resumable for ``state_dict``).
         num_workers, collate_fn, pin_memory, persistent_workers, prefetch_factor,
             multiprocessing_context: passed on to ``torch.utils.data.DataLoader``.
-        seed: seeds the workers (with ``rank`` and the pass number) and the DataLoader's own
-            generator, so global RNG state is never used.
+        seed: seeds the workers (with ``rank`` and the pass number), the DataLoader's own
+            generator and the per-sample augmentation generators, so global RNG state is
+            never used. A loaded state's seed replaces it.
         rank: this process's rank.
+        sample_seeds: map each sample with the augmentation generator seeded from
+            ``(seed, global stream position)`` (see :mod:`samplers.sample_seed`). None (the
+            default) does so when the batch sampler has ``iter_with_positions`` (the catmap
+            batch samplers); True requires it; False leaves augmentations to the per-worker
+            generator.
+
+    Raises:
+        ValueError: ``num_workers`` is not an int >= 0.
+        TypeError: ``sample_seeds=True`` with a batch sampler without ``iter_with_positions``.
 
     Example:
         >>> from samplers import TrainingSampler, ResumableBatchSampler
@@ -82,16 +111,28 @@ class ResumableLoader:
         multiprocessing_context: Any = None,
         seed: int = 0,
         rank: int = 0,
+        sample_seeds: bool | None = None,
     ) -> None:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(
                 f"ResumableLoader: num_workers must be an int >= 0, got {num_workers!r}"
             )
+        positioned = callable(getattr(batch_sampler, "iter_with_positions", None))
+        if sample_seeds and not positioned:
+            raise TypeError(
+                f"ResumableLoader: sample_seeds=True needs a batch sampler with "
+                f"iter_with_positions() (ResumableBatchSampler, GroupedBatchSampler); "
+                f"{type(batch_sampler).__name__} has none"
+            )
+        self.sample_seeds = positioned if sample_seeds is None else bool(sample_seeds)
         self.dataset = dataset
         self.batch_sampler = batch_sampler
+        self.seed = int(seed)
         inner = getattr(batch_sampler, "sampler", None)
         self._resumable = is_stateful(batch_sampler) and (inner is None or is_stateful(inner))
-        self._tracker = _TrackingBatchSampler(batch_sampler, self._resumable)
+        self._tracker = _TrackingBatchSampler(
+            batch_sampler, self._resumable, self.seed if self.sample_seeds else None
+        )
         self._seeder = WorkerSeeder(seed, rank, 0)
         kwargs: dict[str, Any] = {
             "batch_sampler": self._tracker,
@@ -106,7 +147,8 @@ class ResumableLoader:
             kwargs["multiprocessing_context"] = multiprocessing_context
             if prefetch_factor is not None:
                 kwargs["prefetch_factor"] = prefetch_factor
-        self.loader = DataLoader(dataset, **kwargs)
+        mapped = SampleSeededDataset(dataset) if self.sample_seeds else dataset
+        self.loader = DataLoader(mapped, **kwargs)
         self._batches = 0
         self._iteration = 0
         self._delivered: dict[str, Any] | None = None
@@ -158,12 +200,14 @@ class ResumableLoader:
             "ResumableLoader",
             batches=self._batches,
             iteration=self._iteration,
+            seed=self.seed,
             batch_sampler=sampler_state,
         )
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Continue after the last batch delivered when ``state_dict`` was saved; call
-        ``iter()`` afterwards. Worker seeds continue with the next pass number.
+        ``iter()`` afterwards. The state's seed (when it has one) replaces the constructor's,
+        for the sample and worker seeds; worker seeds continue with the next pass number.
 
         Raises:
             NotResumableError: the batch sampler has no ``load_state_dict``.
@@ -175,7 +219,8 @@ class ResumableLoader:
                 f"ResumableLoader: {self._sampler_name()} has no load_state_dict()"
             )
         batches, iteration = state["batches"], state.get("iteration", 0)
-        for key, value in (("batches", batches), ("iteration", iteration)):
+        seed = state.get("seed", self.seed)
+        for key, value in (("batches", batches), ("iteration", iteration), ("seed", seed)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise SamplerStateError(
                     f"ResumableLoader.load_state_dict: {key!r} must be an int >= 0, got {value!r}"
@@ -185,6 +230,10 @@ class ResumableLoader:
         self._delivered = copy.deepcopy(state["batch_sampler"])
         self._batches = batches
         self._iteration = iteration
+        self.seed = seed
+        self._seeder.seed = seed
+        if self.sample_seeds:
+            self._tracker.seed = seed
         logger.info("ResumableLoader: resumed after %d delivered batches", batches)
 
     def _sampler_name(self) -> str:

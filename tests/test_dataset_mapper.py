@@ -349,7 +349,7 @@ def test_caller_record_untouched_with_masks_and_keypoints(record):
 
 
 def test_owned_aug_input_flips_in_place_like_the_transform():
-    from mappers.dataset_mapper import OwnedImageAugInput
+    from mappers._fast_path import OwnedImageAugInput
 
     image = np.random.default_rng(0).integers(0, 256, (5, 7, 3), dtype=np.uint8)
     expected = T.HFlipTransform(7).apply_image(image.copy())

@@ -360,3 +360,261 @@ def test_loader_state_re_shards_to_another_world_size():
         resumed.load_state_dict(state)
         flat = list(itertools.chain(*itertools.islice(resumed, 5)))
         assert flat == global_stream[24 + rank :: 3][:10]
+
+
+# --------------------------------------------------------------------------- sample seeds
+# Every sample's augmentations come from a generator seeded from (seed, global position).
+
+
+def position_draw(record):
+    from mappers.random_state import get_generator
+
+    return record["image_id"], float(get_generator().random())
+
+
+@pytest.fixture(scope="module")
+def image_records(tmp_path_factory):
+    """12 tiny PNG images (landscape and portrait) with two boxes each."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("seeded_images")
+    rng = np.random.default_rng(0)
+    records = []
+    for i in range(12):
+        height, width = (14, 20) if i % 3 else (20, 14)
+        path = root / f"{i}.png"
+        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(path)
+        records.append(
+            {
+                "file_name": str(path),
+                "image_id": i,
+                "height": height,
+                "width": width,
+                "annotations": [
+                    {"bbox": [1, 2, 6, 5], "bbox_mode": 1, "category_id": i % 3},
+                    {"bbox": [3, 1, 10, 9], "bbox_mode": 0, "category_id": 1},
+                ],
+            }
+        )
+    return records
+
+
+def _augmenting_mapper():
+    from mappers import DatasetMapper
+    from mappers.transforms import RandomFlip, ResizeShortestEdge
+
+    return DatasetMapper(
+        True,
+        augmentations=[
+            ResizeShortestEdge((8, 10, 12, 16), max_size=24, sample_style="choice"),
+            RandomFlip(prob=0.5),
+        ],
+    )
+
+
+def _image_loader(records, *, seed, num_workers=0):
+    return build_detection_train_loader(
+        records,
+        mapper=_augmenting_mapper(),
+        total_batch_size=3,
+        num_workers=num_workers,
+        seed=seed,
+    )
+
+
+def _assert_same_batches(got, expected):
+    assert len(got) == len(expected)
+    for batch_got, batch_expected in zip(got, expected, strict=True):
+        assert [s["image_id"] for s in batch_got] == [s["image_id"] for s in batch_expected]
+        for a, b in zip(batch_got, batch_expected, strict=True):
+            assert a["image"].shape == b["image"].shape and torch.equal(a["image"], b["image"])
+            boxes_a, boxes_b = a["instances"].gt_boxes, b["instances"].gt_boxes
+            boxes_a, boxes_b = (
+                getattr(boxes_a, "tensor", boxes_a),
+                getattr(boxes_b, "tensor", boxes_b),
+            )
+            assert torch.equal(torch.as_tensor(boxes_a), torch.as_tensor(boxes_b))
+            assert torch.equal(a["instances"].gt_classes, b["instances"].gt_classes)
+
+
+def test_resume_gives_identical_augmented_tensors(image_records):
+    loader = _image_loader(image_records, seed=4)
+    it = iter(loader)
+    head = [next(it) for _ in range(5)]
+    state = loader.state_dict()
+    expected = [next(it) for _ in range(3)]
+    resumed = _image_loader(image_records, seed=99)  # the state's seed wins
+    resumed.load_state_dict(state)
+    got = list(itertools.islice(resumed, 3))
+    _assert_same_batches(got, expected)
+    # the augmentations really vary: several output sizes and both flip outcomes occur
+    samples = [s for batch in head + expected for s in batch]
+    assert len({tuple(s["image"].shape) for s in samples}) > 1
+    flipped = set()
+    for s in samples:
+        boxes = s["instances"].gt_boxes
+        boxes = torch.as_tensor(getattr(boxes, "tensor", boxes))
+        scale = s["image"].shape[2] / s["width"]
+        # the first box starts at x=1 before flipping
+        flipped.add(bool(abs(float(boxes[0, 0]) - 1 * scale) > 1e-3))
+    assert flipped == {True, False}
+
+
+def test_augmented_batches_do_not_depend_on_num_workers(image_records):
+    reference = list(itertools.islice(_image_loader(image_records, seed=7), 6))
+    with_workers = _image_loader(image_records, seed=7, num_workers=2)
+    it = iter(with_workers)
+    head = [next(it) for _ in range(4)]
+    state = with_workers.state_dict()
+    del it
+    _assert_same_batches(head, reference[:4])
+    resumed = _image_loader(image_records, seed=0)  # no workers: resumes the 2-worker run
+    resumed.load_state_dict(state)
+    _assert_same_batches(list(itertools.islice(resumed, 2)), reference[4:])
+
+
+def test_positions_and_seeds_give_different_augmentations():
+    def draws(seed):
+        loader = build_detection_train_loader(
+            _records(8), mapper=position_draw, total_batch_size=2, seed=seed
+        )
+        return list(itertools.chain(*itertools.islice(loader, 12)))  # 3 passes
+
+    a = draws(1)
+    values = [value for _, value in a]
+    assert len(set(values)) == len(values)  # a record seen again in a later pass differs too
+    assert a == draws(1)
+    b = draws(2)
+    assert [value for _, value in b] != values
+    # the main process's generator is untouched by the per-sample generators
+    from mappers.random_state import get_generator, seed_generator
+
+    seed_generator(5)
+    expected = get_generator().random()
+    seed_generator(5)
+    draws(3)
+    assert get_generator().random() == expected
+
+
+def test_sample_seeds_follow_the_global_stream_position_on_any_world_size():
+    def loader_for(rank, world, seed=2):
+        sampler = TrainingSampler(30, seed=seed, rank=rank, world_size=world)
+        mapped = [{"image_id": i} for i in range(30)]
+        from mappers.datasets import MapDataset
+
+        return build_batch_data_loader(MapDataset(mapped, position_draw, seed=0), sampler, 6)
+
+    single = list(itertools.chain(*itertools.islice(loader_for(0, 1), 20)))  # 120 samples
+    for rank in range(2):
+        flat = list(itertools.chain(*itertools.islice(loader_for(rank, 2), 4)))
+        assert flat == single[rank::2][:12]
+    saved = loader_for(1, 2)
+    list(itertools.islice(saved, 4))  # the two ranks consumed 24 positions
+    state = saved.state_dict()
+    assert state["batch_sampler"]["position"] == 24
+    for rank in range(3):
+        resumed = loader_for(rank, 3, seed=8)
+        resumed.load_state_dict(state)
+        flat = list(itertools.chain(*itertools.islice(resumed, 5)))
+        assert flat == single[24 + rank :: 3][:10]
+
+
+def test_refetch_still_works_with_sample_seeds():
+    def odd_only(record):
+        return position_draw(record) if record["image_id"] % 2 else None
+
+    def run():
+        loader = build_detection_train_loader(
+            _records(12),
+            mapper=odd_only,
+            total_batch_size=4,
+            seed=3,
+            aspect_ratio_grouping=False,
+        )
+        return list(itertools.islice(loader, 6))
+
+    batches = run()
+    assert all(len(b) == 4 and all(i % 2 for i, _ in b) for b in batches)
+    assert batches == run()
+
+
+def test_sample_seeded_dataset_keys():
+    from samplers import SampleSeededDataset
+
+    ds = SampleSeededDataset([{"image_id": i} for i in range(3)])
+    assert len(ds) == 3 and ds[2] == {"image_id": 2} and "SampleSeededDataset" in repr(ds)
+    assert ds[(1, 5)] == {"image_id": 1}
+    with pytest.raises(TypeError, match=r"\(index, seed\) pair"):
+        ds[(1, 2, 3)]
+    mapped = SampleSeededDataset([{"image_id": 0}, {"image_id": 1}])
+    from mappers.datasets import MapDataset
+
+    draws = SampleSeededDataset(MapDataset(list(mapped.dataset), position_draw, seed=0))
+    assert draws[(0, 11)] == draws[(0, 11)] and draws[(0, 11)] != draws[(0, 12)]
+    assert draws[(1, 11)][1] == draws[(0, 11)][1]  # the seed, not the record, decides
+
+
+def test_sample_seeds_option_of_the_resumable_loader():
+    from torch.utils.data import BatchSampler
+
+    from samplers import ResumableBatchSampler
+
+    plain = BatchSampler(InferenceSampler(4, rank=0, world_size=1), 2, drop_last=False)
+    with pytest.raises(TypeError, match="iter_with_positions"):
+        ResumableLoader(_records(4), plain, collate_fn=list, sample_seeds=True)
+    auto = ResumableLoader(_records(4), plain, collate_fn=list)
+    assert not auto.sample_seeds and list(auto)[1][0]["image_id"] == 2
+
+    def first_draws(sample_seeds):
+        from mappers.datasets import MapDataset
+
+        sampler = TrainingSampler(6, seed=0, rank=0, world_size=1)
+        loader = ResumableLoader(
+            MapDataset(_records(6), position_draw, seed=0),
+            ResumableBatchSampler(sampler, 3),
+            collate_fn=list,
+            seed=0,
+            sample_seeds=sample_seeds,
+        )
+        return next(iter(loader))
+
+    from mappers.random_state import seed_generator
+
+    seed_generator(1)
+    off_a = first_draws(False)
+    seed_generator(2)
+    off_b = first_draws(False)
+    assert off_a != off_b  # without sample seeds, the process generator decides
+    seed_generator(1)
+    on_a = first_draws(True)
+    seed_generator(2)
+    assert first_draws(True) == on_a
+
+
+def test_position_state_errors():
+    from samplers import GroupedBatchSampler, ResumableBatchSampler, SamplerStateError
+
+    batches = ResumableBatchSampler(TrainingSampler(6, seed=0, rank=0, world_size=1), 2)
+    state = batches.state_dict()
+    with pytest.raises(SamplerStateError, match="lacks key.*'position'"):
+        batches.load_state_dict({k: v for k, v in state.items() if k != "position"})
+    with pytest.raises(SamplerStateError, match="'position' must be a non-negative int"):
+        batches.load_state_dict(dict(state, position=-2))
+    grouped = GroupedBatchSampler(
+        TrainingSampler(6, shuffle=False, seed=0, rank=0, world_size=1), [0, 1, 0, 1, 0, 1], 2
+    )
+    assert next(grouped.iter_with_positions()) == [(0, 0), (2, 2)]
+    state = grouped.state_dict()
+    assert (state["buckets"], state["bucket_positions"], state["position"]) == (
+        [[], [1]],
+        [[], [1]],
+        3,
+    )
+    with pytest.raises(SamplerStateError, match="one global stream position per pending index"):
+        grouped.load_state_dict(dict(state, bucket_positions=[[], []]))
+    bad = [[state["position"] + 5] * len(b) for b in state["buckets"]]
+    with pytest.raises(SamplerStateError, match="is not a drawn position"):
+        grouped.load_state_dict(dict(state, bucket_positions=bad))
+    loader = build_detection_train_loader(_records(), mapper=None, total_batch_size=2, seed=0)
+    with pytest.raises(SamplerStateError, match="'seed' must be an int"):
+        loader.load_state_dict(dict(loader.state_dict(), seed="x"))

@@ -152,7 +152,7 @@ def test_grouped_state_with_pending_indices_refuses_another_rank():
     with pytest.raises(ReshardError, match="this is rank 0 of 3"):
         wider.load_state_dict(state)
     # without pending indices the state re-shards like the sampler's
-    empty = dict(state, buckets=[[], [], []])
+    empty = dict(state, buckets=[[], [], []], bucket_positions=[[], [], []])
     wider.load_state_dict(empty)
 
 

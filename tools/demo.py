@@ -15,7 +15,9 @@ What it does, step by step:
 4. iterates the batches with a samples/s progress bar and compares how often each class was
    drawn with a plain ``TrainingSampler`` and with repeat-factor sampling;
 5. saves the loader state, builds a fresh loader from it and checks that its next batch is the
-   one the first loader produces next;
+   one the first loader produces next: the same records with identical augmented image tensors,
+   boxes, classes and polygons (each sample's augmentations are seeded from its position in
+   the sampler's stream, so they do not depend on workers or restarts);
 6. writes a PNG grid of augmented samples with boxes, polygons and class names.
 
 The exit status is 0 when everything, the resume check included, succeeded.
@@ -196,7 +198,24 @@ def _batch_signature(batch: list[dict]) -> list[tuple]:
     return [(s.get("image_id"), s.get("file_name")) for s in batch]
 
 
+def _same_polygons(a: Any, b: Any) -> bool:
+    """Per-instance polygon lists (or bitmask arrays) equal."""
+    if hasattr(a, "shape") or hasattr(b, "shape"):
+        return np.array_equal(_as_numpy(a), _as_numpy(b))
+    a, b = list(a), list(b)
+    if len(a) != len(b):
+        return False
+    for polys_a, polys_b in zip(a, b, strict=True):
+        if len(polys_a) != len(polys_b):
+            return False
+        for p, q in zip(polys_a, polys_b, strict=True):
+            if not np.array_equal(_as_numpy(p), _as_numpy(q)):
+                return False
+    return True
+
+
 def _same_tensors(a: list[dict], b: list[dict]) -> bool:
+    """The mapped samples are identical: image tensors, boxes, classes and masks."""
     import torch
 
     if len(a) != len(b):
@@ -204,10 +223,19 @@ def _same_tensors(a: list[dict], b: list[dict]) -> bool:
     for x, y in zip(a, b, strict=True):
         if x["image"].shape != y["image"].shape or not torch.equal(x["image"], y["image"]):
             return False
-        bx, by = x.get("instances"), y.get("instances")
-        if bx is not None and by is not None:
-            if not np.array_equal(_as_numpy(_boxes(bx)), _as_numpy(_boxes(by))):
-                return False
+        ix, iy = x.get("instances"), y.get("instances")
+        if (ix is None) != (iy is None):
+            return False
+        if ix is None:
+            continue
+        if not np.array_equal(_as_numpy(_boxes(ix)), _as_numpy(_boxes(iy))):
+            return False
+        if not np.array_equal(_as_numpy(ix.gt_classes), _as_numpy(iy.gt_classes)):
+            return False
+        if ix.has("gt_masks") != iy.has("gt_masks"):
+            return False
+        if ix.has("gt_masks") and not _same_polygons(ix.gt_masks, iy.gt_masks):
+            return False
     return True
 
 
@@ -374,18 +402,23 @@ def run_demo(
     got = next(fresh_iterator)
     del fresh_iterator, fresh
     same_records = _batch_signature(got) == _batch_signature(expected)
-    same_pixels = same_records and _same_tensors(got, expected)
-    result.resume_ok = same_records
+    same_samples = same_records and _same_tensors(got, expected)
+    result.resume_ok = same_samples
     print(f"state saved after {batches} batches to {result.state_path} "
           f"({result.state_path.stat().st_size} bytes)")  # fmt: skip
     ids = [s.get("image_id") for s in expected]
     print(f"next batch of the original loader: image ids {ids}")
     print(f"first batch of the restored loader: image ids {[s.get('image_id') for s in got]}")
-    if same_records:
-        detail = "with the same augmented pixels and boxes" if same_pixels else (
-            "(random augmentations are drawn afresh after a restore)")
+    if same_samples:
+        sizes = sorted({f"{s['image'].shape[2]}x{s['image'].shape[1]}" for s in got})
+        boxes = sum(len(s["instances"]) for s in got if s.get("instances") is not None)
+        print(f"augmentations match too: {len(got)} identical image tensors ({', '.join(sizes)}) "
+              f"and {boxes} identical boxes, classes and polygons (each sample's augmentations "
+              "are seeded from its position in the sampler's stream)")  # fmt: skip
         print(f"resume check: PASSED: the restored loader continues with the same {len(got)} "
-              f"records in the same order {detail}")  # fmt: skip
+              f"records in the same order, with the same augmented images and boxes")  # fmt: skip
+    elif same_records:
+        print("resume check: FAILED: the same records, but the augmented images or boxes differ")
     else:
         print("resume check: FAILED (the restored loader produced a different batch)")
 
