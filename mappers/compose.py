@@ -38,7 +38,6 @@ from .dataset_mapper import (
     _record_name,
     annotations_to_training_instances,
     image_to_tensor,
-    limit_threads_in_worker,
     read_record_image,
     read_segmentation,
 )
@@ -165,7 +164,6 @@ class LoadImage:
         self.num_skipped = 0
 
     def __call__(self, results: dict[str, Any]) -> dict[str, Any] | None:
-        limit_threads_in_worker()
         results = dict(results)
         if self.key != "file_name":
             if self.key not in results:

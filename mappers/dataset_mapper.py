@@ -15,8 +15,10 @@ The image tensor is a CHW *view* of the HWC array the augmentations produced (st
 normalize the image first, which produces a new contiguous tensor anyway; call
 ``.contiguous()`` if you need one.
 
-Inside a DataLoader worker the first call limits OpenCV and torch to one thread in that
-process (:func:`limit_threads_in_worker`): the workers already share the cores.
+Threads: torch runs one thread in DataLoader workers by itself. For OpenCV, call
+``cv2.setNumThreads(1)`` in the main process *before* the workers start (forked workers
+inherit it); calling it inside a forked worker deadlocks when the parent had already used
+OpenCV's thread pool.
 """
 
 from __future__ import annotations
@@ -59,7 +61,6 @@ __all__ = [
     "check_image_size",
     "copy_record",
     "image_to_tensor",
-    "limit_threads_in_worker",
     "read_record_image",
     "read_segmentation",
 ]
@@ -82,34 +83,6 @@ def copy_record(record: dict[str, Any]) -> dict[str, Any]:
         return pickle.loads(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
     except Exception:  # something in the record does not pickle: fall back to deepcopy
         return copy.deepcopy(record)
-
-
-_threads_limited_in_pid: int | None = None
-
-
-def limit_threads_in_worker() -> None:
-    """Inside a DataLoader worker, run OpenCV (and torch) on one thread; once per process.
-
-    Each worker is one of several processes sharing the cores: library thread pools inside
-    them only add contention. torch already does this for its own pool in workers; OpenCV
-    does not. Outside a worker nothing changes.
-    """
-    global _threads_limited_in_pid
-    pid = os.getpid()
-    if _threads_limited_in_pid == pid:
-        return
-    _threads_limited_in_pid = pid
-    from torch.utils.data import get_worker_info
-
-    if get_worker_info() is None:
-        return
-    torch.set_num_threads(1)
-    try:
-        import cv2
-    except ImportError:
-        return
-    cv2.setNumThreads(1)
-    logger.debug("DataLoader worker %d: OpenCV and torch limited to one thread", pid)
 
 
 def _copy_for_mapping(record: dict[str, Any]) -> dict[str, Any]:
@@ -410,7 +383,6 @@ class DatasetMapper:
 
     def __call__(self, dataset_dict: dict[str, Any]) -> dict[str, Any] | None:
         """Map one record; see the class docstring."""
-        limit_threads_in_worker()
         record = _copy_for_mapping(dataset_dict)
         plan = None
         if (

@@ -412,26 +412,3 @@ def test_reduced_decode_for_shrinking_augmentations(tmp_path):
     ].shape == (3, 500, 700)
     with pytest.raises(ImageSizeMismatchError):
         reduced(dict(rec, height=380))
-
-
-class _ThreadsAfterMapping:
-    def __init__(self, mapper):
-        self.mapper = mapper
-
-    def __call__(self, record):
-        import cv2
-
-        self.mapper(record)
-        return (cv2.getNumThreads(), torch.get_num_threads())
-
-
-def test_opencv_limited_to_one_thread_in_workers(record):
-    import cv2
-
-    before = cv2.getNumThreads()
-    mapper = DatasetMapper(True, augmentations=[])
-    mapper(record)
-    assert cv2.getNumThreads() == before  # the main process is left alone
-    ds = MapDataset(DatasetFromList([record]), _ThreadsAfterMapping(mapper), seed=0)
-    loader = data.DataLoader(ds, batch_size=None, num_workers=1)
-    assert [tuple(int(v) for v in x) for x in loader] == [(1, 1)]

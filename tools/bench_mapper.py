@@ -272,7 +272,7 @@ def _interleaved(
 
 def _process_worker(records: list[dict[str, Any]], core: int, passes: int, queue: Any) -> None:
     _pin_to_one_core(core)
-    _limit_threads()
+    _worker_init(0)  # forked: OpenCV's one-thread setting is inherited from the parent
     mapper = mapper_pipeline()
     for record in records[:4]:
         mapper(record)
@@ -309,7 +309,14 @@ def _independent_processes(
 
 
 def _worker_init(_: int) -> None:
-    _limit_threads()
+    """torch to one thread; OpenCV's setting (1, made in the main process) is inherited.
+
+    ``cv2.setNumThreads`` must not be called in a forked worker: it deadlocks when the
+    parent had used OpenCV's thread pool.
+    """
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def _memory_of_tree() -> dict[str, float]:
