@@ -31,6 +31,7 @@ Environment:
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import logging
@@ -360,10 +361,8 @@ class MappedFile:
     def close_fd(self) -> None:
         """Close the file descriptor (the mapping stays valid while arrays use it)."""
         if self.fd >= 0:
-            try:
+            with contextlib.suppress(OSError):  # already closed (e.g. at interpreter exit)
                 os.close(self.fd)
-            except OSError:
-                pass
             self.fd = -1
 
     def __del__(self) -> None:
@@ -819,9 +818,7 @@ class DiskCache:
     @staticmethod
     def _remove(path: Path) -> None:
         try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
+            path.unlink(missing_ok=True)
         except OSError as exc:
             logger.warning("cannot remove %s: %s", path, exc)
 

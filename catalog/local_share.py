@@ -41,6 +41,7 @@ only some ranks load datasets.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import functools
 import logging
@@ -93,11 +94,9 @@ def node_id() -> str:
     if configured:
         return configured
     boot = ""
-    try:
+    with contextlib.suppress(OSError):  # no /proc: the host name alone identifies the node
         with open("/proc/sys/kernel/random/boot_id") as f:
             boot = f.read().strip()
-    except OSError:
-        pass
     return f"{socket.gethostname()}/{boot}"
 
 
@@ -295,7 +294,7 @@ def _unlink(path: str) -> None:
     try:
         os.unlink(path)
     except FileNotFoundError:
-        pass
+        return
     except OSError as exc:
         logger.warning("could not remove shared records file %s: %s", path, exc)
 

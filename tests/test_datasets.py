@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import pickle
 
 import pytest
@@ -280,20 +279,44 @@ def test_map_dataset_pickles_a_lambda_and_a_closure():
     assert back.failure_stats()["num_failures"] == 0
 
 
-def _spawn_lambda_loader_items() -> list[int]:
+_SPAWN_SCRIPT = """
+import multiprocessing
+from torch.utils import data
+from mappers.datasets import DatasetFromList, MapDataset
+
+if __name__ == "__main__":
     scale = 3
-    ds = MapDataset(DatasetFromList(_records(4)), lambda r: r["image_id"] * scale, seed=0)
+    records = [{"file_name": f"img_{i}.jpg", "image_id": i} for i in range(4)]
+    ds = MapDataset(DatasetFromList(records), lambda r: r["image_id"] * scale, seed=0)
     loader = data.DataLoader(
-        ds,
-        batch_size=None,
-        num_workers=1,
+        ds, batch_size=None, num_workers=1,
         multiprocessing_context=multiprocessing.get_context("spawn"),
     )
-    return [int(x) for x in loader]
+    print([int(x) for x in loader])
+"""
 
 
-def test_lambda_mapper_works_in_spawn_workers():
-    assert _spawn_lambda_loader_items() == [0, 3, 6, 9]
+def test_lambda_mapper_works_in_spawn_workers(tmp_path):
+    # In a child interpreter: a spawn DataLoader leaves multiprocessing's resource tracker
+    # running, which would count as an extra child process of the test runner.
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "spawn_lambda.py"
+    script.write_text(_SPAWN_SCRIPT)
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[0, 3, 6, 9]"
 
 
 def test_needs_by_value_decisions():

@@ -27,6 +27,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import logging
@@ -75,10 +76,8 @@ def make_records(n: int):
 
 
 def _malloc_trim() -> None:
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 class _Shard:
@@ -219,8 +218,8 @@ def measure_layout(
         worker_mem = [_memory(pid) for r in got for pid in _worker_pids(r)]
     finally:
         release.set()
-        while not job.join():
-            pass
+        while not job.join():  # join() returns False while some rank is still running
+            continue
     result = {
         "layout": layout,
         "ranks": ranks,

@@ -192,7 +192,9 @@ def _run_child(kind: str, n: int, workers: int, gets: int, batch_size: int) -> d
         data = SerializedList(records, name="bench", progress=False)
         out["build_seconds"] = time.perf_counter() - start
         out["bytes"] = data.nbytes
-        del records
+        start = time.perf_counter()
+        del records  # mmengine's build frees its input list itself; time ours separately
+        out["free_input_seconds"] = time.perf_counter() - start
         _trim_memory()
         out["median_get_ns"] = _median_get_ns(data.__getitem__, n, gets)
     elif kind == "mmengine":
@@ -276,7 +278,8 @@ def _report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str
     if ours and mm:
         lines.append(
             f"build speed-up vs mmengine: {mm['build_seconds'] / ours['build_seconds']:.2f}x "
-            "(target >= 2x)"
+            "(target >= 2x); counting the time to free the input list, which mmengine's "
+            f"build includes: {mm['build_seconds'] / (ours['build_seconds'] + ours['free_input_seconds']):.2f}x"
         )
         lines.append(
             f"median get, ours / mmengine: {ours['median_get_ns'] / mm['median_get_ns']:.2f} "
