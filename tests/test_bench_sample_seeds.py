@@ -53,10 +53,10 @@ def test_main_reports_the_table_and_writes_json(tmp_path, capsys):
         ]
     )
     text = capsys.readouterr().out
-    assert "seeded/unseeded" in text and "identical for workers [0] and every round: yes" in text
+    assert "seeded CPU" in text and "identical for workers [0] and every round: yes" in text
     assert result["seeded_identical_across_workers"] is True
     (row,) = result["rows"]
-    assert row["workers"] == 0 and row["ratio"] > 0 and row["seeded_samples_per_s"] > 0
+    assert row["workers"] == 0 and row["ratio"] > 0 and row["seeded_cpu_ms_per_sample"] >= 0
     assert json.loads(out.read_text())["rows"][0]["workers"] == 0
     with pytest.raises(SystemExit):
         main(["--batches", "0"])

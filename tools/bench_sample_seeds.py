@@ -11,10 +11,12 @@ run, over JPEGs it generates (640x480, about 150 KB, 7 annotated objects each, a
 * ``unseeded``: the same dataset and batch sampler in a ``ResumableLoader(sample_seeds=False)``
   (augmentations drawn from each worker's own generator, as before).
 
-For each worker count, configurations run interleaved round by round (so load on the machine
-affects both alike); the median samples/s over rounds is reported with the ratio. It also times
-the seeding itself per sample, and checks that the seeded batches are bit-identical across
-worker counts (and that the unseeded ones are not).
+For each worker count, configurations run interleaved round by round, alternating which goes
+first (so load on the machine affects both alike); the median samples/s over rounds is reported
+with the ratio, and the median CPU ms per sample (user + system time of the main process and its
+workers over the timed batches: unlike samples/s it hardly depends on what else runs on the
+machine). It also times the seeding itself per sample, and checks that the seeded batches are
+bit-identical across worker counts and rounds (and that the unseeded ones are not).
 
 Usage:
     python tools/bench_sample_seeds.py --workers 0 2 --rounds 5 --batches 40
@@ -112,9 +114,20 @@ def seeding_overhead_us(repeats: int = 20000) -> float:
     return best / repeats * 1e6
 
 
+def _cpu_seconds(processes: Sequence[Any]) -> float:
+    total = 0.0
+    for process in processes:
+        times = process.cpu_times()
+        total += times.user + times.system
+    return total
+
+
 def _time_run(
     records: Sequence[dict], config: str, workers: int, args: argparse.Namespace
-) -> tuple[float, str]:
+) -> tuple[float, float, str]:
+    """(samples/s, CPU ms per sample, digest of the batches) of one run."""
+    import psutil
+
     loader = build_loader(
         records,
         sample_seeds=config == "seeded",
@@ -124,33 +137,47 @@ def _time_run(
     )
     iterator = iter(loader)
     warm = [next(iterator) for _ in range(args.warmup)]
+    main_process = psutil.Process()
+    processes = [main_process, *main_process.children()]  # workers are started by iter()
+    cpu_start = _cpu_seconds(processes)
     start = time.perf_counter()
     timed = [next(iterator) for _ in range(args.batches)]
     elapsed = time.perf_counter() - start
+    cpu = _cpu_seconds(processes) - cpu_start
     del iterator
-    return args.batches * args.batch_size / elapsed, batch_digest(warm + timed)
+    samples = args.batches * args.batch_size
+    return samples / elapsed, cpu / samples * 1000, batch_digest(warm + timed)
 
 
 def run(records: Sequence[dict], args: argparse.Namespace) -> dict[str, Any]:
     """Interleaved rounds for every worker count; returns the figures."""
     rates: dict[tuple[str, int], list[float]] = {}
+    cpu_ms: dict[tuple[str, int], list[float]] = {}
     digests: dict[tuple[str, int], set[str]] = {}
-    for _ in range(args.rounds):
+    for round_index in range(args.rounds):
+        order = CONFIGS if round_index % 2 == 0 else CONFIGS[::-1]
         for workers in args.workers:
-            for config in CONFIGS:
-                rate, digest = _time_run(records, config, workers, args)
+            for config in order:
+                rate, cpu, digest = _time_run(records, config, workers, args)
                 rates.setdefault((config, workers), []).append(rate)
+                cpu_ms.setdefault((config, workers), []).append(cpu)
                 digests.setdefault((config, workers), set()).add(digest)
     rows = []
     for workers in args.workers:
         seeded = statistics.median(rates[("seeded", workers)])
         unseeded = statistics.median(rates[("unseeded", workers)])
+        seeded_cpu = statistics.median(cpu_ms[("seeded", workers)])
+        unseeded_cpu = statistics.median(cpu_ms[("unseeded", workers)])
         rows.append(
             {
                 "workers": workers,
                 "seeded_samples_per_s": seeded,
                 "unseeded_samples_per_s": unseeded,
                 "ratio": seeded / unseeded,
+                "seeded_cpu_ms_per_sample": seeded_cpu,
+                "unseeded_cpu_ms_per_sample": unseeded_cpu,
+                # CPU times tick in 10 ms steps: a tiny run may measure none
+                "cpu_ratio": seeded_cpu / unseeded_cpu if unseeded_cpu > 0 else float("nan"),
             }
         )
     seeded_digests = set().union(*(digests[("seeded", w)] for w in args.workers))
@@ -168,12 +195,18 @@ def _print_report(result: dict[str, Any], args: argparse.Namespace) -> None:
         f"{args.images} JPEGs 640x480, batch {args.batch_size}, {args.batches} timed batches "
         f"after {args.warmup} warm-up, median of {args.rounds} interleaved rounds"
     )
-    print(f"{'workers':>7}  {'seeded':>12}  {'unseeded':>12}  {'seeded/unseeded':>15}")
+    print(
+        f"{'workers':>7}  {'seeded':>12}  {'unseeded':>12}  {'ratio':>6}  "
+        f"{'seeded CPU':>12}  {'unseeded CPU':>12}  {'ratio':>6}"
+    )
     for row in result["rows"]:
         print(
             f"{row['workers']:>7}  {row['seeded_samples_per_s']:>8.1f} s/s  "
-            f"{row['unseeded_samples_per_s']:>8.1f} s/s  {row['ratio']:>15.3f}"
+            f"{row['unseeded_samples_per_s']:>8.1f} s/s  {row['ratio']:>6.3f}  "
+            f"{row['seeded_cpu_ms_per_sample']:>9.2f} ms  "
+            f"{row['unseeded_cpu_ms_per_sample']:>9.2f} ms  {row['cpu_ratio']:>6.3f}"
         )
+    print("(samples/s: higher is better; CPU ms per sample over main process + workers: lower)")
     per_sample_ms = 1000 / result["rows"][0]["seeded_samples_per_s"]
     print(
         f"seeding: {result['seeding_us_per_sample']:.1f} us per sample "

@@ -112,6 +112,18 @@ def _collate_list(batch: list[Any]) -> list[Any]:
     return batch
 
 
+def _is_multiprocessing_helper(proc: Any) -> bool:
+    """True for multiprocessing's own service processes (resource tracker, forkserver), which
+    earlier spawn-based code in the same process may have left running; they are not workers."""
+    import psutil
+
+    try:
+        cmdline = " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return True
+    return "multiprocessing.resource_tracker" in cmdline or "multiprocessing.forkserver" in cmdline
+
+
 def measure_memory() -> dict[str, Any]:
     """PSS and USS in MiB of this process and of its child processes, summed.
 
@@ -128,7 +140,8 @@ def measure_memory() -> dict[str, Any]:
     me = psutil.Process()
     figures: dict[str, Any] = {"pss_main": 0.0, "uss_main": 0.0, "pss_workers": 0.0, "uss_workers": 0.0,
                                "processes": 0, "pss_each": []}  # fmt: skip
-    for proc, role in [(me, "main")] + [(c, "workers") for c in me.children(recursive=True)]:
+    workers = [c for c in me.children(recursive=True) if not _is_multiprocessing_helper(c)]
+    for proc, role in [(me, "main")] + [(c, "workers") for c in workers]:
         try:
             info = proc.memory_full_info()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
