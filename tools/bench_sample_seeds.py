@@ -11,12 +11,13 @@ run, over JPEGs it generates (640x480, about 150 KB, 7 annotated objects each, a
 * ``unseeded``: the same dataset and batch sampler in a ``ResumableLoader(sample_seeds=False)``
   (augmentations drawn from each worker's own generator, as before).
 
-For each worker count, configurations run interleaved round by round, alternating which goes
-first (so load on the machine affects both alike); the median samples/s over rounds is reported
+After one untimed round, configurations run interleaved round by round for each worker count,
+alternating which goes first (so load on the machine affects both alike); the median samples/s over rounds is reported
 with the ratio, and the median CPU ms per sample (user + system time of the main process and its
 workers over the timed batches: unlike samples/s it hardly depends on what else runs on the
-machine). It also times the seeding itself per sample, and checks that the seeded batches are
-bit-identical across worker counts and rounds (and that the unseeded ones are not).
+machine). It also times the seeding itself per sample, and checks (outside the timed runs)
+that the seeded batches are bit-identical across worker counts and fresh loaders (and that the
+unseeded ones are not).
 
 Usage:
     python tools/bench_sample_seeds.py --workers 0 2 --rounds 5 --batches 40
@@ -124,8 +125,8 @@ def _cpu_seconds(processes: Sequence[Any]) -> float:
 
 def _time_run(
     records: Sequence[dict], config: str, workers: int, args: argparse.Namespace
-) -> tuple[float, float, str]:
-    """(samples/s, CPU ms per sample, digest of the batches) of one run."""
+) -> tuple[float, float]:
+    """(samples/s, CPU ms per sample) of one run; batches are dropped as they come."""
     import psutil
 
     loader = build_loader(
@@ -136,32 +137,52 @@ def _time_run(
         seed=args.seed,
     )
     iterator = iter(loader)
-    warm = [next(iterator) for _ in range(args.warmup)]
+    for _ in range(args.warmup):
+        next(iterator)
     main_process = psutil.Process()
     processes = [main_process, *main_process.children()]  # workers are started by iter()
     cpu_start = _cpu_seconds(processes)
     start = time.perf_counter()
-    timed = [next(iterator) for _ in range(args.batches)]
+    for _ in range(args.batches):
+        next(iterator)
     elapsed = time.perf_counter() - start
     cpu = _cpu_seconds(processes) - cpu_start
     del iterator
     samples = args.batches * args.batch_size
-    return samples / elapsed, cpu / samples * 1000, batch_digest(warm + timed)
+    return samples / elapsed, cpu / samples * 1000
+
+
+def _digest_run(
+    records: Sequence[dict], config: str, workers: int, args: argparse.Namespace
+) -> str:
+    """Digest of the first ``args.check_batches`` batches of a fresh loader."""
+    loader = build_loader(
+        records,
+        sample_seeds=config == "seeded",
+        workers=workers,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
+    iterator = iter(loader)
+    digest = batch_digest([next(iterator) for _ in range(args.check_batches)])
+    del iterator
+    return digest
 
 
 def run(records: Sequence[dict], args: argparse.Namespace) -> dict[str, Any]:
-    """Interleaved rounds for every worker count; returns the figures."""
+    """Interleaved timing rounds for every worker count, then the identity check."""
     rates: dict[tuple[str, int], list[float]] = {}
     cpu_ms: dict[tuple[str, int], list[float]] = {}
-    digests: dict[tuple[str, int], set[str]] = {}
+    for workers in args.workers:  # an untimed round: the first runs in a process are slower
+        for config in CONFIGS:
+            _time_run(records, config, workers, args)
     for round_index in range(args.rounds):
         order = CONFIGS if round_index % 2 == 0 else CONFIGS[::-1]
         for workers in args.workers:
             for config in order:
-                rate, cpu, digest = _time_run(records, config, workers, args)
+                rate, cpu = _time_run(records, config, workers, args)
                 rates.setdefault((config, workers), []).append(rate)
                 cpu_ms.setdefault((config, workers), []).append(cpu)
-                digests.setdefault((config, workers), set()).add(digest)
     rows = []
     for workers in args.workers:
         seeded = statistics.median(rates[("seeded", workers)])
@@ -180,13 +201,16 @@ def run(records: Sequence[dict], args: argparse.Namespace) -> dict[str, Any]:
                 "cpu_ratio": seeded_cpu / unseeded_cpu if unseeded_cpu > 0 else float("nan"),
             }
         )
-    seeded_digests = set().union(*(digests[("seeded", w)] for w in args.workers))
-    unseeded_digests = set().union(*(digests[("unseeded", w)] for w in args.workers))
+    digests = {
+        config: [_digest_run(records, config, w, args) for w in args.workers for _ in range(2)]
+        for config in CONFIGS
+    }
     return {
         "rows": rows,
         "seeding_us_per_sample": seeding_overhead_us(),
-        "seeded_identical_across_workers": len(seeded_digests) == 1,
-        "unseeded_distinct_batches": len(unseeded_digests),
+        "seeded_identical_across_workers": len(set(digests["seeded"])) == 1,
+        "unseeded_distinct_batches": len(set(digests["unseeded"])),
+        "identity_runs_per_config": len(digests["seeded"]),
     }
 
 
@@ -213,10 +237,11 @@ def _print_report(result: dict[str, Any], args: argparse.Namespace) -> None:
         f"(mapping one sample: {per_sample_ms:.1f} ms with {result['rows'][0]['workers']} workers)"
     )
     identical = "yes" if result["seeded_identical_across_workers"] else "NO"
-    print(f"seeded batches identical for workers {list(args.workers)} and every round: {identical}")
+    runs = result["identity_runs_per_config"]
     print(
-        f"unseeded: {result['unseeded_distinct_batches']} distinct batch sequences over "
-        f"{len(args.workers) * args.rounds} runs"
+        f"first {args.check_batches} batches, 2 fresh loaders per worker count: seeded identical "
+        f"for workers {list(args.workers)}: {identical}; unseeded: "
+        f"{result['unseeded_distinct_batches']} distinct sequences over {runs} loaders"
     )
 
 
@@ -230,12 +255,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--check-batches", type=int, default=5, help="batches compared in the identity check"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for development")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     if args.quick:
         args.images, args.batches, args.warmup, args.rounds = 8, 4, 1, 1
-    for name in ("images", "batches", "batch_size", "rounds"):
+    for name in ("images", "batches", "batch_size", "rounds", "check_batches"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.warmup < 0 or any(w < 0 for w in args.workers):
