@@ -24,6 +24,7 @@ from catalog.box_mode import BoxMode
 
 from . import transforms as T
 from .instances import Instances
+from .opencv_threads import get_cv2
 
 __all__ = [
     "SHAPE_ONLY_AUGMENTATIONS",
@@ -51,9 +52,8 @@ def flip_in_place(image: np.ndarray, horizontal: bool) -> bool:
         and (image.ndim == 2 or (image.ndim == 3 and image.shape[2] <= 4))
     ):
         return False
-    try:
-        import cv2
-    except ImportError:
+    cv2 = get_cv2()
+    if cv2 is None:
         return False
     result = cv2.flip(image, 1 if horizontal else 0, dst=image)
     return result is image or np.shares_memory(result, image)

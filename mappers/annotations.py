@@ -464,6 +464,37 @@ def _transform_many(
             )
 
 
+def _all_or_none_have(
+    annos: Sequence[Mapping[str, Any]], key: str, prefix: str, pronoun: str
+) -> bool:
+    """Whether the annotations have ``key``: all of them (True) or none (False).
+
+    Args:
+        annos: the annotations of one image.
+        key: the optional key, e.g. "segmentation".
+        prefix: context for the error message ("" or ending in ", ").
+        pronoun: what the others have, in the error message ("one" or "them").
+
+    Raises:
+        RecordFormatError: some annotations have ``key`` and others do not; names the first
+            instance without it.
+
+    Example:
+        >>> _all_or_none_have([{"keypoints": []}], "keypoints", "", "them")
+        True
+    """
+    present = [(key in obj) for obj in annos]
+    if not any(present):
+        return False
+    if not all(present):
+        missing = present.index(False)
+        raise RecordFormatError(
+            f"{prefix}instance {missing}: missing key {key!r} while other instances of the "
+            f"image have {pronoun}"
+        )
+    return True
+
+
 def annotations_to_instances(
     annos: Sequence[Mapping[str, Any]],
     image_size: tuple[int, int],
@@ -512,26 +543,12 @@ def annotations_to_instances(
         classes[i] = int(obj["category_id"])
     instances.gt_classes = torch.from_numpy(classes)
 
-    has_segm = [("segmentation" in obj) for obj in annos]
-    if any(has_segm):
-        if not all(has_segm):
-            missing = has_segm.index(False)
-            raise RecordFormatError(
-                f"{prefix}instance {missing}: missing key 'segmentation' while other "
-                "instances of the image have one"
-            )
+    if _all_or_none_have(annos, "segmentation", prefix, "one"):
         instances.gt_masks = _masks(annos, (h, w), mask_format, prefix)
     elif mask_format == "bitmask" and len(annos) == 0:
         instances.gt_masks = torch.zeros((0, h, w), dtype=torch.uint8)
 
-    has_kps = [("keypoints" in obj) for obj in annos]
-    if any(has_kps):
-        if not all(has_kps):
-            missing = has_kps.index(False)
-            raise RecordFormatError(
-                f"{prefix}instance {missing}: missing key 'keypoints' while other instances "
-                "of the image have them"
-            )
+    if _all_or_none_have(annos, "keypoints", prefix, "them"):
         kps = [np.asarray(obj["keypoints"], dtype=np.float32).reshape(-1) for obj in annos]
         sizes = {k.size for k in kps}
         if len(sizes) != 1 or kps[0].size % 3 != 0:

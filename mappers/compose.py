@@ -35,8 +35,8 @@ from catalog.registry import Registry
 from . import transforms as T
 from ._function_pickle import unwrap, wrap_for_pickling
 from .dataset_mapper import (
+    _InstanceOptions,
     _record_name,
-    annotations_to_training_instances,
     image_to_tensor,
     read_record_image,
     read_segmentation,
@@ -255,7 +255,7 @@ class ApplyAugmentations:
 
 
 @TRANSFORMS.register()
-class AnnotationsToInstances:
+class AnnotationsToInstances(_InstanceOptions):
     """Transform ``results["annotations"]`` with ``results["transforms"]`` into ``instances``.
 
     Crowd annotations are dropped, empty instances filtered (``filter_empty``). Without a
@@ -278,13 +278,13 @@ class AnnotationsToInstances:
             )
         if recompute_boxes and not use_instance_mask:
             raise ValueError("AnnotationsToInstances: recompute_boxes needs use_instance_mask")
-        self.use_instance_mask = bool(use_instance_mask)
-        self.use_keypoint = bool(use_keypoint)
-        self.instance_mask_format = instance_mask_format
-        self.keypoint_hflip_indices = (
-            None if keypoint_hflip_indices is None else np.asarray(keypoint_hflip_indices)
+        self._store_instance_options(
+            use_instance_mask,
+            use_keypoint,
+            instance_mask_format,
+            keypoint_hflip_indices,
+            recompute_boxes,
         )
-        self.recompute_boxes = bool(recompute_boxes)
         self.filter_empty = bool(filter_empty)
 
     def __call__(self, results: dict[str, Any]) -> dict[str, Any]:
@@ -301,17 +301,12 @@ class AnnotationsToInstances:
             image_size = tuple(np.shape(image)[:2])
         transforms = results.get("transforms") or T.NoOpTransform()
         annotations = [dict(a) for a in results.pop("annotations", None) or []]
-        results["instances"] = annotations_to_training_instances(
+        results["instances"] = self._training_instances(
             annotations,
             transforms,
             image_size,  # type: ignore[arg-type]
-            use_instance_mask=self.use_instance_mask,
-            use_keypoint=self.use_keypoint,
-            instance_mask_format=self.instance_mask_format,
-            keypoint_hflip_indices=self.keypoint_hflip_indices,
-            recompute_boxes=self.recompute_boxes,
-            filter_empty=self.filter_empty,
             file_name=results.get("file_name"),
+            filter_empty=self.filter_empty,
         )
         return results
 

@@ -15,10 +15,10 @@ The image tensor is a CHW *view* of the HWC array the augmentations produced (st
 normalize the image first, which produces a new contiguous tensor anyway; call
 ``.contiguous()`` if you need one.
 
-Threads: torch runs one thread in DataLoader workers by itself. For OpenCV, call
-``cv2.setNumThreads(1)`` in the main process *before* the workers start (forked workers
-inherit it); calling it inside a forked worker deadlocks when the parent had already used
-OpenCV's thread pool.
+Threads: torch runs one thread in DataLoader workers by itself. OpenCV is set to one thread
+when catmap first imports it and again by the loader builders before workers start (see
+``mappers.opencv_threads``): calling into OpenCV's pool inside a forked worker deadlocks when
+the parent had already used it.
 """
 
 from __future__ import annotations
@@ -295,7 +295,68 @@ def annotations_to_training_instances(
     return instances
 
 
-class DatasetMapper:
+class _InstanceOptions:
+    """The options that turn a record's annotations into training Instances.
+
+    Shared by :class:`DatasetMapper` and the Compose step ``AnnotationsToInstances``, which
+    validate the options themselves (with their own messages) and then store them with
+    :meth:`_store_instance_options`.
+
+    Example:
+        >>> opts = _InstanceOptions()
+        >>> opts._store_instance_options(False, False, "polygon", None, False)
+        >>> len(opts._training_instances([], T.NoOpTransform(), (4, 6), file_name=None))
+        0
+    """
+
+    use_instance_mask: bool
+    use_keypoint: bool
+    instance_mask_format: str
+    keypoint_hflip_indices: np.ndarray | None
+    recompute_boxes: bool
+
+    def _store_instance_options(
+        self,
+        use_instance_mask: bool,
+        use_keypoint: bool,
+        instance_mask_format: str,
+        keypoint_hflip_indices: Sequence[int] | None,
+        recompute_boxes: bool,
+    ) -> None:
+        """Set the option attributes (booleans as bool, flip indices as a numpy array)."""
+        self.use_instance_mask = bool(use_instance_mask)
+        self.use_keypoint = bool(use_keypoint)
+        self.instance_mask_format = instance_mask_format
+        self.keypoint_hflip_indices = (
+            None if keypoint_hflip_indices is None else np.asarray(keypoint_hflip_indices)
+        )
+        self.recompute_boxes = bool(recompute_boxes)
+
+    def _training_instances(
+        self,
+        annotations: Sequence[dict[str, Any]],
+        transforms: T.Transform,
+        image_size: tuple[int, int],
+        *,
+        file_name: str | None,
+        filter_empty: bool = True,
+    ) -> Instances:
+        """:func:`annotations_to_training_instances` with the stored options."""
+        return annotations_to_training_instances(
+            annotations,
+            transforms,
+            image_size,
+            use_instance_mask=self.use_instance_mask,
+            use_keypoint=self.use_keypoint,
+            instance_mask_format=self.instance_mask_format,
+            keypoint_hflip_indices=self.keypoint_hflip_indices,
+            recompute_boxes=self.recompute_boxes,
+            filter_empty=filter_empty,
+            file_name=file_name,
+        )
+
+
+class DatasetMapper(_InstanceOptions):
     """Map a detectron2 record to the dict a detection model takes.
 
     Args:
@@ -366,13 +427,13 @@ class DatasetMapper:
         self.augmentations = T.AugmentationList(list(augmentations))
         self._plannable = is_plannable(self.augmentations)
         self.image_format = image_format
-        self.use_instance_mask = bool(use_instance_mask)
-        self.use_keypoint = bool(use_keypoint)
-        self.instance_mask_format = instance_mask_format
-        self.keypoint_hflip_indices = (
-            None if keypoint_hflip_indices is None else np.asarray(keypoint_hflip_indices)
+        self._store_instance_options(
+            use_instance_mask,
+            use_keypoint,
+            instance_mask_format,
+            keypoint_hflip_indices,
+            recompute_boxes,
         )
-        self.recompute_boxes = bool(recompute_boxes)
         self.skip_bad_images = bool(skip_bad_images)
         self.decoder = decoder
         self.reduced_decode = bool(reduced_decode)
@@ -418,15 +479,10 @@ class DatasetMapper:
             record.pop("annotations", None)
             return record
         if "annotations" in record:
-            record["instances"] = annotations_to_training_instances(
+            record["instances"] = self._training_instances(
                 record.pop("annotations"),
                 transforms,
                 image.shape[:2],
-                use_instance_mask=self.use_instance_mask,
-                use_keypoint=self.use_keypoint,
-                instance_mask_format=self.instance_mask_format,
-                keypoint_hflip_indices=self.keypoint_hflip_indices,
-                recompute_boxes=self.recompute_boxes,
                 file_name=record.get("file_name"),
             )
         return record

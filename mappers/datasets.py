@@ -166,9 +166,20 @@ def _extend_exception(exc: BaseException, context: str) -> None:
 class _MapBase:
     """What MapDataset and MapIterableDataset share: the mapper, the seed, per-process state."""
 
-    def _setup(
-        self, dataset: Any, map_func: Callable[[Any], Any], max_refetch: int, seed: int | None
+    def __init__(
+        self,
+        dataset: Any,
+        map_func: Callable[[Any], Any],
+        *,
+        max_refetch: int = DEFAULT_MAX_REFETCH,
+        seed: int | None = None,
     ) -> None:
+        """Validate and store the arguments (documented on MapDataset).
+
+        Raises:
+            TypeError: ``map_func`` is not callable.
+            ValueError: ``max_refetch`` is not an int >= 0.
+        """
         if not callable(map_func):
             raise TypeError(f"MapDataset: map_func must be callable, got {type(map_func).__name__}")
         if isinstance(max_refetch, bool) or not isinstance(max_refetch, int) or max_refetch < 0:
@@ -190,6 +201,9 @@ class _MapBase:
     def map_func(self) -> Callable[[Any], Any]:
         """The mapping function."""
         return unwrap(self._map_func)
+
+    def __len__(self) -> int:
+        return len(self._dataset)
 
     def _process_state(self) -> _ProcessState:
         state = self._state
@@ -255,19 +269,6 @@ class MapDataset(_MapBase, data.Dataset):
         if cls is MapDataset and isinstance(dataset, data.IterableDataset):
             return MapIterableDataset(*args, **kwargs)
         return super().__new__(cls)
-
-    def __init__(
-        self,
-        dataset: Any,
-        map_func: Callable[[Any], Any],
-        *,
-        max_refetch: int = DEFAULT_MAX_REFETCH,
-        seed: int | None = None,
-    ) -> None:
-        self._setup(dataset, map_func, max_refetch, seed)
-
-    def __len__(self) -> int:
-        return len(self._dataset)
 
     def __getitem__(self, index: int) -> Any:
         state = self._process_state()
@@ -352,19 +353,6 @@ class MapIterableDataset(_MapBase, data.IterableDataset):
         >>> list(MapDataset(Numbers(), lambda x: x if x % 2 else None))
         [1, 3]
     """
-
-    def __init__(
-        self,
-        dataset: Any,
-        map_func: Callable[[Any], Any],
-        *,
-        max_refetch: int = DEFAULT_MAX_REFETCH,
-        seed: int | None = None,
-    ) -> None:
-        self._setup(dataset, map_func, max_refetch, seed)
-
-    def __len__(self) -> int:
-        return len(self._dataset)
 
     def __iter__(self) -> Iterator[Any]:
         state = self._process_state()

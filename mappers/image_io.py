@@ -24,6 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from .errors import ImageNotFoundError, ImageReadError, UnsupportedImageFormatError
+from .opencv_threads import get_cv2
 
 __all__ = [
     "JPEG_DECODERS",
@@ -211,7 +212,9 @@ def _decode_turbojpeg(data: bytes, fmt: str, min_size: tuple[int, int] | None) -
 
 
 def _decode_opencv(data: bytes, fmt: str, min_size: tuple[int, int] | None) -> np.ndarray:
-    import cv2
+    cv2 = get_cv2()
+    if cv2 is None:
+        raise ImportError("OpenCV is not installed")
 
     factor = 1
     if min_size is not None:
@@ -301,7 +304,8 @@ def _importable(name: str) -> bool:
         elif name == "turbojpeg":
             _turbojpeg_instance()  # needs the libturbojpeg shared library too
         elif name == "opencv":
-            import cv2  # noqa: F401
+            if get_cv2() is None:
+                return False
         elif name == "pillow":
             import PIL  # noqa: F401
         else:

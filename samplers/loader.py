@@ -10,6 +10,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
 
 from catalog.seeding import torch_generator
 from catalog.serialized_list import SerializedList
+from mappers.opencv_threads import limit_opencv_threads
 
 from .batch import ResumableBatchSampler, check_batch_size
 from .distributed import get_rank, get_world_size, shared_random_seed
@@ -329,6 +330,7 @@ def build_detection_test_loader(
         sampler = InferenceSampler(len(mapped))
     rank = getattr(sampler, "rank", None)
     rank = rank if isinstance(rank, int) else get_rank()
+    limit_opencv_threads()  # before workers fork: OpenCV's pool deadlocks forked workers
     return DataLoader(
         mapped,
         batch_sampler=BatchSampler(sampler, batch_size, drop_last=False),

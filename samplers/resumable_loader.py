@@ -23,6 +23,7 @@ from typing import Any
 from torch.utils.data import DataLoader, Sampler
 
 from catalog.seeding import torch_generator
+from mappers.opencv_threads import limit_opencv_threads
 
 from .errors import NotResumableError, SamplerStateError
 from .sample_seed import SampleSeededDataset, sample_seed
@@ -172,6 +173,7 @@ class ResumableLoader:
             self._tracker.pending.clear()
         self._iteration += 1
         self._seeder.pass_index = self._iteration
+        limit_opencv_threads()  # before workers fork: OpenCV's pool deadlocks forked workers
         return self._deliver(iter(self.loader))
 
     def _deliver(self, iterator: Iterator[Any]) -> Iterator[Any]:

@@ -76,8 +76,8 @@ class StreamPositions:
     Example:
         >>> from samplers import TrainingSampler
         >>> counter = StreamPositions(TrainingSampler(10, seed=0, rank=1, world_size=2))
-        >>> [p for _, p in zip(range(3), counter.draw(iter([7, 3, 5])))]
-        [1, 3, 5]
+        >>> list(counter.draw([7, 3, 5]))
+        [(7, 1), (3, 3), (5, 5)]
         >>> counter.next
         6
     """

@@ -55,7 +55,9 @@ class WorkerSeeder:
     """A picklable ``worker_init_fn`` seeding worker ``w`` from ``(seed, rank, w, pass_index)``.
 
     ``pass_index`` is updated by the loader before each ``iter()`` (workers started for the
-    next pass see the new value).
+    next pass see the new value). Inside the catmap loaders, augmentations of each sample draw
+    from a generator seeded from the sample's stream position instead
+    (:mod:`samplers.sample_seed`); the per-worker generator seeded here serves everything else.
 
     Example:
         >>> seeder = WorkerSeeder(seed=1, rank=0)

@@ -42,6 +42,8 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from tools._bench_common import add_json_argument, write_json_results  # noqa: E402
+
 __all__ = ["METHODS", "convert_pycocotools", "main", "run_method"]
 
 logger = logging.getLogger(__name__)
@@ -195,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
     parser.add_argument("--cache-dir", help=argparse.SUPPRESS)
     parser.add_argument("--_child", help=argparse.SUPPRESS)
-    parser.add_argument("--json", dest="json_out", help="also write the results to this file")
+    add_json_argument(parser)
     args = parser.parse_args(argv)
 
     if args._child:
@@ -230,9 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError(f"methods disagree on the number of records: {counts}")
         print()
         print(_table(results))
-        if args.json_out:
-            with open(args.json_out, "w") as f:
-                json.dump(results, f, indent=2)
+        write_json_results(args.json_out, results)
     return 0
 
 

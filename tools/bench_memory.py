@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import json
 import logging
 import os
 import socket
@@ -39,6 +38,8 @@ from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tools._bench_common import add_json_argument, write_json_results  # noqa: E402
 
 __all__ = ["LAYOUTS", "make_records", "main", "measure_layout"]
 
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--start-method", default="fork", choices=("fork", "spawn", "forkserver"))
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
-    parser.add_argument("--json", dest="json_out", help="also write the results to this file")
+    add_json_argument(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -286,9 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{_mib(floor)} MiB; catmap / floor = {c['pss_total'] / floor:.2f}x, "
                 f"per_rank / floor = {p['pss_total'] / floor:.2f}x"
             )
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(results, f, indent=2)
+    write_json_results(args.json_out, results)
     return 0
 
 

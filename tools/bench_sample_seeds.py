@@ -207,6 +207,8 @@ def run(records: Sequence[dict], args: argparse.Namespace) -> dict[str, Any]:
     }
     return {
         "rows": rows,
+        "per_round_samples_per_s": {f"{c}/{w}": v for (c, w), v in rates.items()},
+        "per_round_cpu_ms_per_sample": {f"{c}/{w}": v for (c, w), v in cpu_ms.items()},
         "seeding_us_per_sample": seeding_overhead_us(),
         "seeded_identical_across_workers": len(set(digests["seeded"])) == 1,
         "unseeded_distinct_batches": len(set(digests["unseeded"])),

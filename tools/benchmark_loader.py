@@ -48,6 +48,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mappers.opencv_threads import limit_opencv_threads  # noqa: E402
 from tools.dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset  # noqa: E402
 
 __all__ = [
@@ -242,6 +243,7 @@ def run_config(
         dataset = ListDataset(list(fresh_records), mapper)
         generator = torch.Generator()
         generator.manual_seed(seed)
+        limit_opencv_threads()  # before workers fork: OpenCV's pool deadlocks forked workers
         loader = torch.utils.data.DataLoader(
             dataset,
             batch_size=batch_size,

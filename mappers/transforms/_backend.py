@@ -44,12 +44,11 @@ _CV2_DTYPES = (np.uint8, np.uint16, np.int16, np.float32, np.float64)
 
 @functools.lru_cache(maxsize=1)
 def get_cv2() -> Any | None:
-    """Return the ``cv2`` module, or None when OpenCV is not installed."""
-    try:
-        import cv2
-    except ImportError:
-        return None
-    return cv2
+    """Return the ``cv2`` module (set to one thread, see ``mappers.opencv_threads``), or None
+    when OpenCV is not installed."""
+    from ..opencv_threads import get_cv2 as _get_configured_cv2
+
+    return _get_configured_cv2()
 
 
 @functools.lru_cache(maxsize=1)

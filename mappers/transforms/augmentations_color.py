@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import numpy as np
 
@@ -41,8 +42,17 @@ class _RandomIntensity(Augmentation):
         self.intensity_min = intensity_min
         self.intensity_max = intensity_max
 
-    def _draw_weight(self) -> float:
-        return float(self._rand_range(self.intensity_min, self.intensity_max))
+    def _blend_with(self, reference: Any) -> BlendTransform:
+        """Draw a weight ``w`` and blend the image with ``reference``: ``(1 - w) * ref + w * img``.
+
+        Args:
+            reference: a scalar or an array broadcastable to the image.
+
+        Returns:
+            The BlendTransform for this draw.
+        """
+        w = float(self._rand_range(self.intensity_min, self.intensity_max))
+        return BlendTransform(src_image=reference, src_weight=1 - w, dst_weight=w)
 
 
 class RandomBrightness(_RandomIntensity):
@@ -57,8 +67,7 @@ class RandomBrightness(_RandomIntensity):
     """
 
     def get_transform(self, image: np.ndarray) -> Transform:
-        w = self._draw_weight()
-        return BlendTransform(src_image=0, src_weight=1 - w, dst_weight=w)
+        return self._blend_with(0)
 
 
 class RandomContrast(_RandomIntensity):
@@ -68,13 +77,15 @@ class RandomContrast(_RandomIntensity):
         ValueError: intensity_min > intensity_max or negative.
 
     Example:
-        >>> RandomContrast(0.8, 1.2)
-        RandomContrast(intensity_min=0.8, intensity_max=1.2)
+        >>> from mappers.transforms import AugInput
+        >>> aug_input = AugInput(np.array([[[0], [200]]], np.uint8))  # mean 100
+        >>> _ = RandomContrast(0.5, 0.5)(aug_input)
+        >>> aug_input.image[..., 0].tolist()
+        [[50, 150]]
     """
 
     def get_transform(self, image: np.ndarray) -> Transform:
-        w = self._draw_weight()
-        return BlendTransform(src_image=float(image.mean()), src_weight=1 - w, dst_weight=w)
+        return self._blend_with(float(image.mean()))
 
 
 _GRAY_WEIGHTS = {
@@ -114,6 +125,5 @@ class RandomSaturation(_RandomIntensity):
             raise ValueError(
                 f"RandomSaturation needs an HxWx3 {self.image_format} image, got shape {image.shape}"
             )
-        w = self._draw_weight()
         gray = image.astype(np.float32, copy=False) @ _GRAY_WEIGHTS[self.image_format]
-        return BlendTransform(src_image=gray[:, :, None], src_weight=1 - w, dst_weight=w)
+        return self._blend_with(gray[:, :, None])

@@ -184,16 +184,14 @@ class Transform:
         return _param_repr(self, always_first=True)
 
 
-class NoOpTransform(Transform):
-    """The identity: every ``apply_*`` returns its input.
+class _PixelwiseTransform(Transform):
+    """A transform that moves no pixel: coordinates, boxes, polygons and segmentation maps
+    come back unchanged (the very objects given); subclasses define ``apply_image``.
 
     Example:
-        >>> NoOpTransform().apply_coords(np.array([[1.0, 2.0]])).tolist()
-        [[1.0, 2.0]]
+        >>> BlendTransform(0, 0.5, 0.5).apply_box([[1, 2, 3, 4]])
+        [[1, 2, 3, 4]]
     """
-
-    def apply_image(self, img: np.ndarray) -> np.ndarray:
-        return img
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
         return coords
@@ -207,6 +205,18 @@ class NoOpTransform(Transform):
     def apply_polygons(self, polygons: Sequence[np.ndarray]) -> Any:
         return polygons
 
+
+class NoOpTransform(_PixelwiseTransform):
+    """The identity: every ``apply_*`` returns its input.
+
+    Example:
+        >>> NoOpTransform().apply_coords(np.array([[1.0, 2.0]])).tolist()
+        [[1.0, 2.0]]
+    """
+
+    def apply_image(self, img: np.ndarray) -> np.ndarray:
+        return img
+
     def inverse(self) -> Transform:
         return self
 
@@ -216,7 +226,35 @@ class NoOpTransform(Transform):
         raise AttributeError(f"NoOpTransform has no attribute {name!r}")
 
 
-class HFlipTransform(Transform):
+class _AxisFlipTransform(Transform):
+    """A flip along one image axis, its own inverse; subclasses name the axis.
+
+    ``_horizontal`` selects the axis (True: x, the image's columns; False: y, its rows) and
+    ``_extent_attr`` names the attribute holding the image's extent along it, so that
+    coordinate ``c`` on that axis becomes ``extent - c``.
+
+    Example:
+        >>> HFlipTransform(10).apply_coords(np.array([[2.0, 3.0]])).tolist()
+        [[8.0, 3.0]]
+    """
+
+    _horizontal: bool = True
+    _extent_attr: str = "width"
+
+    def apply_image(self, img: np.ndarray) -> np.ndarray:
+        return flip_array(img, horizontal=self._horizontal)
+
+    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
+        out = _as_float_coords(coords)
+        axis = 0 if self._horizontal else 1
+        out[:, axis] = getattr(self, self._extent_attr) - out[:, axis]
+        return out
+
+    def inverse(self) -> Transform:
+        return self
+
+
+class HFlipTransform(_AxisFlipTransform):
     """Horizontal flip of an image of the given width: x becomes ``width - x``.
 
     The image result is a numpy view with a negative stride (no pixels copied); a later
@@ -227,22 +265,14 @@ class HFlipTransform(Transform):
         [[390.0, 10.0], [300.0, 100.0], [300.0, 10.0]]
     """
 
+    _horizontal = True
+    _extent_attr = "width"
+
     def __init__(self, width: int) -> None:
         self.width = width
 
-    def apply_image(self, img: np.ndarray) -> np.ndarray:
-        return flip_array(img, horizontal=True)
 
-    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        out = _as_float_coords(coords)
-        out[:, 0] = self.width - out[:, 0]
-        return out
-
-    def inverse(self) -> Transform:
-        return self
-
-
-class VFlipTransform(Transform):
+class VFlipTransform(_AxisFlipTransform):
     """Vertical flip of an image of the given height: y becomes ``height - y``.
 
     Example:
@@ -250,19 +280,11 @@ class VFlipTransform(Transform):
         [[5.0, 90.0]]
     """
 
+    _horizontal = False
+    _extent_attr = "height"
+
     def __init__(self, height: int) -> None:
         self.height = height
-
-    def apply_image(self, img: np.ndarray) -> np.ndarray:
-        return flip_array(img, horizontal=False)
-
-    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        out = _as_float_coords(coords)
-        out[:, 1] = self.height - out[:, 1]
-        return out
-
-    def inverse(self) -> Transform:
-        return self
 
 
 class ResizeTransform(Transform):
@@ -481,7 +503,7 @@ class PadTransform(Transform):
         return CropTransform(self.x0, self.y0, self.orig_w, self.orig_h, new_w, new_h)
 
 
-class BlendTransform(Transform):
+class BlendTransform(_PixelwiseTransform):
     """Blend the image with ``src_image``: ``src_weight * src_image + dst_weight * img``.
 
     Colour augmentations use it. uint8 images are clipped to [0, 255] and stay uint8 (values
@@ -515,18 +537,6 @@ class BlendTransform(Transform):
             ) + self.dst_weight * img.astype(np.float32)
             return np.clip(blended, 0, 255).astype(np.uint8)
         return self.src_weight * self.src_image + self.dst_weight * img
-
-    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        return coords
-
-    def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
-        return segmentation
-
-    def apply_box(self, box: Any) -> Any:
-        return box
-
-    def apply_polygons(self, polygons: Sequence[np.ndarray]) -> Any:
-        return polygons
 
     def inverse(self) -> Transform:
         return NoOpTransform()
