@@ -45,6 +45,7 @@ from .errors import (
 )
 from .image_io import available_jpeg_decoders, decode_image, read_image
 from .instances import Instances
+from .opencv_threads import limit_opencv_threads
 from .random_state import get_generator, seed_generator, use_generator
 from .transforms import TransformError
 
@@ -78,6 +79,7 @@ __all__ = [
     "decode_image",
     "filter_empty_instances",
     "get_generator",
+    "limit_opencv_threads",
     "polygons_to_bitmask",
     "read_image",
     "read_segmentation",

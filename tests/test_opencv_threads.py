@@ -1,0 +1,83 @@
+"""OpenCV is limited to the configured number of threads where it is safe to set."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cv2")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_first_import_through_catmap_sets_one_thread():
+    out = _run(
+        """
+        import cv2
+        cv2.setNumThreads(4)
+        from mappers.opencv_threads import get_cv2, limit_opencv_threads
+        assert get_cv2().getNumThreads() == 1, get_cv2().getNumThreads()
+        cv2.setNumThreads(3)
+        limit_opencv_threads()  # already configured in this process: left alone
+        print(cv2.getNumThreads())
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "3"
+
+
+def test_thread_count_comes_from_the_environment():
+    code = """
+        from mappers.opencv_threads import get_cv2
+        print(get_cv2().getNumThreads())
+        """
+    out = _run(code, CATMAP_OPENCV_THREADS="2")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "2"
+    bad = _run(code, CATMAP_OPENCV_THREADS="many")
+    assert bad.returncode != 0
+    assert "CATMAP_OPENCV_THREADS must be an integer, got 'many'" in bad.stderr
+
+
+def test_limit_before_workers_and_resize_in_forked_workers():
+    out = _run(
+        """
+        import numpy as np, cv2, torch
+        from torch.utils.data import DataLoader, Dataset
+        img = np.zeros((600, 800, 3), np.uint8)
+        for _ in range(5):
+            cv2.resize(img, (1067, 800))        # the parent uses OpenCV's pool first
+        from mappers.opencv_threads import limit_opencv_threads
+        limit_opencv_threads()
+        assert cv2.getNumThreads() == 1
+
+        class Resize(Dataset):
+            def __len__(self):
+                return 8
+            def __getitem__(self, i):
+                from mappers.transforms import ResizeTransform
+                return ResizeTransform(600, 800, 300 + i, 400).apply_image(img).shape
+
+        shapes = list(DataLoader(Resize(), batch_size=None, num_workers=2,
+                                 multiprocessing_context="fork"))
+        print(sorted(s[0] for s in shapes))
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(list(range(300, 308)))
