@@ -239,12 +239,16 @@ def register_annotation_file(
         )
     data_root = os.fspath(data_root)
     path = _resolve(ann_file, data_root)
-    meta = read_metainfo(path, data_root=data_root, metainfo=metainfo, allow_pickle=allow_pickle)
+    # ann_file, not path: read_metainfo and load_annotation_file join data_root themselves
+    # (passing path would join a relative data_root twice).
+    meta = read_metainfo(
+        ann_file, data_root=data_root, metainfo=metainfo, allow_pickle=allow_pickle
+    )
     prefix = dict(data_prefix or {})
 
     def load() -> list[dict]:
         return load_annotation_file(
-            path,
+            ann_file,
             data_root=data_root,
             data_prefix=prefix,
             metainfo=metainfo,

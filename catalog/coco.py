@@ -168,7 +168,10 @@ def load_coco_json(
         if gc_was_enabled:
             _resume_gc()
     if dataset_name is not None:
-        thing_classes = [c.get("name", str(c["id"])) for c in categories]
+        # A missing or null name becomes the id as a string (as the typed path does).
+        thing_classes = [
+            c["name"] if c.get("name") is not None else str(c["id"]) for c in categories
+        ]
         id_map = {c["id"]: i for i, c in enumerate(categories)}
         MetadataCatalog.get(dataset_name).set(
             thing_classes=thing_classes, thing_dataset_id_to_contiguous_id=id_map

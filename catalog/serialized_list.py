@@ -497,14 +497,14 @@ class SerializedList(Sequence):
                 if idx.dtype == np.bool_ or not np.issubdtype(idx.dtype, np.integer):
                     raise TypeError(f"subset indices must be ints, got an array of {idx.dtype}")
                 idx = idx.astype(np.int64).reshape(-1)
+            given = idx
             idx = np.where(idx < 0, idx + n, idx)
             bad = (idx < 0) | (idx >= n)
             if bad.any():
                 first = int(np.flatnonzero(bad)[0])
                 where = f" of dataset {self.name!r}" if self.name else ""
                 raise IndexError(
-                    f"subset index {list(np.asarray(indices).reshape(-1))[first]} out of range "
-                    f"for {n} records{where}"
+                    f"subset index {int(given[first])} out of range for {n} records{where}"
                 )
         return self._gather(idx)
 

@@ -192,6 +192,10 @@ class RepeatFactorTrainingSampler(PassSampler):
         [0, 0, 1]
     """
 
+    #: detectron2's spelling, ``RepeatFactorTrainingSampler.repeat_factors_from_category_frequency``
+    #: (the same function as the module-level one), so detectron2 code moves over unchanged.
+    repeat_factors_from_category_frequency = staticmethod(repeat_factors_from_category_frequency)
+
     def __init__(
         self,
         repeat_factors: Any,

@@ -244,6 +244,19 @@ def test_register_annotation_file_metainfo_available_before_records(tmp_path):
     assert DatasetCatalog.entry("mm_toy").source_files == (path,)
 
 
+def test_register_annotation_file_relative_data_root(tmp_path, monkeypatch):
+    # A relative data_root must be joined to ann_file once, not twice.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "toy").mkdir(parents=True)
+    _write_json(tmp_path / "data" / "toy" / "ann.json")
+    register_annotation_file(
+        "mm_rel_root", "ann.json", data_root="data/toy", data_prefix={"img_path": "imgs"}
+    )
+    assert MetadataCatalog.get("mm_rel_root").classes == ["cat", "dog"]
+    records = DatasetCatalog.get("mm_rel_root")
+    assert records[0]["img_path"] == os.path.join("data/toy", "imgs", "a.jpg")
+
+
 def test_register_annotation_file_entry_cache_key(tmp_path):
     path = _write_json(tmp_path / "ann.json")
     register_annotation_file("mm_key", path, data_prefix={"img_path": "imgs"})

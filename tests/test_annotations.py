@@ -366,6 +366,11 @@ def test_annotations_to_instances_errors():
         )
     with pytest.raises(RecordFormatError, match="instance 1.*'bbox'"):
         annotations_to_instances([_anno(), {"bbox_mode": 0, "category_id": 0}], (3, 3))
+    for bad in ("person", None):
+        with pytest.raises(RecordFormatError, match="instance 0.*'category_id'.*integer"):
+            annotations_to_instances(
+                [{"bbox": [0, 0, 1, 1], "bbox_mode": 0, "category_id": bad}], (3, 3)
+            )
     with pytest.raises(RecordFormatError, match="instance 1: missing key 'segmentation'"):
         annotations_to_instances([_anno(segmentation=[[0, 0, 1, 0, 1, 1]]), _anno()], (3, 3))
     with pytest.raises(RecordFormatError, match="instance 0: missing key 'keypoints'"):

@@ -152,6 +152,16 @@ def test_typed_and_generic_paths_agree(tmp_path, monkeypatch):
     assert [type(v) for v in typed[0]["annotations"][0]["bbox"]] == [int] * 4
 
 
+def test_null_category_name_becomes_the_id_on_both_paths(tmp_path, path_kind):
+    content = _coco()
+    content["categories"][0]["name"] = None
+    first_id = content["categories"][0]["id"]
+    load_coco_json(_write(tmp_path, content), "", dataset_name="coco_null_name")
+    meta = MetadataCatalog.get("coco_null_name")
+    index = meta.thing_dataset_id_to_contiguous_id[first_id]
+    assert meta.thing_classes[index] == str(first_id)
+
+
 def test_extra_annotation_keys_copied_when_present(tmp_path, path_kind):
     records = load_coco_json(_write(tmp_path, _coco()), "", extra_annotation_keys=["area", "id"])
     first = records[0]["annotations"][0]

@@ -129,6 +129,13 @@ def test_from_category_frequency():
     np.testing.assert_allclose(s.repeat_factors, [math.sqrt(1.5), 1, 1], rtol=1e-6)
 
 
+def test_detectron2_static_method_spelling():
+    # detectron2 code calls RepeatFactorTrainingSampler.repeat_factors_from_category_frequency
+    records = _records([[0, 1], [0], []])
+    factors = RepeatFactorTrainingSampler.repeat_factors_from_category_frequency(records, 0.5)
+    np.testing.assert_allclose(factors.numpy(), [math.sqrt(1.5), 1, 1], rtol=1e-6)
+
+
 @pytest.mark.parametrize(
     "factors,exc,match",
     [

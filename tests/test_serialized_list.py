@@ -141,6 +141,12 @@ def test_subset_out_of_range(arg):
         SerializedList(_records(5)).subset(arg)
 
 
+def test_subset_out_of_range_from_a_generator_names_the_index():
+    # The generator is consumed building the indices: the message must not re-read it.
+    with pytest.raises(IndexError, match="subset index 7 out of range"):
+        SerializedList(_records(5)).subset(i for i in [0, 1, 7])
+
+
 @pytest.mark.parametrize("arg", [[0.5], np.array([True, False])])
 def test_subset_rejects_non_integer_indices(arg):
     with pytest.raises(TypeError):

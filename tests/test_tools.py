@@ -335,6 +335,28 @@ def test_analyze_dataset_end_to_end(tmp_path, shapes, coco_args):
     assert f"wrote {out / 'toy_stats.png'}" in proc.stdout
 
 
+def test_analyze_dataset_class_factors_match_the_sampler_with_crowd():
+    # a class seen only in crowd annotations still raises its images' factors in the sampler
+    from catalog import DatasetCatalog, MetadataCatalog
+    from tools.analyze_dataset import compute_stats
+
+    anno = [{"bbox": [0, 0, 1, 1], "bbox_mode": 1, "category_id": 0, "iscrowd": 0}]
+    crowd = [{"bbox": [0, 0, 1, 1], "bbox_mode": 1, "category_id": 1, "iscrowd": 1}]
+    records = [{"file_name": f"{i}.jpg", "height": 4, "width": 4, "image_id": i,
+                "annotations": anno + (crowd if i == 0 else [])} for i in range(4)]  # fmt: skip
+    DatasetCatalog.register("crowd_toy", lambda: records)
+    MetadataCatalog.get("crowd_toy").set(thing_classes=["a", "b"])
+    try:
+        stats = compute_stats("crowd_toy", 0.5)
+    finally:
+        DatasetCatalog.remove("crowd_toy")
+        MetadataCatalog.remove("crowd_toy")
+    assert stats.image_repeat_factors.max() == pytest.approx(np.sqrt(2.0), rel=1e-6)
+    assert stats.class_repeat_factors.max() == pytest.approx(stats.image_repeat_factors.max())
+    summary = stats.to_json()["classes"][1]
+    assert summary["image_fraction"] == 0.25 and summary["instances"] == 0
+
+
 @pytest.fixture
 def isolated_catalog(monkeypatch, tmp_path):
     """Run a tool's main() in this process with its own demo dir (conftest.py isolates the

@@ -53,6 +53,8 @@ class DatasetStats:
         images_without_annotations: records with no non-crowd annotation.
         images_per_class: (K,) images containing each class.
         instances_per_class: (K,) non-crowd instances of each class.
+        class_image_fraction: (K,) f(c), the fraction of records with an annotation of class
+            c (crowd ones included, as the sampler counts them).
         class_repeat_factors: (K,) r(c) at ``repeat_thresh``.
         image_repeat_factors: (N,) r(image) as the sampler computes it.
         repeat_thresh: the threshold t.
@@ -77,7 +79,7 @@ class DatasetStats:
                 {
                     "name": self.class_names[c],
                     "images": int(self.images_per_class[c]),
-                    "image_fraction": float(self.images_per_class[c] / max(self.num_images, 1)),
+                    "image_fraction": float(self.class_image_fraction[c]),
                     "instances": int(self.instances_per_class[c]),
                     "repeat_factor": float(self.class_repeat_factors[c]),
                 }
@@ -150,7 +152,11 @@ def compute_stats(name: str, repeat_thresh: float, *, filter_empty: bool = False
     per_record = np.zeros((num_images, num_classes), dtype=np.int64)
     np.add.at(per_record, (owners[keep], cats[keep]), 1)
     images_per_class = (per_record > 0).sum(axis=0)
-    fraction = images_per_class / max(num_images, 1)
+    # f(c) and r(c) as the sampler computes them: crowd annotations count too (as in detectron2)
+    known = (cats >= 0) & (cats < num_classes)
+    has_class = np.zeros((num_images, num_classes), dtype=bool)
+    has_class[owners[known], cats[known]] = True
+    fraction = has_class.sum(axis=0) / max(num_images, 1)
     with np.errstate(divide="ignore"):
         class_rf = np.where(fraction > 0, np.maximum(1.0, np.sqrt(repeat_thresh / fraction)), 1.0)
     image_rf = repeat_factors_from_category_frequency(records, repeat_thresh)
@@ -165,6 +171,7 @@ def compute_stats(name: str, repeat_thresh: float, *, filter_empty: bool = False
         images_without_annotations=int((per_record.sum(axis=1) == 0).sum()),
         images_per_class=images_per_class,
         instances_per_class=per_record.sum(axis=0),
+        class_image_fraction=fraction,
         class_repeat_factors=class_rf,
         image_repeat_factors=np.asarray(image_rf, dtype=np.float64),
         repeat_thresh=float(repeat_thresh),
@@ -193,7 +200,7 @@ def format_report(stats: DatasetStats, *, top_classes: int = 50) -> str:
         [
             stats.class_names[c],
             int(stats.images_per_class[c]),
-            f"{stats.images_per_class[c] / max(stats.num_images, 1):.4f}",
+            f"{stats.class_image_fraction[c]:.4f}",
             int(stats.instances_per_class[c]),
             f"{100 * stats.instances_per_class[c] / total:.1f}%",
             f"{stats.class_repeat_factors[c]:.2f}",
