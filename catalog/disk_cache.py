@@ -805,7 +805,13 @@ class DiskCache:
             raise
         self._remove_stale(key, keep=path)
         logger.info("cached %d records of %r in %s", len(records), key.name, path)
-        mapped, header = map_serialized(path, name=key.name, verify=False)
+        try:
+            mapped, header = map_serialized(path, name=key.name, verify=False)
+        except OSError as exc:
+            # Another process replaced or removed it in between (e.g. as a stale version
+            # after the source changed): the records are still good, serve them unmapped.
+            logger.warning("cannot map the cache entry %s just written: %s", path, exc)
+            return records, dict(extra or {})
         return mapped, _extra_of(header, str(path))
 
     def _remove_stale(self, key: CacheKey, keep: Path) -> None:

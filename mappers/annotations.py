@@ -540,7 +540,13 @@ def annotations_to_instances(
             raise RecordFormatError(
                 f"{_where(prefix + f'instance {i}', obj)}: missing key 'category_id'"
             )
-        classes[i] = int(obj["category_id"])
+        try:
+            classes[i] = int(obj["category_id"])
+        except (TypeError, ValueError):
+            raise RecordFormatError(
+                f"{_where(prefix + f'instance {i}', obj)}: key 'category_id' must be an "
+                f"integer, got {obj['category_id']!r}"
+            ) from None
     instances.gt_classes = torch.from_numpy(classes)
 
     if _all_or_none_have(annos, "segmentation", prefix, "one"):

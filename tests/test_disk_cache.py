@@ -285,6 +285,22 @@ def _read_in_child(payload: bytes) -> list[dict]:
     return [records[0], records[-1], len(records), type(records._shared_owner).__name__]
 
 
+def test_entry_removed_by_another_process_right_after_writing_still_loads(
+    cache_env, source, monkeypatch
+):
+    # Another process may remove the fresh file (as a stale version) before it is mapped.
+    real_remove_stale = DiskCache._remove_stale
+
+    def remove_stale_then_lose_the_file(self, key, keep):
+        real_remove_stale(self, key, keep)
+        keep.unlink()
+
+    monkeypatch.setattr(DiskCache, "_remove_stale", remove_stale_then_lose_the_file)
+    builder = CountingBuilder(source)
+    records, extra = _load(source, builder)
+    assert records.to_list() == _records(5) and extra == builder.extra
+
+
 def test_spawn_workers_remap_the_file_instead_of_copying(cache_env, source):
     builder = CountingBuilder(source)
     _load(source, builder)
