@@ -49,7 +49,11 @@ def needs_by_value(fn: Any) -> bool:
         (False, True)
     """
     if isinstance(fn, functools.partial):
-        return needs_by_value(fn.func) or any(needs_by_value(a) for a in fn.args)
+        return (
+            needs_by_value(fn.func)
+            or any(needs_by_value(a) for a in fn.args)
+            or any(needs_by_value(v) for v in fn.keywords.values())
+        )
     if isinstance(fn, types.MethodType):
         return needs_by_value(fn.__func__)
     if isinstance(fn, types.FunctionType):

@@ -266,23 +266,27 @@ class PassSampler(Sampler[int]):
             raise SamplerStateError(
                 f"{name}.load_state_dict: 'world_size' must be a positive int, got {saved_world!r}"
             )
+        previous = self.state_dict()  # restored when the state turns out not to fit
         self._load_extra_state(dict(state))
         self._seed = values["seed"]
         self._reset_cache()
         self._cursor_pass = values["pass_index"]
         self._cursor_offset = values["offset"]
-        self._restore_pass_start(state.get("pass_start"))
-        # A saved cursor overshoots its pass by less than one round of ranks; anything further
-        # is a corrupt state (and would make the cursor walk through countless passes).
-        length = len(self._order(self._cursor_pass))
-        if self._cursor_offset >= length + int(saved_world):
-            offset = self._cursor_offset
-            self._cursor_offset = 0
-            raise SamplerStateError(
-                f"{name}.load_state_dict: offset {offset} lies beyond pass "
-                f"{self._cursor_pass} ({length} indices) by more than one round of "
-                f"{saved_world} ranks; the state does not belong to this sampler"
-            )
+        try:
+            self._restore_pass_start(state.get("pass_start"))
+            # A saved cursor overshoots its pass by less than one round of ranks; anything
+            # further is a corrupt state (and would make the cursor walk through countless
+            # passes).
+            length = len(self._order(self._cursor_pass))
+            if self._cursor_offset >= length + int(saved_world):
+                raise SamplerStateError(
+                    f"{name}.load_state_dict: offset {self._cursor_offset} lies beyond pass "
+                    f"{self._cursor_pass} ({length} indices) by more than one round of "
+                    f"{saved_world} ranks; the state does not belong to this sampler"
+                )
+        except SamplerStateError:
+            self.load_state_dict(previous)  # the position before the call, unchanged
+            raise
         if saved_world != self._world_size:
             logger.info(
                 "%s: state saved with world size %s continues re-sharded over %d ranks",

@@ -331,6 +331,10 @@ def test_needs_by_value_decisions():
 
     assert needs_by_value(functools.partial(nested, 1))
     assert not needs_by_value(functools.partial(_image_id))
+    keyword_lambda = functools.partial(_image_id, key=lambda r: r)
+    assert needs_by_value(keyword_lambda)
+    ds = MapDataset([{"image_id": 1}], keyword_lambda, seed=0)
+    assert pickle.loads(pickle.dumps(ds)).map_func.keywords["key"]("x") == "x"
 
 
 def test_lambda_without_cloudpickle_is_a_clear_error(monkeypatch):

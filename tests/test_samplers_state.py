@@ -194,6 +194,26 @@ def test_state_errors():
         )
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: TrainingSampler(10, seed=0, rank=0, world_size=1),
+        lambda: RandomSubsetTrainingSampler(20, 0.5, seed_shuffle=0, seed_subset=1, rank=0,
+                                            world_size=1),
+        lambda: ConcatSampler([3, 7], seed=0, rank=0, world_size=1),
+    ],
+)  # fmt: skip
+def test_a_rejected_state_leaves_the_sampler_where_it_was(make):
+    expected = take(make(), 15)
+    s = make()
+    assert take(s, 5) == expected[:5]
+    # another seed (and subset seed), and an offset far beyond the pass: a corrupt state
+    bad = dict(s.state_dict(), seed=77, seed_subset=99, offset=10_000)
+    with pytest.raises(SamplerStateError, match="lies beyond pass"):
+        s.load_state_dict(bad)
+    assert take(s, 10) == expected[5:]
+
+
 def test_subset_state_restores_the_subset():
     a = RandomSubsetTrainingSampler(50, 0.2, seed_shuffle=1, seed_subset=2, rank=0, world_size=1)
     take(a, 3)
