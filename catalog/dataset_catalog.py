@@ -192,7 +192,8 @@ class _DatasetCatalog:
         try:
             result = entry.func()
         except Exception as exc:
-            exc.add_note(f"while loading dataset {entry.name!r} (DatasetCatalog.get)")
+            if hasattr(exc, "add_note"):  # Python >= 3.11
+                exc.add_note(f"while loading dataset {entry.name!r} (DatasetCatalog.get)")
             raise
         return as_serialized_list(result, entry.name)
 
