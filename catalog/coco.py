@@ -17,6 +17,7 @@ from typing import Any
 
 from . import coco_typed
 from .box_mode import BoxMode
+from .coco_common import SkipCounts, image_record
 from .dataset_catalog import DatasetCatalog
 from .errors import AnnotationFormatError
 from .metadata import MetadataCatalog
@@ -61,31 +62,8 @@ def parse_json_bytes(data: bytes, path: str) -> Any:
         raise AnnotationFormatError(f"{path}: not valid JSON: {exc}") from None
 
 
-class _Counts:
-    """Counts of skipped or repaired items, reported in one warning per kind."""
-
-    __slots__ = (
-        "orphans",
-        "orphan_examples",
-        "degenerate",
-        "degenerate_examples",
-        "bad_polygons",
-        "no_valid_polygon",
-        "no_valid_polygon_examples",
-        "ignored",
-        "missing_size",
-    )
-
-    def __init__(self) -> None:
-        self.orphans = 0
-        self.orphan_examples: list[Any] = []
-        self.degenerate = 0
-        self.degenerate_examples: list[Any] = []
-        self.bad_polygons = 0
-        self.no_valid_polygon = 0
-        self.no_valid_polygon_examples: list[Any] = []
-        self.ignored = 0
-        self.missing_size = 0
+#: Kept for code that imported the counts class from here.
+_Counts = SkipCounts
 
 
 def load_coco_json(
@@ -262,7 +240,6 @@ def _image_records(
 ) -> tuple[list[dict], dict[Any, list[dict]]]:
     records: list[dict] = []
     annos_of_image: dict[Any, list[dict]] = {}
-    join = os.path.join
     for index, img in enumerate(images):
         try:
             image_id = img["id"]
@@ -289,26 +266,11 @@ def _image_records(
             )
         annos: list[dict] = []
         annos_of_image[image_id] = annos
-        height = img.get("height")
-        width = img.get("width")
-        if height is None or width is None:
-            counts.missing_size += 1
-            record = {"file_name": join(image_root, file_name) if image_root else file_name}
-            if height is not None:
-                record["height"] = height
-            if width is not None:
-                record["width"] = width
-            record["image_id"] = image_id
-            record["annotations"] = annos
-        else:
-            record = {
-                "file_name": join(image_root, file_name) if image_root else file_name,
-                "height": height,
-                "width": width,
-                "image_id": image_id,
-                "annotations": annos,
-            }
-        records.append(record)
+        records.append(
+            image_record(
+                file_name, image_root, img.get("height"), img.get("width"), image_id, annos, counts
+            )
+        )
     return records, annos_of_image
 
 
@@ -359,9 +321,7 @@ def _attach_annotations(
             category = find_category(ann["category_id"])
             bbox = ann["bbox"]
             if target is None:
-                counts.orphans += 1
-                if len(counts.orphan_examples) < 5:
-                    counts.orphan_examples.append((ann.get("id"), ann["image_id"]))
+                counts.skip_orphan(ann.get("id"), ann["image_id"])
                 continue
             if category is None:
                 raise AnnotationFormatError(
@@ -375,9 +335,7 @@ def _attach_annotations(
                     "a COCO bbox is [x, y, width, height]"
                 )
             if not (bbox[2] > 0 and bbox[3] > 0):
-                counts.degenerate += 1
-                if len(counts.degenerate_examples) < 5:
-                    counts.degenerate_examples.append((ann.get("id"), bbox))
+                counts.skip_degenerate(ann.get("id"), bbox)
                 continue
             if ann.get("ignore", 0):
                 counts.ignored += 1
@@ -397,14 +355,9 @@ def _attach_annotations(
                     else:
                         polygon = None
                     if polygon is not None:
-                        valid = [p for p in segm if len(p) >= 6 and not len(p) & 1]
-                        counts.bad_polygons += len(segm) - len(valid)
-                        if not valid:
-                            counts.no_valid_polygon += 1
-                            if len(counts.no_valid_polygon_examples) < 5:
-                                counts.no_valid_polygon_examples.append(ann.get("id"))
+                        segm = counts.drop_invalid_polygons(segm, ann.get("id"))
+                        if segm is None:
                             continue
-                        segm = valid
                 elif type(segm) is not dict:
                     raise AnnotationFormatError(
                         f"{json_file}: annotation {ann.get('id')!r} (index {index}) has a "

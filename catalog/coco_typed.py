@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 from collections.abc import Sequence
 from typing import Any
 
 from .box_mode import BoxMode
+from .coco_common import SkipCounts, image_record
 
 __all__ = ["AVAILABLE", "FallBack", "convert_typed"]
 
@@ -90,7 +90,7 @@ def convert_typed(
     json_file: str,
     image_root: str,
     extra_annotation_keys: Sequence[str],
-    counts: Any,
+    counts: SkipCounts,
 ) -> tuple[list[dict], list[dict]]:
     """Read, decode and convert a COCO file; ``(records, sorted categories)``.
 
@@ -139,37 +139,18 @@ def _categories(categories: list[Any]) -> list[dict]:
     return out
 
 
-def _records(images: list[Any], image_root: str, counts: Any) -> tuple[list[dict], dict]:
+def _records(images: list[Any], image_root: str, counts: SkipCounts) -> tuple[list[dict], dict]:
     records: list[dict] = []
     annos_of_image: dict[Any, list[dict]] = {}
-    join = os.path.join
     for img in images:
         image_id = img.id
         if image_id in annos_of_image:
             raise FallBack("duplicate image id")
         annos: list[dict] = []
         annos_of_image[image_id] = annos
-        file_name = join(image_root, img.file_name) if image_root else img.file_name
-        height = img.height
-        width = img.width
-        if height is None or width is None:
-            counts.missing_size += 1
-            record: dict[str, Any] = {"file_name": file_name}
-            if height is not None:
-                record["height"] = height
-            if width is not None:
-                record["width"] = width
-            record["image_id"] = image_id
-            record["annotations"] = annos
-        else:
-            record = {
-                "file_name": file_name,
-                "height": height,
-                "width": width,
-                "image_id": image_id,
-                "annotations": annos,
-            }
-        records.append(record)
+        records.append(
+            image_record(img.file_name, image_root, img.height, img.width, image_id, annos, counts)
+        )
     return records, annos_of_image
 
 
@@ -178,7 +159,7 @@ def _attach(
     annos_of_image: dict[Any, list[dict]],
     id_map: dict[Any, int],
     extra_keys: tuple[str, ...],
-    counts: Any,
+    counts: SkipCounts,
 ) -> None:
     xywh = BoxMode.XYWH_ABS
     find_image = annos_of_image.get
@@ -187,18 +168,14 @@ def _attach(
     for ann in annotations:
         target = find_image(ann.image_id)
         if target is None:
-            counts.orphans += 1
-            if len(counts.orphan_examples) < 5:
-                counts.orphan_examples.append((ann.id, ann.image_id))
+            counts.skip_orphan(ann.id, ann.image_id)
             continue
         category = find_category(ann.category_id)
         bbox = ann.bbox
         if category is None or len(bbox) != 4:
             raise FallBack("unknown category or malformed bbox")
         if not (bbox[2] > 0 and bbox[3] > 0):
-            counts.degenerate += 1
-            if len(counts.degenerate_examples) < 5:
-                counts.degenerate_examples.append((ann.id, bbox))
+            counts.skip_degenerate(ann.id, bbox)
             continue
         if ann.ignore:
             counts.ignored += 1
@@ -213,14 +190,9 @@ def _attach(
                 else:
                     polygon = None
                 if polygon is not None:
-                    valid = [p for p in segm if len(p) >= 6 and not len(p) & 1]
-                    counts.bad_polygons += len(segm) - len(valid)
-                    if not valid:
-                        counts.no_valid_polygon += 1
-                        if len(counts.no_valid_polygon_examples) < 5:
-                            counts.no_valid_polygon_examples.append(ann.id)
+                    segm = counts.drop_invalid_polygons(segm, ann.id)
+                    if segm is None:
                         continue
-                    segm = valid
             obj["segmentation"] = segm
         keypoints = ann.keypoints
         if keypoints:
