@@ -102,11 +102,9 @@ class BoxMode(IntEnum):
         elif from_mode == BoxMode.XYWH_ABS and to_mode == BoxMode.XYXY_ABS:
             out = arr2.copy()
             out[:, 2:] = arr2[:, :2] + arr2[:, 2:]
-        elif from_mode == BoxMode.XYXY_ABS and to_mode == BoxMode.XYWH_ABS:
+        else:  # XYXY_ABS -> XYWH_ABS, the last pair of distinct absolute modes
             out = arr2.copy()
             out[:, 2:] = arr2[:, 2:] - arr2[:, :2]
-        else:  # pragma: no cover - every pair of absolute modes is handled above
-            raise NotImplementedError(f"conversion {from_mode.name} -> {to_mode.name}")
 
         if single:
             out = out[0]

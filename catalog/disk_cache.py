@@ -730,12 +730,7 @@ class DiskCache:
         except FileNotFoundError:
             return None
         except CacheCorruptError as exc:
-            warnings.warn(
-                f"catmap cache entry for dataset {key.name!r} is corrupt and will be rebuilt: {exc}",
-                CacheCorruptWarning,
-                stacklevel=3,
-            )
-            self._remove(path)
+            self._discard_corrupt(path, key, exc)
             return None
         except OSError as exc:
             logger.warning("cannot read cache entry %s of dataset %r: %s", path, key.name, exc)
@@ -756,14 +751,18 @@ class DiskCache:
         try:
             extra = _extra_of(header, str(path))
         except CacheCorruptError as exc:
-            warnings.warn(
-                f"catmap cache entry for dataset {key.name!r} is corrupt and will be rebuilt: {exc}",
-                CacheCorruptWarning,
-                stacklevel=3,
-            )
-            self._remove(path)
+            self._discard_corrupt(path, key, exc)
             return None
         return records, extra
+
+    def _discard_corrupt(self, path: Path, key: CacheKey, exc: CacheCorruptError) -> None:
+        """Warn that the entry at ``path`` is corrupt and delete it, so that it is rebuilt."""
+        warnings.warn(
+            f"catmap cache entry for dataset {key.name!r} is corrupt and will be rebuilt: {exc}",
+            CacheCorruptWarning,
+            stacklevel=4,
+        )
+        self._remove(path)
 
     def store(
         self,

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from catalog.seeding import derive_seed
+from mappers.random_state import use_generator
 
 from .errors import SamplerStateError
 
@@ -145,8 +146,6 @@ class SampleSeededDataset:
             raise TypeError(
                 f"SampleSeededDataset: a key is an index or an (index, seed) pair, got {key!r}"
             )
-        from mappers.random_state import use_generator
-
         index, seed = operator.index(key[0]), operator.index(key[1])
         with use_generator(np.random.default_rng(seed)):
             return self.dataset[index]
