@@ -1,7 +1,9 @@
 """catmap.catalog: dataset and metadata catalogs, serialized record lists, annotation loaders."""
 
+from .annotation_errors import AnnotationFieldError, AnnotationFieldTypeError, ParseDataInfoError
 from .annotation_file import load_annotation_file, register_annotation_file
 from .box_mode import BoxMode
+from .cache_config import CacheSkippedWarning
 from .coco import load_coco_json, register_coco_instances
 from .dataset_catalog import DatasetCatalog, DatasetEntry
 from .detection_dicts import get_detection_dataset_dicts
@@ -14,6 +16,7 @@ from .errors import (
     DatasetNotRegisteredError,
     EmptyDatasetError,
     MetadataConflictError,
+    NestedLoadError,
     RecordFormatError,
     SharedAttachError,
 )
@@ -24,11 +27,15 @@ from .serialized_list import RecordColumns, SerializedList
 from .version import __version__
 
 __all__ = [
+    "AnnotationFieldError",
+    "AnnotationFieldTypeError",
+    "ParseDataInfoError",
     "AnnotationFormatError",
     "BoxMode",
     "CacheCorruptError",
     "CacheCorruptWarning",
     "CacheError",
+    "CacheSkippedWarning",
     "CatmapError",
     "DatasetCatalog",
     "DatasetEntry",
@@ -39,6 +46,7 @@ __all__ = [
     "Metadata",
     "MetadataCatalog",
     "MetadataConflictError",
+    "NestedLoadError",
     "RecordColumns",
     "RecordFormatError",
     "Registry",

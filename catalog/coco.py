@@ -2,8 +2,10 @@
 
 The loader decodes the file with msgspec into typed structs holding only the keys records
 need (:mod:`catalog.coco_typed`) when msgspec is installed; otherwise, or when the file needs
-an exact error message, it parses with orjson (the standard json module without it). It
-pauses the garbage collector while it builds the records and builds no pycocotools index:
+an exact error message, it parses with orjson (the standard json module without it) and
+converts the dicts (:mod:`catalog.coco_generic`). Every path checks the same types and ranges
+and gives the same records, skip counts and error class on any bytes (held by the fuzz tests).
+It pauses the garbage collector while it builds the records and builds no pycocotools index:
 one pass over the images, one over the annotations.
 """
 
@@ -16,51 +18,28 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from . import coco_typed
-from .box_mode import BoxMode
-from .coco_common import SkipCounts, image_record
+from .coco_common import SkipCounts
+from .coco_generic import convert_generic
+from .coco_json import PARSERS, parse_json_bytes, read_json_file
 from .dataset_catalog import DatasetCatalog
-from .errors import AnnotationFormatError
 from .metadata import MetadataCatalog
 from .version import __version__
 
-__all__ = ["load_coco_json", "register_coco_instances", "read_json_file", "parse_json_bytes"]
+__all__ = [
+    "load_coco_json",
+    "register_coco_instances",
+    "read_json_file",
+    "parse_json_bytes",
+    "load_coco_records",
+    "COCO_PARSERS",
+]
 
 logger = logging.getLogger(__name__)
 
-try:  # orjson parses large files several times faster than json
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - exercised only without orjson
-    _orjson = None
-
-
-def read_json_file(path: str) -> Any:
-    """Parse a JSON file with orjson when installed, else the json module.
-
-    Raises:
-        AnnotationFormatError: the file is not valid JSON (the message names the file).
-
-    Example:
-        >>> import json, tempfile
-        >>> with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-        ...     json.dump({"a": 1}, f)
-        >>> read_json_file(f.name)
-        {'a': 1}
-    """
-    with open(path, "rb") as f:
-        return parse_json_bytes(f.read(), path)
-
-
-def parse_json_bytes(data: bytes, path: str) -> Any:
-    """Parse JSON bytes read from ``path`` (named in the error) with orjson or json."""
-    try:
-        if _orjson is not None:
-            return _orjson.loads(data)
-        import json
-
-        return json.loads(data)
-    except ValueError as exc:  # orjson.JSONDecodeError and json.JSONDecodeError are ValueErrors
-        raise AnnotationFormatError(f"{path}: not valid JSON: {exc}") from None
-
+#: The values of ``load_coco_records(parser=...)``: "auto" (msgspec when installed, else the
+#: best Python parser), "msgspec" (typed, falling back to the best Python parser for errors),
+#: and the Python parsers themselves.
+COCO_PARSERS = ("auto", "msgspec", *PARSERS)
 
 #: Kept for code that imported the counts class from here.
 _Counts = SkipCounts
@@ -77,33 +56,71 @@ def load_coco_json(
     Records come in the order of the file's ``images``; each has ``file_name`` (joined to
     ``image_root``), ``height``, ``width``, ``image_id`` and ``annotations``: dicts with
     ``bbox`` (XYWH_ABS), ``bbox_mode``, ``category_id`` (contiguous 0..K-1 by sorted COCO
-    category id), ``iscrowd``, and when present ``segmentation`` (polygons, or an RLE dict,
-    compressed or not, kept as is), ``keypoints`` (with 0.5 added to every x and y, as
-    detectron2 does) and the ``extra_annotation_keys``. Images without annotations are kept.
+    category id), ``iscrowd``, and when present ``segmentation`` (polygons, or an RLE dict
+    ``{"size", "counts"}``, compressed or not), ``keypoints`` (with 0.5 added to every x and
+    y, as detectron2 does) and the ``extra_annotation_keys``. Images without annotations are
+    kept.
 
-    Bad-data policy (errors name the file and the annotation or image id and index):
+    The file is untrusted input: every value read is checked by type and range, with the same
+    verdict whichever parser runs (msgspec, orjson or json). Policy (errors are
+    :class:`AnnotationFormatError` naming the file, the image or annotation id and index, and
+    the key; "counted" means one summary warning per file and kind):
 
     ==========================================================  =================================
     case                                                        outcome
     ==========================================================  =================================
+    not UTF-8, byte order mark, NaN/Infinity, lone surrogate     AnnotationFormatError
+    escape, trailing data, any other invalid JSON
+    arrays/objects nested deeper than MAX_JSON_DEPTH (1000)      AnnotationFormatError
     top level is a JSON list (a COCO *results* file)            AnnotationFormatError
-    top level not a dict, or no ``images`` list                 AnnotationFormatError
-    image without ``id`` / ``file_name``, duplicate image id    AnnotationFormatError
-    image without ``height`` / ``width``                        kept without them, one counted
-                                                                warning
-    category without ``id``, duplicate category id              AnnotationFormatError
-    annotation without ``image_id`` / ``category_id`` /         AnnotationFormatError
-    ``bbox``, bbox not 4 numbers, malformed segmentation
+    top level not a dict, no ``images`` list; ``annotations``   AnnotationFormatError
+    or ``categories`` neither a list nor null/absent
+    image: not a dict, ``id`` not an int (bool is not), id      AnnotationFormatError
+    outside 64 bits, duplicate id; ``file_name`` not a str,
+    empty or holding NUL; ``height``/``width`` not an int in
+    [1, MAX_IMAGE_SIDE = 2**20]
+    image ``height`` / ``width`` absent or null                 kept without them, counted
+    category: no ``id``, id not a 64-bit int, duplicate id,     AnnotationFormatError
+    ``name`` not a str, ``keypoints`` not a list of str
+    category ``name`` absent or null                            the class name is the id
+    annotation not a dict; ``id`` (optional) / ``image_id`` /   AnnotationFormatError
+    ``category_id`` not a 64-bit int; duplicate ``id``
+    ``bbox`` not 4 numbers (bool is not) within                 AnnotationFormatError
+    +-MAX_COORDINATE (2**53; no inf)
+    ``area`` not a number within +-2**53; ``iscrowd`` not 0/1;  AnnotationFormatError
+    ``ignore`` not 0/1/true/false; ``num_keypoints`` not an
+    int in [0, 2**31)
+    ``segmentation`` not a list, an RLE dict or null; a        AnnotationFormatError
+    polygon not a list of numbers within +-2**53
+    RLE: ``size`` not [h, w] ints in [1, 2**20]; ``counts``      AnnotationFormatError
+    neither a str of RLE characters (``0``..``o``) nor a list
+    of ints >= 0 summing to h * w (an empty dict included)
+    ``keypoints`` not numbers within +-2**53, length not a      AnnotationFormatError
+    multiple of 3, a visibility not 0/1/2, or not 3 * K when
+    the category names K keypoints (an empty name list
+    names none)
+    a copied extra key's value (other than id, image_id,        AnnotationFormatError
+    area, num_keypoints, ignore: checked as above) with an int
+    outside 64 bits, a float of magnitude >= 2**63 or
+    nesting deeper than MAX_EXTRA_DEPTH (32)
     annotation with an unknown ``category_id``                  AnnotationFormatError (class
                                                                 names would be ambiguous)
-    duplicate annotation ids                                    AnnotationFormatError
-    annotation whose ``image_id`` is not among the images       skipped, one counted warning
-    bbox with width or height <= 0 (empty or negative)          skipped, one counted warning
-    polygon with fewer than 6 coordinates or an odd count       dropped, one counted warning
+    annotation whose ``image_id`` is not among the images       skipped, counted
+    bbox with width or height <= 0 (empty or negative)          skipped, counted
+    ``area`` < 0                                                skipped, counted
+    polygon with fewer than 6 coordinates or an odd count       dropped, counted
     instance whose polygons are all invalid                     skipped (same warning)
-    annotation with ``ignore`` set                              skipped, one counted warning
-    segmentation absent or an empty list                        kept as a box-only instance
+    annotation with ``ignore`` set                              skipped, counted
+    segmentation absent, null or an empty list                  kept as a box-only instance
+    keypoints absent, null or an empty list                     no ``keypoints`` key
     ==========================================================  =================================
+
+    Every annotation is checked, including those then skipped. Numbers too large for a double
+    are refused where read and ignored elsewhere (``info``, unread keys). Extra keys named
+    ``bbox``, ``bbox_mode``, ``category_id``, ``iscrowd``, ``segmentation`` or ``keypoints``
+    change nothing (the record holds the checked value); ``id``, ``area``, ... are copied when
+    present and not null. Pixel-level consistency (an RLE's size against the image's,
+    polygons inside the image) is checked by the mappers.
 
     Args:
         json_file: path of the COCO json file.
@@ -126,30 +143,13 @@ def load_coco_json(
         <BoxMode.XYWH_ABS: 1>
     """
     json_file = os.fspath(json_file)
-    image_root = os.fspath(image_root)
-    extra = tuple(extra_annotation_keys or ())
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        try:
-            counts = _Counts()
-            records, categories = coco_typed.convert_typed(json_file, image_root, extra, counts)
-        except coco_typed.FallBack as reason:
-            if coco_typed.AVAILABLE:
-                logger.debug("%s: typed COCO decoding not used (%s)", json_file, reason)
-            data = read_json_file(json_file)
-            counts = _Counts()
-            records, categories = _convert(data, json_file, image_root, extra, counts)
-            del data
-        _report(counts, json_file)
-    finally:
-        if gc_was_enabled:
-            _resume_gc()
+    records, categories, counts = load_coco_records(
+        json_file, image_root, tuple(extra_annotation_keys or ())
+    )
+    _report(counts, json_file)
     if dataset_name is not None:
-        # A missing or null name becomes the id as a string (as the typed path does).
-        thing_classes = [
-            c["name"] if c.get("name") is not None else str(c["id"]) for c in categories
-        ]
+        # A missing or null name becomes the id as a string.
+        thing_classes = [c["name"] if c["name"] is not None else str(c["id"]) for c in categories]
         id_map = {c["id"]: i for i, c in enumerate(categories)}
         MetadataCatalog.get(dataset_name).set(
             thing_classes=thing_classes, thing_dataset_id_to_contiguous_id=id_map
@@ -161,6 +161,57 @@ def load_coco_json(
         json_file,
     )
     return records
+
+
+def load_coco_records(
+    json_file: str | os.PathLike,
+    image_root: str | os.PathLike,
+    extra_annotation_keys: Sequence[str] = (),
+    *,
+    parser: str = "auto",
+) -> tuple[list[dict], list[dict], SkipCounts]:
+    """The work of :func:`load_coco_json` without metadata or warnings, with a chosen parser.
+
+    ``parser`` (one of :data:`COCO_PARSERS`) forces a decoding path; every path returns the
+    same result or raises the same error class on the same bytes (what the fuzz tests check).
+
+    Returns:
+        ``(records, categories sorted by id as {"id", "name"} dicts, skip counts)``.
+
+    Raises:
+        AnnotationFormatError: see :func:`load_coco_json`.
+        ValueError: an unknown ``parser``, or "msgspec" when msgspec is not installed.
+
+    Example:
+        >>> records, cats, counts = load_coco_records("val.json", "", parser="json")  # doctest: +SKIP
+    """
+    if parser not in COCO_PARSERS:
+        raise ValueError(f"parser must be one of {COCO_PARSERS}, got {parser!r}")
+    if parser == "msgspec" and not coco_typed.AVAILABLE:
+        raise ValueError("parser='msgspec' needs msgspec installed")
+    json_file = os.fspath(json_file)
+    image_root = os.fspath(image_root)
+    extra = tuple(extra_annotation_keys)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if parser in ("auto", "msgspec") and coco_typed.AVAILABLE:
+            try:
+                counts = SkipCounts()
+                records, categories = coco_typed.convert_typed(json_file, image_root, extra, counts)
+                return records, categories, counts
+            except coco_typed.FallBack as reason:
+                logger.debug("%s: typed COCO decoding not used (%s)", json_file, reason)
+        with open(json_file, "rb") as f:
+            data = parse_json_bytes(f.read(), json_file, None if parser in ("auto", "msgspec")
+                                    else parser)
+        counts = SkipCounts()
+        records, categories = convert_generic(data, json_file, image_root, extra, counts)
+        del data
+        return records, categories, counts
+    finally:
+        if gc_was_enabled:
+            _resume_gc()
 
 
 def _resume_gc() -> None:
@@ -180,209 +231,6 @@ def _resume_gc() -> None:
     gc.enable()
 
 
-def _convert(
-    data: Any,
-    json_file: str,
-    image_root: str,
-    extra_annotation_keys: tuple[str, ...],
-    counts: _Counts,
-) -> tuple[list[dict], list[dict]]:
-    if isinstance(data, list):
-        raise AnnotationFormatError(
-            f"{json_file} holds a JSON list: it looks like a COCO *results* file (detections), "
-            "not an instances file with 'images', 'annotations' and 'categories'"
-        )
-    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
-        found = sorted(data) if isinstance(data, dict) else type(data).__name__
-        raise AnnotationFormatError(
-            f"{json_file} is not a COCO instances file: expected a dict with an 'images' list, "
-            f"found {found}"
-        )
-    annotations = data.get("annotations") or []
-    categories = data.get("categories") or []
-    if not isinstance(annotations, list) or not isinstance(categories, list):
-        raise AnnotationFormatError(
-            f"{json_file}: 'annotations' and 'categories' must be lists, got "
-            f"{type(annotations).__name__} and {type(categories).__name__}"
-        )
-    sorted_categories = _sorted_categories(categories, json_file)
-    id_map = {c["id"]: i for i, c in enumerate(sorted_categories)}
-    records, annos_of_image = _image_records(data["images"], json_file, image_root, counts)
-    _check_unique_annotation_ids(annotations, json_file)
-    _attach_annotations(
-        annotations, annos_of_image, id_map, json_file, extra_annotation_keys, counts
-    )
-    return records, sorted_categories
-
-
-def _sorted_categories(categories: list[Any], json_file: str) -> list[dict]:
-    seen: set[Any] = set()
-    for index, cat in enumerate(categories):
-        if not isinstance(cat, dict) or "id" not in cat:
-            raise AnnotationFormatError(
-                f"{json_file}: category {index} has no 'id' (got {cat!r:.100})"
-            )
-        if cat["id"] in seen:
-            raise AnnotationFormatError(
-                f"{json_file}: category id {cat['id']!r} appears more than once (index {index})"
-            )
-        seen.add(cat["id"])
-    try:
-        return sorted(categories, key=lambda c: c["id"])
-    except TypeError:
-        raise AnnotationFormatError(
-            f"{json_file}: category ids cannot be sorted (mixed types): {sorted(map(repr, seen))}"
-        ) from None
-
-
-def _image_records(
-    images: list[Any], json_file: str, image_root: str, counts: _Counts
-) -> tuple[list[dict], dict[Any, list[dict]]]:
-    records: list[dict] = []
-    annos_of_image: dict[Any, list[dict]] = {}
-    for index, img in enumerate(images):
-        try:
-            image_id = img["id"]
-            file_name = img["file_name"]
-        except (KeyError, TypeError):
-            raise AnnotationFormatError(
-                f"{json_file}: image {index} has no 'id' or 'file_name' (got {img!r:.200})"
-            ) from None
-        if not isinstance(file_name, str):
-            raise AnnotationFormatError(
-                f"{json_file}: image {image_id!r} (index {index}) has a file_name of type "
-                f"{type(file_name).__name__}, not a str"
-            )
-        try:
-            duplicate = image_id in annos_of_image
-        except TypeError:
-            raise AnnotationFormatError(
-                f"{json_file}: image {index} has id {image_id!r}; an image id must be a number "
-                "or a string"
-            ) from None
-        if duplicate:
-            raise AnnotationFormatError(
-                f"{json_file}: image id {image_id!r} appears more than once (index {index})"
-            )
-        annos: list[dict] = []
-        annos_of_image[image_id] = annos
-        records.append(
-            image_record(
-                file_name, image_root, img.get("height"), img.get("width"), image_id, annos, counts
-            )
-        )
-    return records, annos_of_image
-
-
-def _check_unique_annotation_ids(annotations: list[Any], json_file: str) -> None:
-    try:
-        ids = [a.get("id") for a in annotations]
-    except AttributeError:
-        bad = next(i for i, a in enumerate(annotations) if not isinstance(a, dict))
-        raise AnnotationFormatError(
-            f"{json_file}: annotation {bad} is a {type(annotations[bad]).__name__}, not a dict"
-        ) from None
-    present = [i for i in ids if i is not None]
-    try:
-        unique = len(set(present))
-    except TypeError:
-        raise AnnotationFormatError(
-            f"{json_file}: annotation ids must be numbers or strings"
-        ) from None
-    if unique != len(present):
-        seen: set[Any] = set()
-        for index, ann_id in enumerate(ids):
-            if ann_id is None:
-                continue
-            if ann_id in seen:
-                raise AnnotationFormatError(
-                    f"{json_file}: annotation id {ann_id!r} appears more than once "
-                    f"(second time at index {index}); annotation ids must be unique"
-                )
-            seen.add(ann_id)
-
-
-def _attach_annotations(
-    annotations: list[dict],
-    annos_of_image: dict[Any, list[dict]],
-    id_map: dict[Any, int],
-    json_file: str,
-    extra_keys: tuple[str, ...],
-    counts: _Counts,
-) -> None:
-    xywh = BoxMode.XYWH_ABS
-    find_image = annos_of_image.get
-    find_category = id_map.get
-    index = 0
-    ann: dict = {}
-    try:
-        for index, ann in enumerate(annotations):
-            target = find_image(ann["image_id"])
-            category = find_category(ann["category_id"])
-            bbox = ann["bbox"]
-            if target is None:
-                counts.skip_orphan(ann.get("id"), ann["image_id"])
-                continue
-            if category is None:
-                raise AnnotationFormatError(
-                    f"{json_file}: annotation {ann.get('id')!r} (index {index}) has category_id "
-                    f"{ann['category_id']!r}, which is not among the file's categories "
-                    f"{sorted(id_map, key=repr)[:20]}"
-                )
-            if len(bbox) != 4:
-                raise AnnotationFormatError(
-                    f"{json_file}: annotation {ann.get('id')!r} (index {index}) has bbox {bbox!r}; "
-                    "a COCO bbox is [x, y, width, height]"
-                )
-            if not (bbox[2] > 0 and bbox[3] > 0):
-                counts.skip_degenerate(ann.get("id"), bbox)
-                continue
-            if ann.get("ignore", 0):
-                counts.ignored += 1
-                continue
-            obj = {
-                "iscrowd": ann.get("iscrowd", 0),
-                "bbox": bbox,
-                "category_id": category,
-                "bbox_mode": xywh,
-            }
-            segm = ann.get("segmentation")
-            if segm:
-                if type(segm) is list:
-                    for polygon in segm:  # the common case: every polygon valid, no copy
-                        if len(polygon) < 6 or len(polygon) & 1:
-                            break
-                    else:
-                        polygon = None
-                    if polygon is not None:
-                        segm = counts.drop_invalid_polygons(segm, ann.get("id"))
-                        if segm is None:
-                            continue
-                elif type(segm) is not dict:
-                    raise AnnotationFormatError(
-                        f"{json_file}: annotation {ann.get('id')!r} (index {index}) has a "
-                        f"segmentation of type {type(segm).__name__}; expected a list of "
-                        "polygons or an RLE dict"
-                    )
-                obj["segmentation"] = segm
-            keypoints = ann.get("keypoints")
-            if keypoints:
-                obj["keypoints"] = [v if i % 3 == 2 else v + 0.5 for i, v in enumerate(keypoints)]
-            for key in extra_keys:
-                if key in ann:
-                    obj[key] = ann[key]
-            target.append(obj)
-    except AnnotationFormatError:
-        raise
-    except (KeyError, TypeError, AttributeError) as exc:
-        ann_id = ann.get("id") if isinstance(ann, dict) else None
-        raise AnnotationFormatError(
-            f"{json_file}: annotation {ann_id!r} (index {index}) is malformed "
-            f"({type(exc).__name__}: {exc}); it needs image_id, category_id and bbox "
-            f"[x, y, w, h], got {ann!r:.300}"
-        ) from None
-
-
 def _report(counts: _Counts, json_file: str) -> None:
     if counts.orphans:
         logger.warning(
@@ -399,6 +247,13 @@ def _report(counts: _Counts, json_file: str) -> None:
             json_file,
             counts.degenerate,
             counts.degenerate_examples,
+        )
+    if counts.negative_area:
+        logger.warning(
+            "%s: skipped %d annotations with a negative area (annotation id, area): %s",
+            json_file,
+            counts.negative_area,
+            counts.negative_area_examples,
         )
     if counts.bad_polygons:
         logger.warning(

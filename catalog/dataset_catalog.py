@@ -153,6 +153,10 @@ class _DatasetCatalog:
                 registered names and the closest matches.
             TypeError: the loader returned something other than a list of dicts (the message
                 names the dataset and the index of the first bad element).
+            SharedAttachError: under torch.distributed, the ranks disagree (dataset, sharing,
+                caching, catmap version), a rank failed to load or attach, or a rank died.
+            NestedLoadError: called inside another dataset's loader while the local ranks
+                share records (get the inner dataset first, on every rank).
         """
         entry = self.entry(name)
         cached = self._cache.get(name)

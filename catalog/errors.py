@@ -16,11 +16,27 @@ __all__ = [
     "RecordFormatError",
     "CacheError",
     "SharedAttachError",
+    "NestedLoadError",
 ]
 
 
 class CatmapError(Exception):
-    """Base class of every error catmap raises on purpose."""
+    """Base class of every error catmap raises on purpose.
+
+    Every subclass pickles with its type, message and attributes (whatever its constructor
+    takes), so an error raised in a DataLoader worker or another rank arrives whole, and can
+    be built from a single message string, as torch's worker re-raise does.
+    """
+
+    def __reduce__(self):
+        return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild_error(cls: type, args: tuple, state: dict) -> CatmapError:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class DatasetNotRegisteredError(CatmapError, KeyError):
@@ -56,3 +72,8 @@ class CacheError(CatmapError, RuntimeError):
 
 class SharedAttachError(CatmapError, RuntimeError):
     """A rank could not attach to the record buffer another local rank published."""
+
+
+class NestedLoadError(CatmapError, RuntimeError):
+    """``DatasetCatalog.get`` was called inside a dataset loader while the local ranks share
+    records: the other ranks wait for the outer dataset and cannot load the inner one with it."""

@@ -4,63 +4,74 @@ A training job runs one process per GPU. Without sharing, every rank parses the 
 file and holds its own serialized copy of the records (detectron2, mmengine). With
 :func:`share_across_local_ranks`, when ``torch.distributed`` is initialized:
 
-1. every rank gathers ``(node id, dataset name)`` from all ranks, which groups ranks by
-   machine (node id = ``$CATMAP_NODE_ID``, else host name + boot id) and checks that all
-   ranks load the same dataset at the same time (a mismatch is a :class:`SharedAttachError`
-   instead of a hang or silently different data);
-2. on each machine the lowest rank (the *leader*) runs the loader. If its records are already
-   memory-mapped from a file (the on-disk cache) that file is published as is; otherwise the
-   records are written once into an anonymous, sealed memory file (``memfd``), which never
-   appears in ``/dev/shm`` and is released by the kernel when the last process using it exits,
-   whatever way it exits;
-3. the leaders' descriptors are gathered by every rank; the other local ranks map the
-   leader's file through ``/proc/<leader pid>/fd/<fd>`` (a new reference to the same memory,
-   no copy) and never run the loader;
-4. a last gather reports whether every rank attached; if one did not, every rank raises a
+1. *handshake*: every rank gathers every rank's settings (machine id, dataset name,
+   ``CATMAP_SHARE``, ``CATMAP_CACHE``, catmap version, pid), which groups ranks by machine
+   (node id = ``$CATMAP_NODE_ID``, else host name + boot id). Ranks that disagree on any
+   of them all raise a :class:`SharedAttachError` naming the ranks and the setting, instead of
+   hanging or silently loading different data. A rank with sharing off takes part in this one
+   gather too (then, if every rank has sharing off, every rank loads on its own);
+2. *publish*: on each machine the lowest rank (the *leader*) runs the loader. If its records
+   are already memory-mapped from a file (the on-disk cache) that file is published as is;
+   otherwise the records are written once into an anonymous, sealed memory file (``memfd``),
+   which never appears in ``/dev/shm`` and is released by the kernel when the last process
+   using it exits, whatever way it exits. The leaders' descriptors are gathered by every rank;
+3. *attach*: the other local ranks map the leader's file through ``/proc/<leader pid>/fd/<fd>``
+   (a new reference to the same memory, no copy) and never run the loader; a last gather
+   reports whether every rank attached; if one did not, every rank raises a
    :class:`SharedAttachError` naming that rank, what it tried and why.
+
+A collective that fails (a rank died, e.g. killed while loading, or stopped taking part until
+the process-group timeout) raises :class:`SharedAttachError` on the surviving ranks, naming the
+dataset, the step and the suspected ranks (:mod:`catalog.local_handshake`).
 
 On systems without ``memfd`` or ``/proc`` the leader writes a file in ``/dev/shm`` (or the
 temporary directory) and unlinks it as soon as every local rank has mapped it (and at exit if
-the job fails before).
+the job fails before). Publishing and attaching live in :mod:`catalog.local_publish`.
 
 DataLoader workers: under ``fork`` the mapping is inherited; under ``spawn``/``forkserver`` the
 records re-map the same memory through ``/proc/<rank pid>/fd/<fd>`` instead of being copied.
 
 Environment:
-    ``CATMAP_SHARE=0`` turns sharing off (every rank loads on its own).
+    ``CATMAP_SHARE=0`` turns sharing off (every rank loads on its own; under
+    ``torch.distributed`` the ranks still exchange their settings once per dataset).
     ``CATMAP_NODE_ID`` overrides the machine identity used to group local ranks.
 
 All ranks must call :func:`share_across_local_ranks` for the same datasets in the same order
-(as with any collective); ``DatasetCatalog.get`` loads each dataset once per process, so
-calling ``get`` for the same names on every rank is enough. A loader that itself calls
-``DatasetCatalog.get`` loads that inner dataset on its own rank only (with a warning): the
-other ranks are already waiting for the outer one. Set ``CATMAP_SHARE=0`` (on every rank) if
-only some ranks load datasets.
+(as with any collective), whatever ``CATMAP_SHARE`` says; ``DatasetCatalog.get`` loads each
+dataset once per process, so calling ``get`` for the same names on every rank is enough. A
+loader that itself calls ``DatasetCatalog.get`` while the ranks share raises
+:class:`NestedLoadError` before any collective (the other ranks wait for the outer dataset and
+cannot take part in loading the inner one): get the inner dataset before the outer one.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
-import fcntl
 import functools
 import logging
-import os
 import pickle
-import socket
 import sys
-import tempfile
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .disk_cache import MappedFile, map_serialized, remap_file, write_serialized
-from .errors import SharedAttachError
+from .errors import NestedLoadError, SharedAttachError
+from .local_handshake import (
+    describe_suspects,
+    gather,
+    node_id,
+    rank_settings,
+    settings_disagreements,
+    sharing_enabled,
+)
+from .local_publish import attach_records, describe_attempt, publish_records, unlink_quietly
 from .serialized_list import SerializedList
 
 __all__ = [
     "LocalGroup",
+    "attach_records",
     "local_group",
     "node_id",
     "publish_records",
@@ -70,44 +81,18 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_OFF_VALUES = {"0", "false", "off", "no"}
 _gloo_cache: dict[str, Any] = {}
 # Threads of one rank must not interleave their collectives (each dataset takes three).
 _collective_lock = threading.RLock()
-# Set while this thread runs a leader's build: a loader that itself calls DatasetCatalog.get
-# loads the inner dataset locally (the other ranks are waiting in a collective already).
+# The dataset whose loader this thread runs as a leader while the other ranks wait.
 _in_build = threading.local()
 
+_HANDSHAKE_SUSPECTS = (
+    "suspected: a rank that died, or one that did not call DatasetCatalog.get for this dataset "
+    "(every rank must load the same datasets in the same order, whatever CATMAP_SHARE says)"
+)
 
-# ---------------------------------------------------------------------------------------
-# topology
-
-
-def node_id() -> str:
-    """This machine's identity: ``$CATMAP_NODE_ID``, else ``<host name>/<boot id>``.
-
-    Example:
-        >>> node_id()  # doctest: +SKIP
-        'gpu-host-3/8c1e5f0a-...'
-    """
-    configured = os.environ.get("CATMAP_NODE_ID")
-    if configured:
-        return configured
-    boot = ""
-    with contextlib.suppress(OSError):  # no /proc: the host name alone identifies the node
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    return f"{socket.gethostname()}/{boot}"
-
-
-def sharing_enabled() -> bool:
-    """Whether cross-rank sharing is on (``CATMAP_SHARE`` is not ``0``/``false``/``off``/``no``).
-
-    Example:
-        >>> sharing_enabled()  # unless CATMAP_SHARE=0 is set  # doctest: +SKIP
-        True
-    """
-    return os.environ.get("CATMAP_SHARE", "1").strip().lower() not in _OFF_VALUES
+Build = Callable[[], tuple[SerializedList, dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -166,12 +151,6 @@ def _collective_group(dist: Any) -> Any:
     return group
 
 
-def _all_gather(dist: Any, group: Any, value: Any) -> list[Any]:
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, value, group=group)
-    return out
-
-
 def local_group(gathered: list[tuple[str, Any]], rank: int) -> LocalGroup:
     """Group ranks by node from every rank's ``(node id, ...)`` tuple.
 
@@ -188,176 +167,18 @@ def local_group(gathered: list[tuple[str, Any]], rank: int) -> LocalGroup:
     return LocalGroup(rank=rank, ranks=ranks, node=node, leaders=leaders)
 
 
-# ---------------------------------------------------------------------------------------
-# publishing and attaching
-
-
-def _memfd_usable() -> bool:
-    return hasattr(os, "memfd_create") and os.path.isdir(f"/proc/{os.getpid()}/fd")
-
-
-def _descriptor_of(records: SerializedList, transport: str) -> dict[str, Any] | None:
-    # The records' owner is a MappedFile when they are memory-mapped (cache file or memfd).
-    owner = getattr(records, "_shared_owner", None)
-    if not isinstance(owner, MappedFile) or owner.fd < 0:
-        return None
-    return {
-        "transport": transport,
-        "pid": os.getpid(),
-        "fd": owner.fd,
-        "device": owner.device,
-        "inode": owner.inode,
-        "path": owner.path,
-        "size": owner.size,
-        "crc": owner.header.get("payload_crc32"),
-        "num_records": len(records),
-    }
-
-
-def _seal(fd: int) -> None:
-    seals = 0
-    for flag in ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE"):
-        seals |= getattr(fcntl, flag, 0)
-    add_seals = getattr(fcntl, "F_ADD_SEALS", None)
-    if add_seals is None or not seals:
-        return
-    try:
-        fcntl.fcntl(fd, add_seals, seals)
-    except OSError as exc:  # sealing is a safety net, not a requirement
-        logger.debug("could not seal the memory file: %s", exc)
-
-
-def publish_records(records: SerializedList) -> tuple[SerializedList, dict[str, Any], str | None]:
-    """Put ``records`` where other local processes can map them.
-
-    Records already mapped from a file are published as they are. Others are written into an
-    anonymous sealed memory file (``memfd``) or, where that is not available, a file in
-    ``/dev/shm`` / the temporary directory that the caller must unlink once every local rank
-    has attached.
-
-    Returns:
-        ``(records, descriptor, path_to_unlink)``: the records now backed by the published
-        memory (the private copy can be freed), a picklable descriptor for
-        :func:`attach_records`, and the file to unlink later (``None`` for memfd and cache
-        files).
-
-    Example:
-        >>> mapped, desc, to_unlink = publish_records(SerializedList([{"a": 1}]))
-        >>> mapped[0], desc["num_records"]
-        ({'a': 1}, 1)
-    """
-    existing = _descriptor_of(records, "file")
-    if existing is not None and existing["path"] is not None:
-        return records, existing, None
-    name = records.name or "records"
-    if _memfd_usable():
-        fd = os.memfd_create(
-            f"catmap:{name}"[:240], os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0)
-        )
-        try:
-            with os.fdopen(os.dup(fd), "wb") as out:
-                write_serialized(out, records, checksum=False)
-            _seal(fd)
-            mapped, _ = map_serialized(fd=fd, name=records.name, verify=False)
-        except BaseException:
-            os.close(fd)
-            raise
-        descriptor = _descriptor_of(mapped, "memfd")
-        if descriptor is None:  # pragma: no cover - map_serialized always sets the owner
-            raise SharedAttachError(f"could not publish the records of {name!r}")
-        return mapped, descriptor, None
-    directory = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    fd, path = tempfile.mkstemp(prefix="catmap-", suffix=".records", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            write_serialized(out, records, checksum=False)
-        mapped, _ = map_serialized(path, name=records.name, verify=False)
-    except BaseException:
-        _unlink(path)
-        raise
-    descriptor = _descriptor_of(mapped, "file")
-    if descriptor is None:  # pragma: no cover
-        raise SharedAttachError(f"could not publish the records of {name!r}")
-    return _without_reopen(mapped), descriptor, path
-
-
-def _without_reopen(records: SerializedList) -> SerializedList:
-    """The same mapped records, sent to spawn workers through torch shared memory (for
-    files that are unlinked right after attaching and cannot be re-opened by path)."""
-    owner = getattr(records, "_shared_owner", None)
-    return SerializedList.from_arrays(
-        records.buffer, records.ends, records.columns, name=records.name, owner=owner
-    )
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        logger.warning("could not remove shared records file %s: %s", path, exc)
-
-
-def attach_records(descriptor: dict[str, Any], name: str | None) -> SerializedList:
-    """Map the records another local process published with :func:`publish_records`.
-
-    Raises:
-        OSError, CacheError: the memory could not be opened or mapped (the caller wraps them
-            into a :class:`SharedAttachError`).
-    """
-    if descriptor["transport"] == "memfd" or descriptor["path"] is None:
-        records = remap_file(
-            descriptor["pid"],
-            descriptor["fd"],
-            descriptor["device"],
-            descriptor["inode"],
-            None,
-            None,
-            descriptor["size"],
-            name,
-        )
-    elif _memfd_usable():
-        records = remap_file(
-            descriptor["pid"],
-            descriptor["fd"],
-            descriptor["device"],
-            descriptor["inode"],
-            descriptor["path"],
-            descriptor["crc"],
-            descriptor["size"],
-            name,
-        )
-    else:
-        records = _without_reopen(map_serialized(descriptor["path"], name=name, verify=False)[0])
-    if len(records) != descriptor["num_records"]:
-        raise OSError(
-            f"mapped {len(records)} records but the publisher has {descriptor['num_records']}"
-        )
-    return records
-
-
-def _describe_attempt(descriptor: dict[str, Any]) -> str:
-    target = f"/proc/{descriptor['pid']}/fd/{descriptor['fd']}"
-    if descriptor["transport"] == "memfd":
-        return f"mapping the leader's memory file {target} ({descriptor['size']} bytes)"
-    return f"mapping {descriptor['path']} (via {target}, {descriptor['size']} bytes)"
-
-
-# ---------------------------------------------------------------------------------------
-# the collective
-
-
 def share_across_local_ranks(
     name: str,
-    build: Callable[[], tuple[SerializedList, dict[str, Any]]],
+    build: Build,
     *,
     on_attach: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[SerializedList, dict[str, Any]]:
     """Run ``build`` once per machine and share its records with the other local ranks.
 
-    Without ``torch.distributed`` initialized, with one rank per machine, or with
-    ``CATMAP_SHARE=0``, this is just ``build()``.
+    Without ``torch.distributed`` initialized or with a single rank, this is just ``build()``.
+    With several ranks, every rank first exchanges its settings (also with ``CATMAP_SHARE=0``);
+    then, if every rank has sharing off or every machine has one rank, each rank runs
+    ``build()`` itself.
 
     Args:
         name: the dataset name (checked to be the same on every rank).
@@ -370,9 +191,13 @@ def share_across_local_ranks(
         machine and backed by one shared copy.
 
     Raises:
-        SharedAttachError: on every rank when the ranks disagree on the dataset, when a
-            machine's leader failed to load (the leader itself re-raises its own error), or
-            when a rank could not attach (the message names the rank, what it tried and why).
+        SharedAttachError: on every rank when the ranks disagree on the dataset, sharing,
+            caching or catmap version; when a machine's leader failed to load (the leader
+            itself re-raises its own error); when a rank could not attach (the message names
+            the rank, what it tried and why); when a collective failed because a rank died or
+            timed out (the message names the step and the suspected ranks).
+        NestedLoadError: called from inside a loader this rank runs for the other local ranks
+            (raised before any collective; the other ranks then get a SharedAttachError).
 
     Example:
         >>> records, extra = share_across_local_ranks("toy", lambda: (SerializedList([{"a": 1}]), {}))
@@ -380,15 +205,17 @@ def share_across_local_ranks(
         {'a': 1}
     """
     dist = _dist()
-    if dist is None or dist.get_world_size() == 1 or not sharing_enabled():
+    if dist is None or dist.get_world_size() == 1:
         return build()
-    if getattr(_in_build, "active", False):
-        logger.warning(
-            "dataset %r is loaded inside another dataset's loader: loading it on this rank "
-            "only, without sharing",
-            name,
+    outer = getattr(_in_build, "name", None)
+    if outer is not None:
+        raise NestedLoadError(
+            f"rank {dist.get_rank()}: dataset {name!r} was requested (DatasetCatalog.get) inside "
+            f"the loader of dataset {outer!r}, which this rank runs for the other local ranks "
+            f"while they wait; they cannot load {name!r} with it. Call "
+            f"DatasetCatalog.get({name!r}) on every rank before DatasetCatalog.get({outer!r}), "
+            f"or call the loader function of {name!r} directly inside the outer loader"
         )
-        return build()
     with _collective_lock:
         return _share_collectively(dist, name, build, on_attach)
 
@@ -396,31 +223,53 @@ def share_across_local_ranks(
 def _share_collectively(
     dist: Any,
     name: str,
-    build: Callable[[], tuple[SerializedList, dict[str, Any]]],
+    build: Build,
     on_attach: Callable[[dict[str, Any]], None] | None,
 ) -> tuple[SerializedList, dict[str, Any]]:
     group = _collective_group(dist)
     rank = dist.get_rank()
-    gathered = _all_gather(dist, group, (node_id(), name))
-    names = {item[1] for item in gathered}
-    if len(names) > 1:
-        by_rank = ", ".join(f"rank {r}: {item[1]!r}" for r, item in enumerate(gathered))
-        raise SharedAttachError(
-            f"rank {rank}: ranks are loading different datasets at the same time ({by_rank}); "
-            "every rank must call DatasetCatalog.get for the same datasets in the same order"
-        )
-    topology = local_group(gathered, rank)
-    if all(len([g for g in gathered if g[0] == node]) == 1 for node in topology.leaders):
+    mine = rank_settings(name)
+    settings = gather(
+        dist,
+        group,
+        mine,
+        name=name,
+        step="handshake",
+        suspects=lambda: _HANDSHAKE_SUSPECTS,
+    )
+    problems = settings_disagreements(settings, name)
+    if problems:
+        raise SharedAttachError(f"rank {rank}: dataset {name!r}: " + "; ".join(problems))
+    if not mine["share"]:
+        return build()  # every rank has sharing off
+    topology = local_group([(s["node"], s["name"]) for s in settings], rank)
+    per_node = Counter(s["node"] for s in settings)
+    if max(per_node.values()) == 1:
         return build()  # one rank per machine: nothing to share
-    return _share(dist, group, topology, name, build, on_attach)
+    return _share(dist, group, topology, settings, name, build, on_attach)
+
+
+def _run_leader(topology: LocalGroup, name: str, build: Build) -> tuple[Any, Any, str | None]:
+    """Run ``build`` on a leader and publish the records: ``(records, published, to_unlink)``."""
+    _in_build.name = name
+    try:
+        records, extra = build()
+    finally:
+        _in_build.name = None
+    if len(topology.ranks) == 1:
+        return (records, extra), None, None
+    pickle.dumps(extra)  # fail here, not inside the collective
+    records, descriptor, to_unlink = publish_records(records)
+    return (records, extra), ("ok", descriptor, extra), to_unlink
 
 
 def _share(
     dist: Any,
     group: Any,
     topology: LocalGroup,
+    settings: list[dict[str, Any]],
     name: str,
-    build: Callable[[], tuple[SerializedList, dict[str, Any]]],
+    build: Build,
     on_attach: Callable[[dict[str, Any]], None] | None,
 ) -> tuple[SerializedList, dict[str, Any]]:
     rank = topology.rank
@@ -430,25 +279,30 @@ def _share(
     unlink_at_exit: Callable[[], None] | None = None
     failure: BaseException | None = None
     published: Any = None
+    loaders = sorted(set(topology.leaders.values()) - {rank})
     try:
         if topology.is_leader:
             try:
-                _in_build.active = True
-                try:
-                    records, extra = build()
-                finally:
-                    _in_build.active = False
-                if len(topology.ranks) > 1:
-                    pickle.dumps(extra)  # fail here, not inside the collective
-                    records, descriptor, to_unlink = publish_records(records)
-                    if to_unlink is not None:
-                        unlink_at_exit = functools.partial(_unlink, to_unlink)
-                        atexit.register(unlink_at_exit)
-                    published = ("ok", descriptor, extra)
+                (records, extra), published, to_unlink = _run_leader(topology, name, build)
+                if to_unlink is not None:
+                    unlink_at_exit = functools.partial(unlink_quietly, to_unlink)
+                    atexit.register(unlink_at_exit)
             except BaseException as exc:  # report to the other ranks, then re-raise
                 failure = exc
                 published = ("error", f"{type(exc).__name__}: {exc}", None)
-        everything = _all_gather(dist, group, published)
+        everything = gather(
+            dist,
+            group,
+            published,
+            name=name,
+            step="publish",
+            suspects=lambda: describe_suspects(
+                rank,
+                settings,
+                loaders or [r for r in range(len(settings)) if r != rank],
+                "loading the dataset" if loaders else "waiting for the records",
+            ),
+        )
         failed_leaders = [(r, p[1]) for r, p in enumerate(everything) if p and p[0] == "error"]
         if failed_leaders:
             if failure is not None:
@@ -470,10 +324,22 @@ def _share(
                     "error",
                     f"rank {rank} (local rank {topology.local_rank} on node {topology.node!r}) "
                     f"could not attach to the records of dataset {name!r} published by rank "
-                    f"{topology.leader}: tried {_describe_attempt(descriptor)}; "
+                    f"{topology.leader}: tried {describe_attempt(descriptor)}; "
                     f"{type(exc).__name__}: {exc}",
                 )
-        statuses = _all_gather(dist, group, status)
+        statuses = gather(
+            dist,
+            group,
+            status,
+            name=name,
+            step="attach",
+            suspects=lambda: describe_suspects(
+                rank,
+                settings,
+                [r for r in range(len(settings)) if r != rank],
+                "attaching to the records",
+            ),
+        )
         errors = [s[1] for s in statuses if s[0] != "ok"]
         if errors:
             raise SharedAttachError("; ".join(errors))
@@ -481,7 +347,7 @@ def _share(
             on_attach(extra)
     finally:
         if to_unlink is not None:
-            _unlink(to_unlink)
+            unlink_quietly(to_unlink)
         if unlink_at_exit is not None:
             atexit.unregister(unlink_at_exit)
     if records is None:  # pragma: no cover - every path above sets records or raises

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+# numpy >= 2 imports numpy.random lazily, on first attribute access. Import it here, at module
+# import time: a first access on a background thread (a torchdata.nodes prefetcher) while
+# another thread forks a worker leaves the child holding the import lock forever.
+import numpy.random  # noqa: F401
+
 __all__ = ["derive_seed", "numpy_generator", "torch_generator"]
 
 

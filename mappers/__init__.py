@@ -38,11 +38,13 @@ from .errors import (
     ImageNotFoundError,
     ImageReadError,
     ImageSizeMismatchError,
+    ImageTooLargeError,
     MapFuncPickleError,
     PipelineStepError,
     RefetchExhaustedError,
     UnsupportedImageFormatError,
 )
+from .image_header import get_max_image_pixels, set_max_image_pixels
 from .image_io import available_jpeg_decoders, decode_image, read_image
 from .instances import Instances
 from .opencv_threads import limit_opencv_threads
@@ -50,6 +52,8 @@ from .random_state import get_generator, seed_generator, use_generator
 from .transforms import TransformError
 
 __all__ = [
+    "get_max_image_pixels",
+    "set_max_image_pixels",
     "TRANSFORMS",
     "AnnotationsToInstances",
     "ApplyAugmentations",
@@ -59,6 +63,7 @@ __all__ = [
     "ImageNotFoundError",
     "ImageReadError",
     "ImageSizeMismatchError",
+    "ImageTooLargeError",
     "Instances",
     "KeypointFlipError",
     "LoadImage",

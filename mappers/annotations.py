@@ -33,6 +33,13 @@ import torch
 from catalog.box_mode import BoxMode
 from catalog.errors import CatmapError, RecordFormatError
 
+from .geometry_checks import (
+    check_keypoints,
+    check_polygons,
+    check_rle,
+    coordinate_bound,
+    input_size_of,
+)
 from .instances import Instances
 from .transforms.transform import HFlipTransform, Transform, TransformList
 
@@ -78,12 +85,22 @@ def _mask_utils(purpose: str) -> Any:
     return mask_utils
 
 
-def rle_to_bitmask(rle: Mapping[str, Any], *, context: str | None = None) -> np.ndarray:
+def rle_to_bitmask(
+    rle: Mapping[str, Any],
+    *,
+    context: str | None = None,
+    image_size: tuple[int, int] | None = None,
+) -> np.ndarray:
     """Decode a COCO RLE dict (compressed or uncompressed counts) to an HxW uint8 mask.
+
+    The dict is checked before pycocotools sees it (see :mod:`mappers.geometry_checks`):
+    ``size`` against ``image_size`` (when given) and the pixel limit, the runs adding up to
+    height * width.
 
     Raises:
         MissingDependencyError: pycocotools is not installed.
-        RecordFormatError: the dict lacks ``size`` / ``counts`` or cannot be decoded.
+        RecordFormatError: the dict lacks ``size`` / ``counts``, its size differs from
+            ``image_size``, or its counts are malformed.
 
     Example:
         >>> rle_to_bitmask({"size": [2, 2], "counts": [1, 2, 1]}).tolist()
@@ -91,46 +108,49 @@ def rle_to_bitmask(rle: Mapping[str, Any], *, context: str | None = None) -> np.
     """
     mask_utils = _mask_utils("decoding an RLE segmentation")
     where = _where(context, rle)
-    if "size" not in rle or "counts" not in rle:
-        raise RecordFormatError(
-            f"{where}: RLE segmentation needs keys 'size' and 'counts', got {sorted(rle)}"
-        )
+    height, width, counts = check_rle(rle, where, image_size)
     try:
-        height, width = (int(v) for v in rle["size"])
-        counts = rle["counts"]
         if isinstance(counts, list):
             encoded = mask_utils.frPyObjects(
                 {"size": [height, width], "counts": counts}, height, width
             )
         else:
-            encoded = {
-                "size": [height, width],
-                "counts": counts.encode() if isinstance(counts, str) else counts,
-            }
+            encoded = {"size": [height, width], "counts": counts}
         mask = mask_utils.decode(encoded)
     except (TypeError, ValueError) as exc:
         raise RecordFormatError(f"{where}: cannot decode RLE segmentation ({exc})") from exc
     return np.ascontiguousarray(mask, dtype=np.uint8)
 
 
-def polygons_to_bitmask(polygons: Sequence[Any], height: int, width: int) -> np.ndarray:
+def polygons_to_bitmask(
+    polygons: Sequence[Any], height: int, width: int, *, context: str | None = None
+) -> np.ndarray:
     """Rasterize polygons (flat ``[x0, y0, ...]`` lists/arrays) into one HxW uint8 mask.
 
-    Uses pycocotools, so masks match COCO's. An empty list gives an all-zero mask.
+    Uses pycocotools, so masks match COCO's. An empty list gives an all-zero mask. The
+    coordinates are checked first: finite and within
+    :func:`~mappers.geometry_checks.coordinate_bound` of the image (pycocotools' rasterizer
+    crashes the process on huge values).
 
     Raises:
         MissingDependencyError: pycocotools is not installed.
+        RecordFormatError: malformed polygons, a non-finite or out-of-bound coordinate
+            (``context`` starts the message).
 
     Example:
         >>> int(polygons_to_bitmask([[0, 0, 4, 0, 4, 4, 0, 4]], 6, 6).sum())
         16
     """
+    height, width = int(height), int(width)
+    if height <= 0 or width <= 0:
+        raise ValueError(f"polygons_to_bitmask: the mask size must be positive, got {height}x{width}")
     if len(polygons) == 0:
         return np.zeros((height, width), dtype=np.uint8)
     mask_utils = _mask_utils("rasterizing polygons into a bitmask")
-    rles = mask_utils.frPyObjects(
-        [np.asarray(p, dtype=np.float64).reshape(-1).tolist() for p in polygons], height, width
+    arrays = _polygons_as_arrays(
+        polygons, context or "polygons_to_bitmask", bound=coordinate_bound(height, width)
     )
+    rles = mask_utils.frPyObjects([p.tolist() for p in arrays], height, width)
     return np.ascontiguousarray(mask_utils.decode(mask_utils.merge(rles)), dtype=np.uint8)
 
 
@@ -142,8 +162,13 @@ def _as_transform(transforms: Transform | Sequence[Transform]) -> TransformList:
     return TransformList(list(transforms))
 
 
-def _polygons_as_arrays(segm: Sequence[Any], where: str | Callable[[], str]) -> list[np.ndarray]:
-    """Validate polygons and return them as flat float64 arrays (``where`` names the source)."""
+def _polygons_as_arrays(
+    segm: Sequence[Any], where: str | Callable[[], str], bound: float | None = None
+) -> list[np.ndarray]:
+    """Validate polygons and return them as flat float64 arrays (``where`` names the source).
+
+    Every coordinate must be finite, and at most ``bound`` in absolute value when given.
+    """
     arrays = []
     for j, polygon in enumerate(segm):
         if (
@@ -169,6 +194,11 @@ def _polygons_as_arrays(segm: Sequence[Any], where: str | Callable[[], str]) -> 
                 "needs an even count of at least 6 (x, y pairs)"
             )
         arrays.append(arr)
+    try:
+        check_polygons(arrays, "", bound)
+    except RecordFormatError as exc:
+        label = where() if callable(where) else where
+        raise RecordFormatError(f"{label}{exc}") from None
     return arrays
 
 
@@ -181,6 +211,7 @@ def _keypoints_as_array(keypoints: Any, where: str) -> np.ndarray:
         raise RecordFormatError(
             f"{where}: key 'keypoints' has {arr.size} numbers, not a multiple of 3 (x, y, v)"
         )
+    check_keypoints(arr, where)
     return arr.reshape(-1, 3)
 
 
@@ -418,6 +449,12 @@ def _transform_many(
     polygon_groups: list[list[np.ndarray]] = []
     keypoint_owners: list[int] = []
     keypoint_arrays: list[np.ndarray] = []
+    # The image size before the transforms (None when a transform hides it): RLE sizes must
+    # equal it and polygons must lie near it, checked before pycocotools or a transform runs.
+    input_size = bound = None
+    if any("segmentation" in obj for obj in annotations):
+        input_size = input_size_of(transforms, (h, w))
+        bound = None if input_size is None else coordinate_bound(*input_size)
     for i, obj in enumerate(annotations):
         if "segmentation" in obj:
             segm = obj["segmentation"]
@@ -426,12 +463,12 @@ def _transform_many(
                 polygon_groups.append(
                     [
                         p.reshape(-1, 2)
-                        for p in _polygons_as_arrays(segm, functools.partial(where, i))
+                        for p in _polygons_as_arrays(segm, functools.partial(where, i), bound)
                     ]
                 )
             elif isinstance(segm, Mapping):
                 obj["segmentation"] = transforms.apply_segmentation(
-                    rle_to_bitmask(segm, context=where(i))
+                    rle_to_bitmask(segm, context=where(i), image_size=input_size)
                 )
             elif isinstance(segm, np.ndarray) and segm.ndim == 2:
                 obj["segmentation"] = transforms.apply_segmentation(segm)
@@ -555,7 +592,17 @@ def annotations_to_instances(
         instances.gt_masks = torch.zeros((0, h, w), dtype=torch.uint8)
 
     if _all_or_none_have(annos, "keypoints", prefix, "them"):
-        kps = [np.asarray(obj["keypoints"], dtype=np.float32).reshape(-1) for obj in annos]
+        kps = []
+        for i, obj in enumerate(annos):
+            try:
+                kp = np.asarray(obj["keypoints"], dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError):
+                raise RecordFormatError(
+                    f"{_where(prefix + f'instance {i}', obj)}: key 'keypoints' is not a list "
+                    "of numbers"
+                ) from None
+            check_keypoints(kp, _where(prefix + f"instance {i}", obj))
+            kps.append(kp.astype(np.float32))
         sizes = {k.size for k in kps}
         if len(sizes) != 1 or kps[0].size % 3 != 0:
             raise RecordFormatError(
@@ -581,7 +628,11 @@ def _masks(
                     "which mask_format='polygon' cannot hold; use mask_format='bitmask'"
                 )
             masks.append(
-                _polygons_as_arrays(segm, functools.partial(_where, prefix + f"instance {i}", obj))
+                _polygons_as_arrays(
+                    segm,
+                    functools.partial(_where, prefix + f"instance {i}", obj),
+                    coordinate_bound(h, w),
+                )
             )
         return masks
     bitmasks = np.empty((len(annos), h, w), dtype=np.uint8)
@@ -589,9 +640,9 @@ def _masks(
         segm = obj["segmentation"]
         where = _where(prefix + f"instance {i}", obj)
         if isinstance(segm, (list, tuple)):
-            bitmasks[i] = polygons_to_bitmask(_polygons_as_arrays(segm, where), h, w)
+            bitmasks[i] = polygons_to_bitmask(segm, h, w, context=where)
         elif isinstance(segm, Mapping):
-            mask = rle_to_bitmask(segm, context=where)
+            mask = rle_to_bitmask(segm, context=where, image_size=(h, w))
             if mask.shape != (h, w):
                 raise RecordFormatError(
                     f"{where}: key 'segmentation' RLE has size {mask.shape}, image is {(h, w)}"

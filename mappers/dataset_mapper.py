@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import os
 import pickle
 from collections.abc import Sequence
@@ -38,12 +37,12 @@ from catalog.errors import RecordFormatError
 
 from . import transforms as T
 from ._fast_path import (
-    NotPlannable,
     OwnedImageAugInput,
-    ShapeOnlyAugInput,
+    Plan,
     apply_planned,
     box_only_instances,
     is_plannable,
+    plan_transforms,
 )
 from .annotations import (
     annotations_to_instances,
@@ -53,7 +52,8 @@ from .annotations import (
 from .errors import ImageReadError, ImageSizeMismatchError
 from .image_io import read_image
 from .instances import Instances
-from .random_state import get_generator, use_generator
+from .random_state import get_generator
+from .record_size import record_image_size
 
 __all__ = [
     "DatasetMapper",
@@ -119,8 +119,9 @@ def check_image_size(record: dict[str, Any], image: np.ndarray) -> None:
     """
     h, w = int(image.shape[0]), int(image.shape[1])
     expected_h, expected_w = record.get("height"), record.get("width")
-    if expected_h is not None and expected_w is not None:
-        if (int(expected_h), int(expected_w)) != (h, w):
+    expected = record_image_size(record)  # RecordFormatError for a malformed size
+    if expected is not None:
+        if expected != (h, w):
             raise ImageSizeMismatchError(
                 f"image {record.get('file_name')!r} (image_id={record.get('image_id')!r}) has "
                 f"size (h={h}, w={w}) but its record says (h={expected_h}, w={expected_w}); "
@@ -140,14 +141,17 @@ def read_segmentation(file_name: str | os.PathLike[str]) -> np.ndarray:
 
     Raises:
         ImageNotFoundError / ImageReadError: missing or undecodable file (names the path).
+        ImageTooLargeError: over the pixel limit (checked before decoding).
     """
     from PIL import Image
 
-    from .errors import ImageNotFoundError
+    from .errors import ImageNotFoundError, ImageTooLargeError
+    from .image_header import check_pixel_limit
 
     path = os.fspath(file_name)
     try:
         with Image.open(path) as img:
+            check_pixel_limit(img.size[1], img.size[0], path)  # before any pixel is decoded
             img.load()
             mode = img.mode
             if mode in ("L", "P"):
@@ -156,23 +160,16 @@ def read_segmentation(file_name: str | os.PathLike[str]) -> np.ndarray:
                 return np.array(img, dtype=np.int32)
     except FileNotFoundError as exc:
         raise ImageNotFoundError(f"segmentation file not found: {path}", path) from exc
+    except ImageReadError:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise ImageTooLargeError(f"segmentation file {path}: {exc}", path) from exc
     except OSError as exc:
         raise ImageReadError(f"cannot read segmentation file {path}: {exc}", path) from exc
     raise ImageReadError(
         f"segmentation file {path} has mode {mode!r}; expected a single-channel label map "
         "(L, P, I or I;16)",
         path,
-    )
-
-
-def _is_reduction(size: tuple[int, int], record: dict[str, Any]) -> bool:
-    """True when ``size`` is the record's size decoded at 1/2, 1/4 or 1/8 scale."""
-    height, width = record.get("height"), record.get("width")
-    if height is None or width is None:
-        return False
-    height, width = int(height), int(width)
-    return any(
-        size == (math.ceil(height / factor), math.ceil(width / factor)) for factor in (2, 4, 8)
     )
 
 
@@ -186,10 +183,11 @@ def read_record_image(
     """Read ``record["file_name"]`` and check its size (filling height/width when absent).
 
     With ``min_size`` a JPEG may come back decoded at 1/2, 1/4 or 1/8 of the record's size
-    (see :func:`~mappers.image_io.read_image`); any other size is a mismatch.
+    (see :func:`~mappers.image_io.read_image`): the header's full size is checked against
+    the record before decoding, and the decoded size must be exactly the reduced one.
 
     Raises:
-        RecordFormatError: the record has no ``file_name``.
+        RecordFormatError: the record has no ``file_name``, or a malformed height/width.
         ImageReadError: the image cannot be read.
         ImageSizeMismatchError: the image's size differs from the record's.
     """
@@ -198,9 +196,12 @@ def read_record_image(
         raise RecordFormatError(
             f"record ({_record_name(record)}) has no 'file_name' key; keys: {sorted(record)}"
         )
-    image = read_image(file_name, image_format, min_size=min_size, decoder=decoder)
-    if min_size is not None and _is_reduction(tuple(image.shape[:2]), record):
-        return image
+    expected = record_image_size(record)
+    image = read_image(
+        file_name, image_format, min_size=min_size, decoder=decoder, expected_size=expected
+    )
+    if min_size is not None and expected is not None:
+        return image  # read_image checked the full size and the exact reduced size
     check_image_size(record, image)
     return image
 
@@ -446,15 +447,11 @@ class DatasetMapper(_InstanceOptions):
         """Map one record; see the class docstring."""
         record = _copy_for_mapping(dataset_dict)
         plan = None
-        if (
-            self._plannable
-            and "sem_seg_file_name" not in record
-            and record.get("height") is not None
-            and record.get("width") is not None
-        ):
+        size = record_image_size(record)  # RecordFormatError for a malformed height/width
+        if self._plannable and "sem_seg_file_name" not in record and size is not None:
             # The record's size is enough to draw the transforms before decoding.
             channels = 1 if self.image_format == "L" else 3
-            plan = self._plan((int(record["height"]), int(record["width"]), channels))
+            plan = self._plan((size[0], size[1], channels))
         min_size = self._reduced_size(plan) if plan is not None else None
         try:
             image = read_record_image(
@@ -487,24 +484,12 @@ class DatasetMapper(_InstanceOptions):
             )
         return record
 
-    def _plan(self, shape: tuple[int, ...]) -> ShapeOnlyAugInput | None:
-        """Draw the transforms for an image of ``shape`` without touching pixels."""
-        plan = ShapeOnlyAugInput(shape, np.dtype(np.uint8))
-        drawn: list[T.Transform] = []
-        try:
-            # What AugmentationList.__call__ does, minus its per-augmentation bookkeeping:
-            # these augmentation types take exactly the image and draw from the generator.
-            with use_generator(get_generator()):
-                for aug in self.augmentations.augs:
-                    tfm = aug.get_transform(plan.image)
-                    plan.transform(tfm)
-                    drawn.append(tfm)
-        except NotPlannable:  # a transform the plan does not know: the general path runs
-            return None  # instead (the generator advanced, which is harmless)
-        plan.transforms = T.TransformList(drawn)
-        return plan
+    def _plan(self, shape: tuple[int, ...]) -> Plan | None:
+        """Draw the transforms for an image of ``shape`` without touching pixels (None: the
+        general path runs instead; see :func:`~mappers._fast_path.plan_transforms`)."""
+        return plan_transforms(self.augmentations.augs, shape)
 
-    def _reduced_size(self, plan: ShapeOnlyAugInput) -> tuple[int, int] | None:
+    def _reduced_size(self, plan: Plan) -> tuple[int, int] | None:
         """The output size when reduced decoding is on and the plan shrinks 2x or more."""
         if not self.reduced_decode:
             return None

@@ -5,10 +5,13 @@ record gives no usable sample" (an unreadable image, a crop without boxes); anot
 then tried. Unlike detectron2 (fixed seed 42 in every worker, endless loop when every record
 fails) and mmengine (global RNG, bare ``Exception``), the retries here are
 
-* drawn from a generator seeded from ``(seed, DataLoader worker id)``: reproducible for a seed
-  and different in each worker, without touching global random state;
-* never drawn from the indices already known to fail in this process;
-* bounded: ``max_refetch`` consecutive failures for one request, or no candidate left, raise
+* drawn from the sample's own generators (:mod:`mappers.random_state`): attempt ``a`` of the
+  sample draws its replacement index, and maps it, with a generator derived from (seed, the
+  sample's global stream position, ``a``) inside a catmap loader, or from (seed, index, ``a``)
+  without one. The replacement depends on nothing else: not on the worker, the number of
+  workers, what failed earlier in the process, or a restore; global random state is never
+  drawn from;
+* bounded: ``max_refetch`` consecutive failures for one request raise
   :class:`~mappers.errors.RefetchExhaustedError`.
 """
 
@@ -23,15 +26,15 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils import data
 
-from catalog.seeding import derive_seed, numpy_generator
+from catalog.seeding import derive_seed
 from catalog.serialized_list import SerializedList
 
 from ._function_pickle import unwrap, wrap_for_pickling
 from .errors import RefetchExhaustedError
+from .random_state import attempt_generator, current_sample, index_sample_seed
 
 __all__ = [
     "DEFAULT_MAX_REFETCH",
@@ -108,34 +111,16 @@ class DatasetFromList(data.Dataset):
 
 
 class _ProcessState:
-    """Refetch bookkeeping that belongs to one process (never pickled, reset after fork)."""
+    """Failure statistics of one process (never pickled, reset after fork). They feed the
+    warnings and :meth:`MapDataset.failure_stats` only: no result depends on them."""
 
-    __slots__ = ("pid", "rng", "excluded", "ever_failed", "warned", "num_failures")
+    __slots__ = ("pid", "ever_failed", "warned", "num_failures")
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self) -> None:
         self.pid = os.getpid()
-        info = data.get_worker_info()
-        worker_id = info.id if info is not None else None
-        self.rng = numpy_generator(seed, worker_id)
-        self.excluded: set[int] = set()
         self.ever_failed: set[int] = set()
         self.warned: set[int] = set()
         self.num_failures = 0
-
-    def draw(self, n: int) -> int | None:
-        """A uniformly drawn index in [0, n) that is not excluded; None when none is left."""
-        excluded = self.excluded
-        if len(excluded) >= n:
-            return None
-        if 2 * len(excluded) <= n:
-            # Rejection sampling: each draw succeeds with probability >= 1/2.
-            for _ in range(64):
-                candidate = int(self.rng.integers(n))
-                if candidate not in excluded:
-                    return candidate
-        blocked = np.fromiter(excluded, dtype=np.int64, count=len(excluded))
-        candidates = np.setdiff1d(np.arange(n, dtype=np.int64), blocked, assume_unique=True)
-        return int(candidates[self.rng.integers(len(candidates))])
 
 
 def _file_name_of(record: Any) -> str | None:
@@ -188,7 +173,8 @@ class _MapBase:
         self._map_func = wrap_for_pickling(map_func)
         self.max_refetch = max_refetch
         # seed=None: derived from the main process's torch seed at construction time, so it
-        # is fixed for this dataset object and shipped to every worker.
+        # is fixed for this dataset object and shipped to every worker. Used only outside a
+        # sample-seeded loader (the loader's sample seeds already carry its seed).
         self.seed = int(seed) if seed is not None else derive_seed(torch.initial_seed())
         self._state: _ProcessState | None = None
 
@@ -208,7 +194,7 @@ class _MapBase:
     def _process_state(self) -> _ProcessState:
         state = self._state
         if state is None or state.pid != os.getpid():
-            state = self._state = _ProcessState(self.seed)
+            state = self._state = _ProcessState()
         return state
 
     def failure_stats(self) -> dict[str, Any]:
@@ -235,11 +221,19 @@ class MapDataset(_MapBase, data.Dataset):
     """Apply ``map_func`` to every record; a None result is replaced by another record's.
 
     ``ds[i]`` returns ``map_func(dataset[i])``. When that is None, another index is drawn
-    (uniformly, from a numpy generator seeded with ``derive_seed(seed, worker_id)`` created
-    lazily in the process that uses it; ``worker_id`` is None in the main process) among the
-    indices not known to fail in this process, until a result is not None. An index that
-    fails is excluded from later draws until a direct request for it succeeds. One warning
-    is logged per failing index per process.
+    uniformly from ``[0, len)`` and mapped, until a result is not None. Attempt ``a`` (0 is
+    the requested index) draws from its own generator (see :mod:`mappers.random_state`):
+
+    * inside a catmap loader (``mappers.random_state.sample_scope``, entered for each sample
+      with the seed of its global stream position), the sample's attempt generator: the
+      replacement index and every augmentation draw of that attempt come from it, and the
+      global RNGs are seeded from it;
+    * otherwise, ``attempt_generator(index_sample_seed(seed, i), a)`` for the index only
+      (augmentations draw from the current generator, as in any other code).
+
+    So the records a request ends up mapping depend only on (seed, position or index,
+    attempt), never on the worker or on earlier failures. One warning is logged per failing
+    index per process.
 
     An IterableDataset input gives a :class:`MapIterableDataset` that skips None results.
 
@@ -249,14 +243,13 @@ class MapDataset(_MapBase, data.Dataset):
             pickled by value with cloudpickle when the dataset is sent to spawn workers.
         max_refetch: how many other indices to try after the requested one maps to None;
             ``max_refetch + 1`` consecutive failures raise RefetchExhaustedError.
-        seed: the refetch seed. None draws one from ``torch.initial_seed()`` of the process
-            that constructs the dataset (the main process), at construction time. The
-            generator depends on (seed, worker id) only: pass a seed that includes the rank
-            (e.g. ``derive_seed(seed, rank)``) for different retries on each rank.
+        seed: the refetch seed used outside a sample-seeded loader. None draws one from
+            ``torch.initial_seed()`` of the process that constructs the dataset (the main
+            process), at construction time.
 
     Raises:
-        RefetchExhaustedError: (a RuntimeError) from ``ds[i]`` when too many records in a
-            row map to None, or every record is known to fail.
+        RefetchExhaustedError: (a RuntimeError) from ``ds[i]`` when ``max_refetch + 1``
+            records in a row map to None.
 
     Example:
         >>> ds = MapDataset([1, 2, 3, 4], lambda x: x * 10 if x % 2 == 0 else None, seed=0)
@@ -278,11 +271,17 @@ class MapDataset(_MapBase, data.Dataset):
             raise IndexError(f"MapDataset: index {requested} out of range for {n} records")
         if requested < 0:
             requested += n
+        sample = current_sample()
+        own_seed = index_sample_seed(self.seed, requested) if sample is None else 0
         current = requested
         recent: collections.deque[int] = collections.deque(maxlen=_LAST_FAILED_SHOWN)
-        tried = 0
         map_func = self._map_func
-        while True:
+        for attempt in range(self.max_refetch + 1):
+            if attempt:
+                if sample is not None:
+                    current = int(sample.next_attempt().integers(n))
+                else:
+                    current = int(attempt_generator(own_seed, attempt).integers(n))
             record = self._dataset[current]
             try:
                 result = map_func(record)
@@ -292,36 +291,22 @@ class MapDataset(_MapBase, data.Dataset):
                     context += f", refetched for requested index {requested}"
                 _extend_exception(exc, context)
                 raise
-            tried += 1
             if result is not None:
-                state.excluded.discard(current)
                 return result
             self._record_failure(state, current, record)
             recent.append(current)
-            if tried > self.max_refetch:
-                raise RefetchExhaustedError(
-                    f"MapDataset: index {requested} and {tried - 1} refetched indices all "
-                    f"mapped to None (max_refetch={self.max_refetch}); last failing indices: "
-                    f"{list(recent)}. {state.num_failures} failures so far in this process.",
-                    index=requested,
-                    tried=tried,
-                    last_failed=list(recent),
-                )
-            nxt = state.draw(n)
-            if nxt is None:
-                raise RefetchExhaustedError(
-                    f"MapDataset: index {requested} mapped to None and no candidate is left: "
-                    f"all {n} records are known to fail in this process (tried {tried} for "
-                    f"this request; last failing indices: {list(recent)}).",
-                    index=requested,
-                    tried=tried,
-                    last_failed=list(recent),
-                )
-            current = nxt
+        tried = self.max_refetch + 1
+        raise RefetchExhaustedError(
+            f"MapDataset: index {requested} and {tried - 1} refetched indices all mapped to "
+            f"None (max_refetch={self.max_refetch}); last failing indices: {list(recent)}. "
+            f"{state.num_failures} failures so far in this process.",
+            index=requested,
+            tried=tried,
+            last_failed=list(recent),
+        )
 
     def _record_failure(self, state: _ProcessState, index: int, record: Any) -> None:
         state.num_failures += 1
-        state.excluded.add(index)
         state.ever_failed.add(index)
         if index not in state.warned:
             state.warned.add(index)

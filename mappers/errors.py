@@ -15,6 +15,7 @@ __all__ = [
     "RefetchExhaustedError",
     "ImageReadError",
     "ImageNotFoundError",
+    "ImageTooLargeError",
     "ImageSizeMismatchError",
     "UnsupportedImageFormatError",
     "MapFuncPickleError",
@@ -33,23 +34,18 @@ class RefetchExhaustedError(CatmapError, RuntimeError):
         last_failed: the most recent failing indices, oldest first.
     """
 
-    def __init__(self, message: str, *, index: int, tried: int, last_failed: list[int]) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        index: int | None = None,
+        tried: int | None = None,
+        last_failed: list[int] | None = None,
+    ) -> None:
         super().__init__(message)
         self.index = index
         self.tried = tried
-        self.last_failed = list(last_failed)
-
-    def __reduce__(self):  # keep the attributes when sent back from a DataLoader worker
-        return (
-            _rebuild_refetch_error,
-            (str(self), self.index, self.tried, self.last_failed),
-        )
-
-
-def _rebuild_refetch_error(
-    message: str, index: int, tried: int, last_failed: list[int]
-) -> RefetchExhaustedError:
-    return RefetchExhaustedError(message, index=index, tried=tried, last_failed=last_failed)
+        self.last_failed = list(last_failed or [])
 
 
 class ImageReadError(CatmapError, OSError):
@@ -62,12 +58,29 @@ class ImageReadError(CatmapError, OSError):
     def __str__(self) -> str:  # OSError formats its args specially; keep the plain message.
         return str(self.args[0]) if self.args else ""
 
-    def __reduce__(self):
-        return (type(self), (str(self), self.path))
-
 
 class ImageNotFoundError(ImageReadError, FileNotFoundError):
     """The image file does not exist."""
+
+
+class ImageTooLargeError(ImageReadError):
+    """An image's header declares more pixels than the decoder limit allows.
+
+    Checked from the header, before any pixel is decoded. Attributes: ``path``, ``pixels``
+    (height * width from the header) and ``limit``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        path: str | None = None,
+        *,
+        pixels: int | None = None,
+        limit: int | None = None,
+    ) -> None:
+        super().__init__(message, path)
+        self.pixels = pixels
+        self.limit = limit
 
 
 class ImageSizeMismatchError(CatmapError, ValueError):

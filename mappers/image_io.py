@@ -1,11 +1,30 @@
-"""Read images into HWC uint8 numpy arrays, with a fast JPEG path and EXIF orientation.
+"""Read images into HWC uint8 numpy arrays: fast JPEG decoders, bounded, identical results.
 
 ``read_image`` decodes with Pillow by default. For JPEG files, a faster decoder is used when
 one is installed, tried in this order: simplejpeg, PyTurboJPEG, OpenCV (all libjpeg-turbo with
-the accurate DCT, so pixels match Pillow's up to decoder rounding). The EXIF orientation is
-read from the JPEG header and applied on every path, the same way Pillow's
-``ImageOps.exif_transpose`` does. When the caller knows the image will be shrunk at least 2x,
-``min_size`` lets the decoder skip work by decoding at 1/2, 1/4 or 1/8 scale (JPEG only).
+the accurate DCT, so pixels match Pillow's up to decoder rounding).
+
+Every decoder gives the same answer for the same bytes:
+
+* **Pixel limit.** The size declared in the header is checked against
+  :func:`~mappers.image_header.get_max_image_pixels` (default 89,478,485, Pillow's
+  ``Image.MAX_IMAGE_PIXELS``) before any pixel is decoded:
+  :class:`~mappers.errors.ImageTooLargeError`.
+* **Corrupt JPEGs.** The marker structure is checked once for every decoder (truncated
+  file, no end-of-image marker, a stray marker inside the scan data): ImageReadError.
+  simplejpeg and PyTurboJPEG stop at any libjpeg warning and hand the file to Pillow, so
+  damage libjpeg repairs (e.g. a few wrong bytes inside the entropy-coded data) decodes,
+  and damage it cannot repair fails, exactly as with Pillow; OpenCV, which cannot report
+  libjpeg warnings, relies on the structural check (and agreed with Pillow on every fuzzed
+  file, see tests/test_fuzz_images.py).
+* **EXIF orientation** is read from the Exif/XMP segments wherever they sit before the
+  first scan, with Pillow's EXIF parser, and applied the way ``ImageOps.exif_transpose``
+  does, whatever the decoder.
+* **16-bit images** are scaled to 8 bits with ``value >> 8`` (or kept as uint16 with
+  ``keep_16bit=True``), never clipped.
+* **Expected size.** With ``expected_size`` the header's (oriented) size is compared with it
+  before decoding, and a reduced decode (``min_size``) must have exactly the reduced size:
+  :class:`~mappers.errors.ImageSizeMismatchError`.
 
 The decoder can be forced with the ``decoder`` argument or the ``CATMAP_JPEG_DECODER``
 environment variable (``pillow``, ``simplejpeg``, ``turbojpeg``, ``opencv``).
@@ -13,17 +32,30 @@ environment variable (``pillow``, ``simplejpeg``, ``turbojpeg``, ``opencv``).
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 import os
-import struct
 from collections.abc import Callable
 from functools import lru_cache
 
 import numpy as np
 
-from .errors import ImageNotFoundError, ImageReadError, UnsupportedImageFormatError
+from .errors import (
+    ImageNotFoundError,
+    ImageReadError,
+    ImageSizeMismatchError,
+    UnsupportedImageFormatError,
+)
+from .image_header import (
+    _UNSET,
+    _checked_limit,
+    check_pixel_limit,
+    get_max_image_pixels,
+    jpeg_exif_orientation,
+    parse_jpeg,
+    png_header,
+)
+from .image_pillow import apply_exif_orientation, decode_with_pillow, to_format
 from .opencv_threads import get_cv2
 
 __all__ = [
@@ -49,111 +81,26 @@ _JPEG_MAGIC = b"\xff\xd8\xff"
 _REDUCTIONS = (8, 4, 2)
 
 
-# --------------------------------------------------------------------------- EXIF orientation
-
-
-def jpeg_exif_orientation(data: bytes | memoryview) -> int:
-    """The EXIF orientation tag (1..8) stored in a JPEG's APP1 segment; 1 when absent.
-
-    Only the header segments before the image data are scanned.
-
-    Example:
-        >>> jpeg_exif_orientation(b"\\xff\\xd8\\xff\\xd9")
-        1
-    """
-    view = memoryview(data)
-    n = len(view)
-    pos = 2
-    while pos + 4 <= n:
-        if view[pos] != 0xFF:
-            return 1
-        marker = view[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
-            pos += 2
-            continue
-        if not (0xE0 <= marker <= 0xEF or marker == 0xFE):
-            # EXIF lives in an APP1 segment, which comes before the tables and the frame
-            return 1
-        (length,) = struct.unpack_from(">H", view, pos + 2)
-        if length < 2:
-            return 1
-        if marker == 0xE1 and bytes(view[pos + 4 : pos + 10]) == b"Exif\x00\x00":
-            return _tiff_orientation(view[pos + 10 : pos + 2 + length])
-        pos += 2 + length
-    return 1
-
-
-def _tiff_orientation(tiff: memoryview) -> int:
-    if len(tiff) < 8:
-        return 1
-    order = bytes(tiff[:2])
-    if order == b"II":
-        endian = "<"
-    elif order == b"MM":
-        endian = ">"
-    else:
-        return 1
-    (ifd,) = struct.unpack_from(endian + "I", tiff, 4)
-    if ifd + 2 > len(tiff):
-        return 1
-    (count,) = struct.unpack_from(endian + "H", tiff, ifd)
-    for k in range(count):
-        entry = ifd + 2 + 12 * k
-        if entry + 12 > len(tiff):
-            return 1
-        tag, typ = struct.unpack_from(endian + "HH", tiff, entry)
-        if tag == 0x0112:
-            if typ == 3:  # SHORT
-                (value,) = struct.unpack_from(endian + "H", tiff, entry + 8)
-            elif typ == 4:  # LONG, written by a few tools
-                (value,) = struct.unpack_from(endian + "I", tiff, entry + 8)
-            else:
-                return 1
-            return int(value) if 1 <= value <= 8 else 1
-    return 1
-
-
-def apply_exif_orientation(image: np.ndarray, orientation: int) -> np.ndarray:
-    """Rotate/flip an HWC array as EXIF ``orientation`` says (what Pillow's exif_transpose does).
-
-    Returns a C-contiguous array (``image`` itself for orientation 1).
-
-    Example:
-        >>> apply_exif_orientation(np.arange(6, dtype=np.uint8).reshape(2, 3, 1), 6).shape
-        (3, 2, 1)
-    """
-    if orientation == 2:
-        out = image[:, ::-1]
-    elif orientation == 3:
-        out = image[::-1, ::-1]
-    elif orientation == 4:
-        out = image[::-1]
-    elif orientation == 5:
-        out = image.transpose(1, 0, 2)
-    elif orientation == 6:
-        out = np.rot90(image, -1)
-    elif orientation == 7:
-        out = image[::-1, ::-1].transpose(1, 0, 2)
-    elif orientation == 8:
-        out = np.rot90(image, 1)
-    else:
-        return image
-    return np.ascontiguousarray(out)
-
-
-# --------------------------------------------------------------------------- decoders
+def _pillow_draft_scale(height: int, width: int, factor: int) -> int:
+    """The scale Pillow's JPEG ``draft`` picks when asked for 1/factor of the size."""
+    scale = min(width // max(1, width // factor), height // max(1, height // factor))
+    return next(s for s in (8, 4, 2, 1) if scale >= s)
 
 
 def _reduction_for(height: int, width: int, min_size: tuple[int, int] | None) -> int:
-    """Largest factor in (8, 4, 2) keeping ceil(h/f) >= min_h and ceil(w/f) >= min_w; else 1."""
+    """Largest factor in (8, 4, 2) keeping ceil(h/f) >= min_h and ceil(w/f) >= min_w; else 1.
+
+    Only factors every decoder (Pillow's draft included) reproduces exactly are used.
+    """
     if min_size is None:
         return 1
     min_h, min_w = min_size
     for factor in _REDUCTIONS:
-        if math.ceil(height / factor) >= min_h and math.ceil(width / factor) >= min_w:
+        if (
+            math.ceil(height / factor) >= min_h
+            and math.ceil(width / factor) >= min_w
+            and _pillow_draft_scale(height, width, factor) == factor
+        ):
             return factor
     return 1
 
@@ -169,22 +116,21 @@ def _stored_min_size(
     return (int(min_size[0]), int(min_size[1]))
 
 
-def _decode_simplejpeg(data: bytes, fmt: str, min_size: tuple[int, int] | None) -> np.ndarray:
+def _decode_simplejpeg(data: bytes, fmt: str, height: int, width: int, factor: int) -> np.ndarray:
     import simplejpeg
 
     colorspace = {"RGB": "RGB", "BGR": "BGR", "L": "GRAY"}[fmt]
-    if min_size is None:
-        return simplejpeg.decode_jpeg(data, colorspace=colorspace)
-    height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-    factor = _reduction_for(height, width, min_size)
+    # strict: any libjpeg warning raises, and Pillow (the same libjpeg) decides instead, so
+    # a damaged file decodes or fails exactly as with Pillow.
     if factor == 1:
-        return simplejpeg.decode_jpeg(data, colorspace=colorspace)
+        return simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=True)
     return simplejpeg.decode_jpeg(
         data,
         colorspace=colorspace,
         min_height=math.ceil(height / factor),
         min_width=math.ceil(width / factor),
         min_factor=factor,
+        strict=True,
     )
 
 
@@ -195,32 +141,24 @@ def _turbojpeg_instance():  # -> turbojpeg.TurboJPEG
     return TurboJPEG()
 
 
-def _decode_turbojpeg(data: bytes, fmt: str, min_size: tuple[int, int] | None) -> np.ndarray:
+def _decode_turbojpeg(data: bytes, fmt: str, height: int, width: int, factor: int) -> np.ndarray:
     import turbojpeg
 
-    jpeg = _turbojpeg_instance()
     pixel_format = {"RGB": turbojpeg.TJPF_RGB, "BGR": turbojpeg.TJPF_BGR, "L": turbojpeg.TJPF_GRAY}[
         fmt
     ]
-    factor = 1
-    if min_size is not None:
-        width, height, _, _ = jpeg.decode_header(data)
-        factor = _reduction_for(height, width, min_size)
     scaling = None if factor == 1 else (1, factor)
-    image = jpeg.decode(data, pixel_format=pixel_format, scaling_factor=scaling)
-    return image
+    # stop on warnings, as simplejpeg's strict mode: Pillow then decides for damaged files
+    flags = getattr(turbojpeg, "TJFLAG_STOPONWARNING", 0)
+    return _turbojpeg_instance().decode(
+        data, pixel_format=pixel_format, scaling_factor=scaling, flags=flags
+    )
 
 
-def _decode_opencv(data: bytes, fmt: str, min_size: tuple[int, int] | None) -> np.ndarray:
+def _decode_opencv(data: bytes, fmt: str, height: int, width: int, factor: int) -> np.ndarray:
     cv2 = get_cv2()
     if cv2 is None:
         raise ImportError("OpenCV is not installed")
-
-    factor = 1
-    if min_size is not None:
-        header = _jpeg_size(data)
-        if header is not None:
-            factor = _reduction_for(header[0], header[1], min_size)
     gray = fmt == "L"
     flag = {
         (1, False): cv2.IMREAD_COLOR,
@@ -240,57 +178,7 @@ def _decode_opencv(data: bytes, fmt: str, min_size: tuple[int, int] | None) -> n
     return image
 
 
-def _jpeg_size(data: bytes) -> tuple[int, int] | None:
-    """(height, width) from a JPEG's SOF segment, or None."""
-    view = memoryview(data)
-    pos = 2
-    n = len(view)
-    while pos + 9 <= n:
-        if view[pos] != 0xFF:
-            return None
-        marker = view[pos + 1]
-        if marker == 0xFF:
-            pos += 1
-            continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
-            pos += 2
-            continue
-        (length,) = struct.unpack_from(">H", view, pos + 2)
-        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            height, width = struct.unpack_from(">HH", view, pos + 5)
-            return int(height), int(width)
-        if marker in (0xDA, 0xD9) or length < 2:
-            return None
-        pos += 2 + length
-    return None
-
-
-def _decode_pillow(data: bytes, fmt: str, min_size: tuple[int, int] | None) -> np.ndarray:
-    from PIL import Image, ImageOps
-
-    with Image.open(io.BytesIO(data)) as img:
-        if img.format == "JPEG" and (min_size is not None or fmt == "L"):
-            # Grayscale straight from the luma channel, as the fast decoders do.
-            if min_size is None:
-                draft_size = img.size
-            else:
-                orientation = img.getexif().get(0x0112, 1)
-                min_h, min_w = _stored_min_size(min_size, orientation) or min_size
-                draft_size = (min_w, min_h)
-            img.draft("L" if fmt == "L" else "RGB", draft_size)
-        img = ImageOps.exif_transpose(img)
-        img = img.convert("L" if fmt == "L" else "RGB")
-        array = np.asarray(img)
-    if fmt == "L":
-        array = array[:, :, None]
-    elif fmt == "BGR":
-        array = array[:, :, ::-1]
-    if not array.flags.writeable:
-        return array.copy()  # ndarray.copy is C-ordered
-    return np.ascontiguousarray(array)
-
-
-_FAST_DECODERS: dict[str, Callable[[bytes, str, tuple[int, int] | None], np.ndarray]] = {
+_FAST_DECODERS: dict[str, Callable[[bytes, str, int, int, int], np.ndarray]] = {
     "simplejpeg": _decode_simplejpeg,
     "turbojpeg": _decode_turbojpeg,
     "opencv": _decode_opencv,
@@ -352,6 +240,81 @@ def _check_format(fmt: str | None) -> str:
     return fmt
 
 
+def _mismatch(source: str, what: str, got: tuple[int, int], expected: tuple[int, int]):
+    return ImageSizeMismatchError(
+        f"image {source} has {what} (h={got[0]}, w={got[1]}) but (h={expected[0]}, "
+        f"w={expected[1]}) was expected; fix the annotation file or the image (EXIF "
+        "orientation is applied)"
+    )
+
+
+def _decode_jpeg(
+    data: bytes,
+    fmt: str,
+    name: str,
+    min_size: tuple[int, int] | None,
+    expected_size: tuple[int, int] | None,
+    source: str,
+    limit: int | None,
+) -> np.ndarray:
+    header = parse_jpeg(data, source)
+    height, width, orientation = header.height, header.width, header.orientation
+    check_pixel_limit(height, width, source, limit=limit)
+    oriented = (width, height) if orientation >= 5 else (height, width)
+    if expected_size is not None and oriented != expected_size:
+        raise _mismatch(source, "size", oriented, expected_size)
+    factor = _reduction_for(height, width, _stored_min_size(min_size, orientation))
+    reduced = (math.ceil(height / factor), math.ceil(width / factor))
+    image: np.ndarray | None = None
+    fast_error: Exception | None = None
+    if name != "pillow":
+        try:
+            image = _FAST_DECODERS[name](data, fmt, height, width, factor)
+        except Exception as exc:  # e.g. CMYK or an unusual JPEG: Pillow gets a try
+            fast_error = exc
+            logger.debug("%s failed on %s (%s); falling back to Pillow", name, source, exc)
+    if image is None:
+        try:
+            image = decode_with_pillow(
+                data, fmt, source=source, limit=limit, reduce=factor, orientation=1,
+                size_checked=True,
+            )
+        except ImageReadError:
+            raise
+        except Exception as exc:
+            detail = f"{type(exc).__name__}: {exc}"
+            if fast_error is not None:
+                detail += f"; {name}: {type(fast_error).__name__}: {fast_error}"
+            raise ImageReadError(f"cannot decode image {source}: {detail}", source) from exc
+    if image.ndim == 2:
+        image = image[:, :, None]
+    if tuple(image.shape[:2]) != reduced:  # a decoder that ignored the header: never trust it
+        raise ImageReadError(
+            f"cannot decode image {source}: the decoder returned size {image.shape[:2]}, the "
+            f"header declares {reduced} at 1/{factor} scale",
+            source,
+        )
+    return apply_exif_orientation(image, orientation)
+
+
+def _decode_16bit_color_opencv(data: bytes, fmt: str, source: str) -> np.ndarray:
+    """A 16-bit color PNG as uint16 (Pillow reads those as 8 bits)."""
+    cv2 = get_cv2()
+    if cv2 is None:
+        raise UnsupportedImageFormatError(
+            f"read_image: {source} is a 16-bit color image; keep_16bit=True needs OpenCV for it"
+        )
+    image = cv2.imdecode(
+        np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION
+    )
+    if image is None or image.dtype != np.uint16 or image.ndim != 3:
+        raise ImageReadError(f"cannot decode image {source}: OpenCV could not read it", source)
+    image = image[:, :, 2::-1]  # BGR(A) -> RGB
+    if fmt == "L":
+        return cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2GRAY)[:, :, None]
+    return to_format(image, fmt)
+
+
 def decode_image(
     data: bytes,
     format: str | None = None,
@@ -359,6 +322,9 @@ def decode_image(
     min_size: tuple[int, int] | None = None,
     decoder: str | None = None,
     source: str = "<bytes>",
+    expected_size: tuple[int, int] | None = None,
+    max_pixels: int | None | object = _UNSET,
+    keep_16bit: bool = False,
 ) -> np.ndarray:
     """Decode encoded image bytes; see :func:`read_image` for the arguments.
 
@@ -371,25 +337,42 @@ def decode_image(
     """
     fmt = _check_format(format)
     name = _check_decoder(decoder.lower()) if decoder else default_jpeg_decoder()
-    fast_error: Exception | None = None
-    if name != "pillow" and data[:3] == _JPEG_MAGIC:
-        orientation = jpeg_exif_orientation(data)
-        try:
-            image = _FAST_DECODERS[name](data, fmt, _stored_min_size(min_size, orientation))
-        except Exception as exc:  # e.g. CMYK or an unusual JPEG: Pillow gets a try
-            fast_error = exc
-            logger.debug("%s failed on %s (%s); falling back to Pillow", name, source, exc)
-        else:
-            if image.ndim == 2:
-                image = image[:, :, None]
-            return apply_exif_orientation(image, orientation)
+    limit = get_max_image_pixels() if max_pixels is _UNSET else _checked_limit(max_pixels, source)
+    if expected_size is not None:
+        expected_size = (int(expected_size[0]), int(expected_size[1]))
+    if data[:3] == _JPEG_MAGIC:
+        return _decode_jpeg(data, fmt, name, min_size, expected_size, source, limit)
+    png = png_header(data)
+    if png is not None:
+        check_pixel_limit(png.height, png.width, source, limit=limit)
     try:
-        return _decode_pillow(data, fmt, min_size)
+        if keep_16bit and png is not None and png.bit_depth == 16 and png.color_type in (2, 6):
+            image = _decode_16bit_color_opencv(data, fmt, source)
+            image = apply_exif_orientation(image, _pillow_orientation(data))
+        else:
+            image = decode_with_pillow(
+                data, fmt, source=source, limit=limit, keep_16bit=keep_16bit,
+                size_checked=png is not None,
+            )
+    except (ImageReadError, UnsupportedImageFormatError):
+        raise
     except Exception as exc:
-        detail = f"{type(exc).__name__}: {exc}"
-        if fast_error is not None:
-            detail += f"; {name}: {type(fast_error).__name__}: {fast_error}"
-        raise ImageReadError(f"cannot decode image {source}: {detail}", source) from exc
+        raise ImageReadError(
+            f"cannot decode image {source}: {type(exc).__name__}: {exc}", source
+        ) from exc
+    if expected_size is not None and tuple(image.shape[:2]) != expected_size:
+        raise _mismatch(source, "size", tuple(image.shape[:2]), expected_size)
+    return image
+
+
+def _pillow_orientation(data: bytes) -> int:
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as img:
+        img.load()
+        return int(img.getexif().get(0x0112, 1) or 1)
 
 
 def read_image(
@@ -398,6 +381,9 @@ def read_image(
     *,
     min_size: tuple[int, int] | None = None,
     decoder: str | None = None,
+    expected_size: tuple[int, int] | None = None,
+    max_pixels: int | None | object = _UNSET,
+    keep_16bit: bool = False,
 ) -> np.ndarray:
     """Read an image file into an HWC uint8 array with its EXIF orientation applied.
 
@@ -410,13 +396,21 @@ def read_image(
             tells the scale. None decodes at full size.
         decoder: force a JPEG decoder ("pillow", "simplejpeg", "turbojpeg", "opencv");
             default :func:`default_jpeg_decoder`. Other formats always use Pillow.
+        expected_size: (height, width) the image must have (after EXIF orientation); for a
+            JPEG it is checked from the header, before decoding.
+        max_pixels: pixel limit for this call (None: no limit); default
+            :func:`~mappers.image_header.get_max_image_pixels`.
+        keep_16bit: return uint16 samples for 16-bit images instead of scaling to 8 bits.
 
     Returns:
-        A C-contiguous, writable uint8 array of shape (H, W, 3) or (H, W, 1).
+        A C-contiguous, writable array of shape (H, W, 3) or (H, W, 1); uint8 (uint16 for a
+        16-bit image with ``keep_16bit``).
 
     Raises:
         ImageNotFoundError: (a FileNotFoundError) the file does not exist.
+        ImageTooLargeError: (an ImageReadError) the header declares more pixels than allowed.
         ImageReadError: (an OSError) the file cannot be read or decoded; names the path.
+        ImageSizeMismatchError: (a ValueError) the size differs from ``expected_size``.
         UnsupportedImageFormatError: (a ValueError) ``format`` is not RGB, BGR or L.
 
     Example:
@@ -433,4 +427,13 @@ def read_image(
         raise ImageNotFoundError(f"image file not found: {path}", path) from exc
     except OSError as exc:
         raise ImageReadError(f"cannot read image file {path}: {exc}", path) from exc
-    return decode_image(data, format, min_size=min_size, decoder=decoder, source=path)
+    return decode_image(
+        data,
+        format,
+        min_size=min_size,
+        decoder=decoder,
+        source=path,
+        expected_size=expected_size,
+        max_pixels=max_pixels,
+        keep_16bit=keep_16bit,
+    )

@@ -2,13 +2,16 @@
 
 from .batch import ResumableBatchSampler
 from .concat import ConcatSampler
+from .device import to_device
 from .distributed import get_rank, get_world_size, shared_random_seed
 from .errors import (
+    LoaderTimeoutError,
     NotResumableError,
     ReshardError,
     SamplerConfigError,
     SamplerError,
     SamplerStateError,
+    StateMismatchError,
 )
 from .grouped_batch import GroupedBatchSampler, aspect_ratio_group_ids
 from .inference import InferenceSampler
@@ -23,8 +26,10 @@ from .registry import SAMPLERS, build_train_sampler
 from .repeat_factor import RepeatFactorTrainingSampler, repeat_factors_from_category_frequency
 from .resumable_loader import ResumableLoader
 from .sample_seed import SampleSeededDataset, StreamPositions, sample_seed
+from .slab_pool import TransportError
 from .stream import PassSampler
 from .training import TrainingSampler
+from .worker_errors import LoaderWorkerError, WorkerExitedError
 from .worker_seed import WorkerSeeder, worker_init_reset_seed
 
 __all__ = [
@@ -51,6 +56,8 @@ __all__ = [
     "SamplerConfigError",
     "SamplerError",
     "SamplerStateError",
+    "StateMismatchError",
+    "LoaderTimeoutError",
     "TrainingSampler",
     "aspect_ratio_group_ids",
     "get_rank",
@@ -58,4 +65,8 @@ __all__ = [
     "repeat_factors_from_category_frequency",
     "sample_seed",
     "shared_random_seed",
+    "to_device",
+    "LoaderWorkerError",
+    "TransportError",
+    "WorkerExitedError",
 ]

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from torch.utils.data import Sampler
 
 from .errors import NotResumableError
 from .sample_seed import StreamPositions
-from .state import check_state, is_stateful, make_state
+from .state import check_state, is_legacy_state, is_stateful, make_state
+from .state_fields import LEGACY_NOTE, LoadNotes, check_config, prepare_nested
 
 __all__ = ["ResumableBatchSampler", "check_batch_size"]
 
@@ -81,9 +82,26 @@ class ResumableBatchSampler(Sampler[list[int]]):
         n = len(self.sampler)  # TypeError for endless samplers, as for any unsized sampler
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
+    def _config(self) -> dict[str, Any]:
+        """The fingerprint: batch size over all ranks (re-sharding keeps it) and drop_last."""
+        return {
+            "global_batch_size": self.batch_size * self._positions.world_size,
+            "drop_last": self.drop_last,
+        }
+
     def state_dict(self) -> dict[str, Any]:
-        """The wrapped sampler's state and the global position of the next draw, valid
-        between batches."""
+        """The wrapped sampler's state, the global position of the next draw and the
+        configuration fingerprint; valid between batches.
+
+        Raises:
+            NotResumableError: the wrapped sampler has no ``state_dict``.
+
+        Example:
+            >>> from samplers import TrainingSampler
+            >>> b = ResumableBatchSampler(TrainingSampler(5, seed=0, rank=0, world_size=1), 2)
+            >>> _ = next(iter(b)); b.state_dict()["position"], b.state_dict()["config"]
+            (2, {'global_batch_size': 2, 'drop_last': False})
+        """
         if not is_stateful(self.sampler):
             raise NotResumableError(
                 f"ResumableBatchSampler: {type(self.sampler).__name__} has no state_dict(); use a "
@@ -91,31 +109,53 @@ class ResumableBatchSampler(Sampler[list[int]]):
             )
         return make_state(
             "ResumableBatchSampler",
-            batch_size=self.batch_size,
             position=self._positions.next,
             sampler=self.sampler.state_dict(),
+            config=self._config(),
         )
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore the wrapped sampler and the position count; the batch size may differ (e.g.
-        another world size).
+    def load_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
+        """Restore the wrapped sampler and the position count. The per-rank batch size may
+        differ (another world size) as long as the batch size over all ranks is the same.
+
+        Args:
+            state_dict: a state from :meth:`state_dict` (untrusted input).
+            strict: raise :class:`StateMismatchError` when the state was saved with another
+                global batch size, ``drop_last`` or sampler configuration; False loads it
+                anyway, logging one warning.
 
         Raises:
-            SamplerStateError: malformed state (e.g. a missing or negative ``position``).
+            StateMismatchError: the configuration differs (``key`` names the field).
+            SamplerStateError: malformed state (e.g. a missing or negative ``position``); a
+                rejected state leaves the batch sampler and its sampler unchanged.
             NotResumableError: the wrapped sampler has no ``load_state_dict``.
         """
-        state = check_state(state_dict, "ResumableBatchSampler", ["sampler", "position"])
+        notes = LoadNotes()
+        commit = self._prepare_load(state_dict, strict=bool(strict), notes=notes)
+        notes.emit("ResumableBatchSampler")
+        commit()
+
+    def _prepare_load(
+        self, state_dict: Any, *, strict: bool, notes: LoadNotes
+    ) -> Callable[[], None]:
+        """Check a whole state without changing anything; returns the function that applies it."""
+        name = "ResumableBatchSampler"
+        if is_legacy_state(state_dict):
+            state = check_state(state_dict, name, ["sampler", "position"], ["batch_size"])
+            notes.add(LEGACY_NOTE)
+        else:
+            state = check_state(state_dict, name, ["sampler", "position", "config"], ())
+            check_config(state["config"], self._config(), name, strict=strict, notes=notes)
         if not is_stateful(self.sampler):
             raise NotResumableError(
                 f"ResumableBatchSampler: {type(self.sampler).__name__} has no load_state_dict()"
             )
-        if state.get("batch_size", self.batch_size) != self.batch_size:
-            logger.info(
-                "ResumableBatchSampler: saved with batch size %s, continuing with %d",
-                state["batch_size"],
-                self.batch_size,
-            )
         positions = StreamPositions(self.sampler)
-        positions.load(state["position"], "ResumableBatchSampler")
-        self.sampler.load_state_dict(state["sampler"])
-        self._positions = positions
+        positions.load(state["position"], name)
+        load_sampler = prepare_nested(self.sampler, state["sampler"], strict=strict, notes=notes)
+
+        def commit() -> None:
+            load_sampler()
+            self._positions = positions
+
+        return commit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,7 +12,8 @@ import torch
 
 from catalog.seeding import derive_seed, torch_generator
 
-from .errors import SamplerStateError
+from .errors import SamplerStateError, StateMismatchError
+from .state_fields import LoadNotes
 from .stream import PassSampler
 from .training import TrainingSampler, check_size
 
@@ -120,7 +121,8 @@ class ConcatSampler(PassSampler):
             elif not isinstance(part, PassSampler):
                 raise TypeError(
                     f"ConcatSampler: sampler of part {j} must be a catmap training sampler "
-                    f"(TrainingSampler, RepeatFactorTrainingSampler, ...), got {type(part).__name__}"
+                    f"(TrainingSampler, RepeatFactorTrainingSampler, ...), got "
+                    f"{type(part).__name__}"
                 )
             elif getattr(part, "dataset_size", size) != size:
                 raise ValueError(
@@ -160,37 +162,49 @@ class ConcatSampler(PassSampler):
     def _capture_pass_start(self) -> Any:
         return [part.state_dict() for part in self._parts]
 
-    def _restore_pass_start(self, saved: Any) -> None:
-        if saved is None:
-            return
-        if not isinstance(saved, list) or len(saved) != len(self._parts):
+    def _prepare_pass_start(
+        self, saved: Any, *, strict: bool, notes: LoadNotes
+    ) -> Callable[[], None]:
+        if saved is None and not strict:
+            notes.add("the state holds no part positions: the parts continue where they are")
+            return lambda: None
+        if not isinstance(saved, (list, tuple)) or len(saved) != len(self._parts):
             raise SamplerStateError(
                 f"ConcatSampler.load_state_dict: 'pass_start' must hold {len(self._parts)} part "
-                f"states, got {saved!r:.200}"
+                f"states, got {type(saved).__name__} {repr(saved)[:80]}"
             )
+        restores = []
         for j, (part, state) in enumerate(zip(self._parts, saved, strict=True)):
             try:
-                part.load_state_dict(state)
+                restores.append(part._prepare_load(state, strict=strict, notes=notes))
+            except StateMismatchError as exc:
+                raise StateMismatchError(
+                    f"ConcatSampler.load_state_dict: part {j}: {exc}",
+                    key=f"part {j}: {exc.key}",
+                    saved=exc.saved,
+                    current=exc.current,
+                ) from exc
             except SamplerStateError as exc:
                 raise SamplerStateError(f"ConcatSampler.load_state_dict: part {j}: {exc}") from exc
 
-    def _extra_state(self) -> dict[str, Any]:
-        return {"sizes": list(self._sizes), "weights": self._weights.tolist()}
+        def restore() -> None:
+            for apply in restores:
+                apply()
 
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        sizes = state.get("sizes", self._sizes)
-        if list(sizes) != self._sizes:
-            raise SamplerStateError(
-                f"ConcatSampler.load_state_dict: the state was saved for parts of sizes "
-                f"{list(sizes)}, this sampler has {self._sizes}"
-            )
-        weights = state.get("weights")
-        if weights is not None and not np.allclose(weights, self._weights):
-            logger.warning(
-                "ConcatSampler: continuing with weights %s instead of the saved %s",
-                self._weights.tolist(),
-                weights,
-            )
+        return restore
+
+    def _pass_length(self, seed: int, pass_index: int, extra: Any) -> int:
+        return self.dataset_size
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "sizes": list(self._sizes),
+            "weights": self._weights.tolist(),
+            "parts": [type(part).__name__ for part in self._parts],
+        }
+
+    def _legacy_config(self) -> dict[str, Any]:
+        return {"sizes": list(self._sizes), "weights": self._weights.tolist()}
 
     def __repr__(self) -> str:
         return (

@@ -12,12 +12,16 @@ __all__ = [
     "get_world_size",
     "resolve_rank_and_world_size",
     "shared_random_seed",
+    "MAX_WORLD_SIZE",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: Seeds drawn by :func:`shared_random_seed` lie in ``[0, SEED_RANGE)``.
 SEED_RANGE = 2**31
+
+#: The largest world size catmap accepts (from a constructor or a saved state): 2**20 ranks.
+MAX_WORLD_SIZE = 2**20
 
 
 def is_distributed() -> bool:
@@ -62,7 +66,8 @@ def resolve_rank_and_world_size(
 
     Raises:
         TypeError: a value is not an int.
-        ValueError: ``world_size < 1`` or ``rank`` is outside ``[0, world_size)``.
+        ValueError: ``world_size`` is outside ``[1, MAX_WORLD_SIZE]`` or ``rank`` is outside
+            ``[0, world_size)``.
 
     Example:
         >>> resolve_rank_and_world_size(1, 4)
@@ -72,8 +77,8 @@ def resolve_rank_and_world_size(
     rank = get_rank() if rank is None else rank
     world_size = _check_int(world_size, "world_size", owner)
     rank = _check_int(rank, "rank", owner)
-    if world_size < 1:
-        raise ValueError(f"{owner}: world_size must be >= 1, got {world_size}")
+    if not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise ValueError(f"{owner}: world_size must be in [1, 2**20], got {world_size}")
     if not 0 <= rank < world_size:
         raise ValueError(f"{owner}: rank must be in [0, {world_size}), got {rank}")
     return rank, world_size

@@ -15,6 +15,8 @@ __all__ = [
     "ReshardError",
     "SamplerConfigError",
     "NotResumableError",
+    "StateMismatchError",
+    "LoaderTimeoutError",
 ]
 
 logger = logging.getLogger(__name__)
@@ -43,3 +45,41 @@ class SamplerConfigError(SamplerError, ValueError, TypeError):
 
 class NotResumableError(SamplerError, TypeError):
     """``state_dict`` was asked of a loader whose sampler does not implement it."""
+
+
+class StateMismatchError(SamplerStateError):
+    """A saved state was made by a differently configured sampler or loader.
+
+    ``key`` names the field that differs (e.g. ``"repeat_factors"``, ``"batch_size"``);
+    ``saved`` and ``current`` hold short descriptions of both sides. ``load_state_dict(...,
+    strict=False)`` loads the state anyway.
+    """
+
+    def __init__(
+        self, message: str, *, key: str | None = None, saved: object = None, current: object = None
+    ) -> None:
+        super().__init__(message)
+        self.key = key
+        self.saved = saved
+        self.current = current
+
+
+class LoaderTimeoutError(SamplerError, TimeoutError):
+    """A loader worker produced nothing within the loader's ``timeout``.
+
+    ``worker_id`` and ``index`` name the worker and the dataset index it was working on,
+    where known; ``timeout`` is the limit in seconds.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        worker_id: int | None = None,
+        index: int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.worker_id = worker_id
+        self.index = index
+        self.timeout = timeout

@@ -7,7 +7,7 @@ read or mapped, so it is cheap and its state (pending indices per group) is resu
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,18 @@ from catalog.serialized_list import RecordColumns
 from .batch import check_batch_size
 from .errors import NotResumableError, ReshardError, SamplerStateError
 from .sample_seed import StreamPositions
-from .state import check_state, is_stateful, make_state
+from .state import check_state, is_legacy_state, is_stateful, make_state
+from .state_fields import (
+    LEGACY_NOTE,
+    MAX_LIST,
+    MAX_POSITION,
+    LoadNotes,
+    array_digest,
+    check_config,
+    check_int_list,
+    is_int,
+    prepare_nested,
+)
 
 __all__ = ["GroupedBatchSampler", "aspect_ratio_group_ids", "UNKNOWN_SIZE_GROUP"]
 
@@ -26,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 #: Group of records whose width or height is unknown.
 UNKNOWN_SIZE_GROUP = 2
+
+#: Group ids lie in ``[0, MAX_GROUPS)`` (one bucket is kept per group).
+MAX_GROUPS = 2**16
 
 
 def aspect_ratio_group_ids(dataset_dicts: Any) -> np.ndarray:
@@ -108,12 +122,19 @@ class GroupedBatchSampler(Sampler[list[int]]):
                 f"GroupedBatchSampler: group_ids must be a 1-D sequence of ints, got dtype "
                 f"{ids.dtype} and shape {ids.shape}"
             )
-        ids = ids.astype(np.int64)
+        ids = ids.astype(np.int64)  # a copy we own
         if ids.size and int(ids.min()) < 0:
             raise ValueError(
                 f"GroupedBatchSampler: group id of index {int(np.argmin(ids))} is negative"
             )
+        if ids.size and int(ids.max()) >= MAX_GROUPS:
+            raise ValueError(
+                f"GroupedBatchSampler: group id of index {int(np.argmax(ids))} is "
+                f"{int(ids.max())}; group ids must be below {MAX_GROUPS}"
+            )
+        ids.flags.writeable = False
         self.group_ids = ids
+        self._ids_digest: tuple[np.ndarray, str] | None = None
         self.num_groups = int(ids.max()) + 1 if ids.size else 0
         self.drop_last = bool(drop_last)
         # pending (index, global stream position) pairs per group
@@ -145,9 +166,9 @@ class GroupedBatchSampler(Sampler[list[int]]):
                 )
             bucket = buckets[group_ids[index]]
             bucket.append((index, position))
-            if len(bucket) == size:
-                batch = bucket[:]
-                bucket.clear()
+            if len(bucket) >= size:  # more than size only after a non-strict load
+                batch = bucket[:size]
+                del bucket[:size]
                 yield batch
         for group, bucket in enumerate(buckets):
             if bucket and not self.drop_last:
@@ -164,9 +185,34 @@ class GroupedBatchSampler(Sampler[list[int]]):
     def _rank_and_world(self) -> tuple[int | None, int | None]:
         return getattr(self.sampler, "rank", None), getattr(self.sampler, "world_size", None)
 
+    def _config(self) -> dict[str, Any]:
+        """The fingerprint: batch size over all ranks, drop_last and the group ids (digest)."""
+        ids = self.group_ids
+        if self._ids_digest is None or self._ids_digest[0] is not ids:
+            self._ids_digest = (ids, array_digest(ids, "<i8"))
+        return {
+            "global_batch_size": self.batch_size * self._positions.world_size,
+            "drop_last": self.drop_last,
+            "size": len(ids),
+            "num_groups": self.num_groups,
+            "group_ids": self._ids_digest[1],
+        }
+
     def state_dict(self) -> dict[str, Any]:
         """The sampler's state, the indices waiting in each group with their global stream
-        positions (per rank), and the global position of the next draw."""
+        positions (per rank), the global position of the next draw and the configuration
+        fingerprint.
+
+        Raises:
+            NotResumableError: the wrapped sampler has no ``state_dict``.
+
+        Example:
+            >>> from samplers import TrainingSampler
+            >>> s = TrainingSampler(4, shuffle=False, rank=0, world_size=1)
+            >>> g = GroupedBatchSampler(s, [0, 1, 0, 1], 2)
+            >>> _ = next(iter(g)); g.state_dict()["buckets"]
+            [[], [1]]
+        """
         if not is_stateful(self.sampler):
             raise NotResumableError(
                 f"GroupedBatchSampler: {type(self.sampler).__name__} has no state_dict(); use a "
@@ -179,89 +225,145 @@ class GroupedBatchSampler(Sampler[list[int]]):
             buckets=[[index for index, _ in b] for b in self._buckets],
             bucket_positions=[[position for _, position in b] for b in self._buckets],
             position=self._positions.next,
-            batch_size=self.batch_size,
             rank=rank,
             world_size=world,
+            config=self._config(),
         )
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
         """Restore the sampler, the pending indices and the position count.
+
+        Args:
+            state_dict: a state from :meth:`state_dict` (untrusted input).
+            strict: raise :class:`StateMismatchError` when the state was saved with other
+                group ids, another global batch size, ``drop_last`` or sampler configuration;
+                False loads it anyway (pending indices are regrouped by the current group ids),
+                logging one warning.
 
         Raises:
             ReshardError: the state holds pending indices of another rank or world size (they
-                were drawn from that rank's shard and cannot be re-sharded).
-            SamplerStateError: malformed state.
+                were drawn from that rank's shard and cannot be re-sharded), even with
+                ``strict=False``.
+            StateMismatchError: the configuration differs (``key`` names the field).
+            SamplerStateError: malformed state; a rejected state changes nothing.
         """
-        state = check_state(
-            state_dict,
-            "GroupedBatchSampler",
-            ["sampler", "buckets", "bucket_positions", "position"],
-        )
+        notes = LoadNotes()
+        commit = self._prepare_load(state_dict, strict=bool(strict), notes=notes)
+        notes.emit("GroupedBatchSampler")
+        commit()
+
+    def _prepare_load(
+        self, state_dict: Any, *, strict: bool, notes: LoadNotes
+    ) -> Callable[[], None]:
+        """Check a whole state without changing anything; returns the function that applies it."""
+        name = "GroupedBatchSampler"
+        required = ["sampler", "buckets", "bucket_positions", "position"]
+        if is_legacy_state(state_dict):
+            state = check_state(state_dict, name, required, ["batch_size", "rank", "world_size"])
+            notes.add(LEGACY_NOTE)
+        else:
+            state = check_state(state_dict, name, [*required, "rank", "world_size", "config"], ())
+        # pending indices of another rank cannot load even with strict=False: say so first
         buckets = state["buckets"]
-        if not isinstance(buckets, list) or not all(isinstance(b, list) for b in buckets):
-            raise SamplerStateError("GroupedBatchSampler.load_state_dict: 'buckets' must be lists")
-        if len(buckets) > self.num_groups and any(buckets[self.num_groups :]):
-            raise SamplerStateError(
-                f"GroupedBatchSampler.load_state_dict: the state has {len(buckets)} groups, "
-                f"these group_ids have {self.num_groups}"
+        if isinstance(buckets, (list, tuple)) and len(buckets) <= MAX_LIST:
+            count = sum(
+                b.size if isinstance(b, np.ndarray) else len(b)
+                for b in buckets
+                if isinstance(b, (list, tuple, np.ndarray))
             )
-        rank, world = self._rank_and_world()
-        pending = sum(len(b) for b in buckets)
-        saved = (state.get("rank"), state.get("world_size"))
-        if pending and saved != (rank, world):
-            raise ReshardError(
-                f"GroupedBatchSampler.load_state_dict: the state was saved by rank {saved[0]} of "
-                f"{saved[1]} and holds {pending} indices drawn from that rank's shard but not yet "
-                f"batched; load it on rank {saved[0]} of {saved[1]} (this is rank {rank} of "
-                f"{world}). Save each rank's state, or save where no index is pending."
-            )
-        total = len(self.group_ids)
-        for group, bucket in enumerate(buckets):
-            for index in bucket:
-                if (
-                    not (isinstance(index, int) and 0 <= index < total)
-                    or self.group_ids[index] != group
-                ):
-                    raise SamplerStateError(
-                        f"GroupedBatchSampler.load_state_dict: pending index {index!r} does not "
-                        f"belong to group {group} of these group_ids"
-                    )
-        positions, bucket_positions = self._checked_positions(state, buckets)
+            if count:
+                self._check_same_rank(state, count)
+        if not is_legacy_state(state):
+            check_config(state["config"], self._config(), name, strict=strict, notes=notes)
         if not is_stateful(self.sampler):
             raise NotResumableError(
                 f"GroupedBatchSampler: {type(self.sampler).__name__} has no load_state_dict()"
             )
-        self.sampler.load_state_dict(state["sampler"])
-        self._buckets = [
-            list(zip(b, p, strict=True))
-            for b, p in zip(buckets[: self.num_groups], bucket_positions, strict=False)
-        ]
-        self._buckets += [[] for _ in range(self.num_groups - len(self._buckets))]
-        self._positions = positions
-
-    def _checked_positions(
-        self, state: Any, buckets: list[list[int]]
-    ) -> tuple[StreamPositions, list[list[int]]]:
-        """The position count and the pending positions of a state, validated."""
-        bucket_positions = state["bucket_positions"]
-        if not isinstance(bucket_positions, list) or [
-            len(b) if isinstance(b, list) else -1 for b in bucket_positions
-        ] != [len(b) for b in buckets]:
-            raise SamplerStateError(
-                "GroupedBatchSampler.load_state_dict: 'bucket_positions' must hold one global "
-                "stream position per pending index of 'buckets'"
-            )
         positions = StreamPositions(self.sampler)
-        positions.load(state["position"], "GroupedBatchSampler")
-        for bucket in bucket_positions:
-            for position in bucket:
-                if (
-                    isinstance(position, bool)
-                    or not isinstance(position, int)
-                    or not 0 <= position < positions.next
-                ):
+        positions.load(state["position"], name)
+        pending = self._checked_pending(state, positions.next, strict)
+        load_sampler = prepare_nested(self.sampler, state["sampler"], strict=strict, notes=notes)
+        regrouped: list[list[tuple[int, int]]] = [[] for _ in range(self.num_groups)]
+        for index, position in sorted(pending, key=lambda pair: pair[1]):
+            regrouped[self.group_ids[index]].append((index, position))
+
+        def commit() -> None:
+            load_sampler()
+            self._buckets = regrouped
+            self._positions = positions
+
+        return commit
+
+    def _check_same_rank(self, state: Mapping[str, Any], pending: int) -> None:
+        rank, world = self._rank_and_world()
+        saved = (state.get("rank"), state.get("world_size"))
+        for key, value in zip(("rank", "world_size"), saved, strict=True):
+            if value is not None and not is_int(value):
+                raise SamplerStateError(
+                    f"GroupedBatchSampler.load_state_dict: {key!r} must be an int or None, got "
+                    f"{type(value).__name__} {repr(value)[:80]}"
+                )
+        if saved != (rank, world):
+            raise ReshardError(
+                f"GroupedBatchSampler.load_state_dict: the state was saved by rank "
+                f"{repr(saved[0])[:20]} of {repr(saved[1])[:20]} and holds {pending} indices "
+                f"drawn from that rank's shard but not yet batched; load it on that rank (this "
+                f"is rank {rank} of {world}). Save each rank's state, or save where no index is "
+                f"pending."
+            )
+
+    def _checked_pending(
+        self, state: Mapping[str, Any], drawn: int, strict: bool
+    ) -> list[tuple[int, int]]:
+        """The pending ``(index, position)`` pairs of a state, validated."""
+        name = "GroupedBatchSampler"
+        buckets, bucket_positions = state["buckets"], state["bucket_positions"]
+        # strict: the fingerprint matched, so the group count is this one's; otherwise pending
+        # indices are regrouped by the current group ids
+        groups = self.num_groups if strict else MAX_LIST
+        for key, value in (("buckets", buckets), ("bucket_positions", bucket_positions)):
+            if not isinstance(value, (list, tuple)) or len(value) > groups:
+                raise SamplerStateError(
+                    f"{name}.load_state_dict: {key!r} must be a list of at most {groups} lists "
+                    f"(one per group), got {type(value).__name__} {repr(value)[:80]}"
+                )
+        if len(bucket_positions) != len(buckets):
+            raise SamplerStateError(
+                f"{name}.load_state_dict: 'bucket_positions' must hold one global stream "
+                f"position per pending index of 'buckets'"
+            )
+        # A full bucket would have been yielded: with the same batch size a pending bucket
+        # holds fewer than batch_size indices.
+        longest = self.batch_size - 1 if strict else MAX_LIST
+        total = len(self.group_ids)
+        pending = []
+        for group, (indices, positions) in enumerate(zip(buckets, bucket_positions, strict=True)):
+            indices = check_int_list(
+                indices, f"buckets[{group}]", name, 0, total, max_len=longest
+            )
+            for index in indices:
+                if strict and self.group_ids[index] != group:
                     raise SamplerStateError(
-                        f"GroupedBatchSampler.load_state_dict: pending position {position!r} is "
-                        f"not a drawn position (0 <= position < {positions.next})"
+                        f"{name}.load_state_dict: pending index {index} does not belong to "
+                        f"group {group} of these group_ids"
                     )
-        return positions, bucket_positions
+            positions = check_int_list(
+                positions, f"bucket_positions[{group}]", name, 0, MAX_POSITION, max_len=longest
+            )
+            if len(positions) != len(indices):
+                raise SamplerStateError(
+                    f"{name}.load_state_dict: 'bucket_positions' must hold one global stream "
+                    f"position per pending index of 'buckets' (group {group})"
+                )
+            for position in positions:
+                if position >= drawn:
+                    raise SamplerStateError(
+                        f"{name}.load_state_dict: pending position {position} is not a drawn "
+                        f"position (0 <= position < {drawn})"
+                    )
+            pending.extend(zip(indices, positions, strict=True))
+        if len({position for _, position in pending}) != len(pending):
+            raise SamplerStateError(
+                f"{name}.load_state_dict: two pending indices share a global stream position"
+            )
+        return pending

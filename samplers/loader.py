@@ -6,11 +6,9 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
+from torch.utils.data import BatchSampler, Dataset, IterableDataset
 
-from catalog.seeding import torch_generator
 from catalog.serialized_list import SerializedList
-from mappers.opencv_threads import limit_opencv_threads
 
 from .batch import ResumableBatchSampler, check_batch_size
 from .distributed import get_rank, get_world_size, shared_random_seed
@@ -19,7 +17,7 @@ from .inference import InferenceSampler
 from .resumable_loader import ResumableLoader
 from .stream import check_seed
 from .training import TrainingSampler
-from .worker_seed import WorkerSeeder, worker_init_reset_seed
+from .worker_seed import worker_init_reset_seed
 
 __all__ = [
     "build_batch_data_loader",
@@ -96,6 +94,9 @@ def build_batch_data_loader(
     prefetch_factor: int | None = None,
     group_ids: Any = None,
     multiprocessing_context: Any = None,
+    timeout: float | None = None,
+    worker_init_fn: Callable[[int], Any] | None = None,
+    transport: str = "auto",
 ) -> ResumableLoader:
     """Batches of ``total_batch_size / world_size`` samples per rank, resumable.
 
@@ -106,12 +107,20 @@ def build_batch_data_loader(
         aspect_ratio_grouping: batch records of the same orientation together; the groups come
             from the records' width / height (found under the dataset's wrappers) or from
             ``group_ids``.
-        num_workers, pin_memory, persistent_workers, prefetch_factor: DataLoader options.
+        num_workers, persistent_workers, prefetch_factor: DataLoader options.
+        pin_memory: pin batches for CUDA; the slab transport pins each slab once instead of
+            copying every batch. Without CUDA: a warning, nothing pinned.
         collate_fn: default :func:`trivial_batch_collator` (batches are lists).
         drop_last: drop incomplete batches at the end of a finite sampler.
         group_ids: explicit group id per dataset index (implies grouping).
         multiprocessing_context: how workers start ("fork", "spawn", "forkserver"; default:
             Python's default).
+        timeout: seconds to wait for one batch before ``LoaderTimeoutError`` names the worker
+            and the dataset index it is stuck on; None: 300 s with workers; 0: forever.
+        worker_init_fn: called in each worker after catmap's own seeding.
+        transport: ``"auto"`` (the slab transport with workers on Linux: batches cross
+            through recycled shared memory, see :mod:`samplers.transport`), ``"slab"`` or
+            ``"dataloader"`` (torch's own path).
 
     Returns:
         A :class:`ResumableLoader`; its workers are seeded from (seed, rank, worker id, pass)
@@ -168,6 +177,9 @@ def build_batch_data_loader(
         multiprocessing_context=multiprocessing_context,
         seed=seed,
         rank=rank,
+        timeout=timeout,
+        worker_init_fn=worker_init_fn,
+        transport=transport,
     )
 
 
@@ -229,6 +241,12 @@ def build_detection_train_loader(
     collate_fn: Callable[[list[Any]], Any] | None = None,
     seed: int | None = None,
     multiprocessing_context: Any = None,
+    pin_memory: bool = False,
+    persistent_workers: bool = False,
+    prefetch_factor: int | None = None,
+    timeout: float | None = None,
+    worker_init_fn: Callable[[int], Any] | None = None,
+    transport: str = "auto",
 ) -> ResumableLoader:
     """An endless, resumable loader of training batches (lists of mapped samples).
 
@@ -247,6 +265,8 @@ def build_detection_train_loader(
         seed: shared seed of the default sampler, the workers and the mapper's refetch; None
             draws one (from torch's default generator on rank 0, broadcast).
         multiprocessing_context: how workers start (default: Python's default).
+        pin_memory, persistent_workers, prefetch_factor, timeout, worker_init_fn, transport:
+            as for :func:`build_batch_data_loader`.
 
     Returns:
         A :class:`ResumableLoader` (``state_dict`` / ``load_state_dict``). Augmentations drawn
@@ -291,6 +311,12 @@ def build_detection_train_loader(
         collate_fn=collate_fn,
         group_ids=group_ids,
         multiprocessing_context=multiprocessing_context,
+        pin_memory=pin_memory,
+        persistent_workers=persistent_workers,
+        prefetch_factor=prefetch_factor,
+        timeout=timeout,
+        worker_init_fn=worker_init_fn,
+        transport=transport,
     )
 
 
@@ -303,7 +329,13 @@ def build_detection_test_loader(
     num_workers: int = 0,
     collate_fn: Callable[[list[Any]], Any] | None = None,
     multiprocessing_context: Any = None,
-) -> DataLoader:
+    pin_memory: bool = False,
+    persistent_workers: bool = False,
+    prefetch_factor: int | None = None,
+    timeout: float | None = None,
+    worker_init_fn: Callable[[int], Any] | None = None,
+    transport: str = "auto",
+) -> ResumableLoader:
     """A finite loader that gives each record exactly once over all ranks.
 
     Args:
@@ -314,9 +346,13 @@ def build_detection_test_loader(
         num_workers: DataLoader workers.
         collate_fn: default :func:`trivial_batch_collator`.
         multiprocessing_context: how workers start (default: Python's default).
+        pin_memory, persistent_workers, prefetch_factor, timeout, worker_init_fn, transport:
+            as for :func:`build_batch_data_loader`.
 
     Returns:
-        A torch DataLoader; ``len`` is this rank's number of batches.
+        A finite, non-resumable :class:`ResumableLoader` (``loader.loader`` is the torch
+        DataLoader); ``len`` is this rank's number of batches. Workers are seeded from
+        (0, rank, worker id) on every pass.
 
     Example:
         >>> loader = build_detection_test_loader([{"i": i} for i in range(5)], mapper=None,
@@ -330,13 +366,20 @@ def build_detection_test_loader(
         sampler = InferenceSampler(len(mapped))
     rank = getattr(sampler, "rank", None)
     rank = rank if isinstance(rank, int) else get_rank()
-    limit_opencv_threads()  # before workers fork: OpenCV's pool deadlocks forked workers
-    return DataLoader(
+    return ResumableLoader(
         mapped,
-        batch_sampler=BatchSampler(sampler, batch_size, drop_last=False),
+        BatchSampler(sampler, batch_size, drop_last=False),
         num_workers=num_workers,
         collate_fn=collate_fn if collate_fn is not None else trivial_batch_collator,
-        worker_init_fn=WorkerSeeder(0, rank, 0),
-        generator=torch_generator(0, rank),
-        multiprocessing_context=multiprocessing_context if num_workers > 0 else None,
+        pin_memory=pin_memory,
+        persistent_workers=persistent_workers,
+        prefetch_factor=prefetch_factor,
+        multiprocessing_context=multiprocessing_context,
+        seed=0,
+        rank=rank,
+        sample_seeds=False,
+        timeout=timeout,
+        worker_init_fn=worker_init_fn,
+        transport=transport,
+        reseed_each_pass=False,
     )

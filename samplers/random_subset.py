@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ import torch
 from catalog.seeding import torch_generator
 
 from .distributed import shared_random_seed
-from .errors import SamplerStateError
+from .state_fields import MAX_SEED, LoadNotes, check_int
 from .stream import PassSampler, check_seed
 from .training import check_size
 
@@ -112,30 +113,26 @@ class RandomSubsetTrainingSampler(PassSampler):
         return self._subset[order.numpy()]
 
     def _extra_state(self) -> dict[str, Any]:
+        return {"seed_subset": self._seed_subset}
+
+    def _config(self) -> dict[str, Any]:
         return {
-            "seed_subset": self._seed_subset,
             "size": self._size,
             "subset_ratio": self._ratio,
+            "subset_size": self._subset_size,
             "shuffle": self._shuffle,
         }
 
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        name = "RandomSubsetTrainingSampler.load_state_dict"
-        for key, mine in (
-            ("size", self._size),
-            ("subset_ratio", self._ratio),
-            ("shuffle", self._shuffle),
-        ):
-            if key in state and state[key] != mine:
-                raise SamplerStateError(
-                    f"{name}: the state was saved with {key}={state[key]!r}, this sampler has "
-                    f"{key}={mine!r}"
-                )
-        seed = state.get("seed_subset", self._seed_subset)
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise SamplerStateError(
-                f"{name}: 'seed_subset' must be a non-negative int, got {seed!r}"
-            )
-        if int(seed) != self._seed_subset:
-            self._seed_subset = int(seed)
-            self._subset = self._choose_subset(self._seed_subset)
+    def _legacy_config(self) -> dict[str, Any]:
+        return {"size": self._size, "subset_ratio": self._ratio, "shuffle": self._shuffle}
+
+    def _pass_length(self, seed: int, pass_index: int, extra: Any) -> int:
+        return self._subset_size
+
+    def _prepare_extra(self, state: Mapping[str, Any], *, strict: bool, notes: LoadNotes) -> Any:
+        saved = state.get("seed_subset", self._seed_subset)
+        seed = check_int(saved, "seed_subset", "RandomSubsetTrainingSampler", 0, MAX_SEED)
+        return seed, (self._subset if seed == self._seed_subset else self._choose_subset(seed))
+
+    def _apply_extra(self, extra: Any) -> None:
+        self._seed_subset, self._subset = extra

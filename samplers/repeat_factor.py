@@ -1,4 +1,4 @@
-"""Repeat-factor sampling (LVIS-style class-balanced resampling, RepeatDataset, ClassBalancedDataset).
+"""Repeat-factor sampling (LVIS-style class balancing, RepeatDataset, ClassBalancedDataset).
 
 Each pass repeats record ``i`` ``floor(r_i)`` times plus once more with probability
 ``frac(r_i)`` (stochastic rounding), then shuffles the expanded list. Pass ``p`` is drawn from
@@ -19,7 +19,7 @@ from catalog.errors import RecordFormatError
 from catalog.seeding import torch_generator
 from catalog.serialized_list import RecordColumns
 
-from .errors import SamplerStateError
+from .state_fields import array_digest
 from .stream import PassSampler
 
 __all__ = ["RepeatFactorTrainingSampler", "repeat_factors_from_category_frequency"]
@@ -183,7 +183,8 @@ class RepeatFactorTrainingSampler(PassSampler):
 
     Raises:
         TypeError: the factors are not numbers.
-        ValueError: not 1-D, empty, or a factor is not positive and finite (names the index).
+        ValueError: not 1-D, empty, a factor is not positive and finite (names the index), or
+            the factors sum to less than 1 (most passes would be empty).
 
     Example:
         >>> import itertools
@@ -209,7 +210,7 @@ class RepeatFactorTrainingSampler(PassSampler):
         if isinstance(repeat_factors, torch.Tensor):
             repeat_factors = repeat_factors.detach().cpu().numpy()
         try:
-            factors = np.asarray(repeat_factors, dtype=np.float64)
+            factors = np.array(repeat_factors, dtype=np.float64)  # a copy we own
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{owner}: repeat_factors must be numbers ({exc})") from None
         if factors.ndim != 1 or factors.size == 0:
@@ -224,7 +225,14 @@ class RepeatFactorTrainingSampler(PassSampler):
                 f"{owner}: repeat factor of record {index} is {factors[index]}; factors must "
                 f"be positive and finite"
             )
+        if float(factors.sum()) < 1.0:
+            raise ValueError(
+                f"{owner}: the repeat factors sum to {float(factors.sum()):.3g}; a pass would "
+                f"hold no record most of the time (the sum must be >= 1)"
+            )
+        factors.flags.writeable = False
         self._factors = factors
+        self._digest: str | None = None
         self._int_part = np.floor(factors).astype(np.int64)
         self._frac_part = factors - self._int_part
         self._shuffle = bool(shuffle)
@@ -258,23 +266,35 @@ class RepeatFactorTrainingSampler(PassSampler):
         view.flags.writeable = False
         return view
 
-    def _make_pass(self, pass_index: int) -> np.ndarray:
-        generator = torch_generator(self._seed, pass_index)
+    def _repeats(self, seed: int, pass_index: int) -> tuple[torch.Generator, np.ndarray]:
+        """How often each record appears in pass ``pass_index`` (stochastic rounding), and
+        the generator, to shuffle the pass with."""
+        generator = torch_generator(seed, pass_index)
         draws = torch.rand(len(self._factors), generator=generator, dtype=torch.float64).numpy()
-        repeats = self._int_part + (draws < self._frac_part)
+        return generator, self._int_part + (draws < self._frac_part)
+
+    def _make_pass(self, pass_index: int) -> np.ndarray:
+        generator, repeats = self._repeats(self._seed, pass_index)
         indices = np.repeat(np.arange(len(self._factors), dtype=np.int64), repeats)
         if self._shuffle and len(indices):
             indices = indices[torch.randperm(len(indices), generator=generator).numpy()]
         return indices
 
-    def _extra_state(self) -> dict[str, Any]:
-        return {"size": len(self._factors), "shuffle": self._shuffle}
+    def _pass_length(self, seed: int, pass_index: int, extra: Any) -> int:
+        return int(self._repeats(seed, pass_index)[1].sum())
 
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        name = "RepeatFactorTrainingSampler.load_state_dict"
-        for key, mine in (("size", len(self._factors)), ("shuffle", self._shuffle)):
-            if key in state and state[key] != mine:
-                raise SamplerStateError(
-                    f"{name}: the state was saved with {key}={state[key]!r}, this sampler has "
-                    f"{key}={mine!r}"
-                )
+    def _factors_digest(self) -> str:
+        """blake2b digest of the float64 factors (computed once: the array is read-only)."""
+        if self._digest is None:
+            self._digest = array_digest(self._factors, "<f8")
+        return self._digest
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "size": len(self._factors),
+            "shuffle": self._shuffle,
+            "repeat_factors": self._factors_digest(),
+        }
+
+    def _legacy_config(self) -> dict[str, Any]:
+        return {"size": len(self._factors), "shuffle": self._shuffle}

@@ -15,8 +15,8 @@ augmented batches are then identical for any ``num_workers`` and after a restore
 from __future__ import annotations
 
 import collections
-import copy
 import logging
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,14 +25,30 @@ from torch.utils.data import DataLoader, Sampler
 from catalog.seeding import torch_generator
 from mappers.opencv_threads import limit_opencv_threads
 
-from .errors import NotResumableError, SamplerStateError
+from .errors import NotResumableError
 from .sample_seed import SampleSeededDataset, sample_seed
-from .state import check_state, is_stateful, make_state
+from .slab_pool import DEFAULT_SLAB_BYTES
+from .state import check_state, is_legacy_state, is_stateful, make_state
+from .state_fields import (
+    LEGACY_NOTE,
+    MAX_POSITION,
+    MAX_SEED,
+    LoadNotes,
+    check_config,
+    check_int,
+    prepare_nested,
+)
+from .transport import ChainedWorkerInit, LoaderTransport
 from .worker_seed import WorkerSeeder
 
 __all__ = ["ResumableLoader"]
 
 logger = logging.getLogger(__name__)
+
+
+def _as_list(batch: list[Any]) -> list[Any]:
+    """The default collate_fn: a batch is the list of its samples."""
+    return batch
 
 
 class _TrackingBatchSampler(Sampler[list[Any]]):
@@ -75,8 +91,19 @@ class ResumableLoader:
     Args:
         dataset: a map-style dataset.
         batch_sampler: yields lists of indices (resumable for ``state_dict``).
-        num_workers, collate_fn, pin_memory, persistent_workers, prefetch_factor,
+        num_workers, collate_fn, persistent_workers, prefetch_factor,
             multiprocessing_context: passed on to ``torch.utils.data.DataLoader``.
+        pin_memory: pin batches for CUDA (the slab transport registers each slab once; the
+            dataloader transport copies each batch). Without CUDA a warning, nothing pinned.
+        timeout: seconds to wait for one batch from the workers before
+            ``samplers.errors.LoaderTimeoutError`` (naming the worker and the dataset index
+            it is mapping); None: 300 s with workers; 0: wait forever.
+        worker_init_fn: called in each worker after catmap's own seeding.
+        transport: ``"auto"`` (default: ``"slab"`` with workers on Linux, see
+            :mod:`samplers.transport`), ``"slab"`` or ``"dataloader"`` (torch's own path).
+        slabs, slab_bytes: slab transport pool size (default ``num_workers *
+            prefetch_factor + 4``) and initial sparse size of each slab.
+        reseed_each_pass: seed workers with the pass number too (False: always pass 0).
         seed: seeds the workers (with ``rank`` and the pass number), the DataLoader's own
             generator and the per-sample augmentation generators, so global RNG state is
             never used. A loaded state's seed replaces it.
@@ -90,6 +117,11 @@ class ResumableLoader:
     Raises:
         ValueError: ``num_workers`` is not an int >= 0.
         TypeError: ``sample_seeds=True`` with a batch sampler without ``iter_with_positions``.
+        SamplerConfigError: an unknown ``transport`` or a negative ``timeout``.
+
+    Iterating raises a worker's exception with its own type and fields (``[DataLoader worker
+    W, dataset index I]`` added to the message), ``LoaderTimeoutError`` after ``timeout`` and
+    ``samplers.worker_errors.WorkerExitedError`` when a worker dies.
 
     Example:
         >>> from samplers import TrainingSampler, ResumableBatchSampler
@@ -113,6 +145,12 @@ class ResumableLoader:
         seed: int = 0,
         rank: int = 0,
         sample_seeds: bool | None = None,
+        timeout: float | None = None,
+        worker_init_fn: Callable[[int], Any] | None = None,
+        transport: str = "auto",
+        slabs: int | None = None,
+        slab_bytes: int = DEFAULT_SLAB_BYTES,
+        reseed_each_pass: bool = True,
     ) -> None:
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(
@@ -135,21 +173,33 @@ class ResumableLoader:
             batch_sampler, self._resumable, self.seed if self.sample_seeds else None
         )
         self._seeder = WorkerSeeder(seed, rank, 0)
-        kwargs: dict[str, Any] = {
-            "batch_sampler": self._tracker,
-            "num_workers": num_workers,
-            "collate_fn": collate_fn,
-            "pin_memory": pin_memory,
-            "worker_init_fn": self._seeder,
-            "generator": torch_generator(seed, rank),
-        }
+        self._reseed_each_pass = bool(reseed_each_pass)
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            raise TypeError(
+                f"ResumableLoader: worker_init_fn must be callable, got {worker_init_fn!r}"
+            )
+        self.transport = LoaderTransport(
+            transport=transport, num_workers=num_workers, prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers, pin_memory=pin_memory, timeout=timeout,
+            slabs=slabs, slab_bytes=slab_bytes,
+        )
+        weakref.finalize(self, LoaderTransport.close, self.transport)
+        mapped = SampleSeededDataset(dataset) if self.sample_seeds else dataset
+        kwargs = self.transport.dataloader_kwargs(
+            mapped, self._tracker, collate_fn if collate_fn is not None else _as_list
+        )
+        kwargs["num_workers"] = num_workers
+        kwargs["worker_init_fn"] = (
+            self._seeder if worker_init_fn is None
+            else ChainedWorkerInit(self._seeder, worker_init_fn)
+        )
+        kwargs["generator"] = torch_generator(seed, rank)
         if num_workers > 0:
             kwargs["persistent_workers"] = persistent_workers
             kwargs["multiprocessing_context"] = multiprocessing_context
             if prefetch_factor is not None:
                 kwargs["prefetch_factor"] = prefetch_factor
-        mapped = SampleSeededDataset(dataset) if self.sample_seeds else dataset
-        self.loader = DataLoader(mapped, **kwargs)
+        self.loader = DataLoader(**kwargs)
         self._batches = 0
         self._iteration = 0
         self._delivered: dict[str, Any] | None = None
@@ -172,9 +222,9 @@ class ResumableLoader:
                 self.batch_sampler.load_state_dict(self._delivered)
             self._tracker.pending.clear()
         self._iteration += 1
-        self._seeder.pass_index = self._iteration
+        self._seeder.pass_index = self._iteration if self._reseed_each_pass else 0
         limit_opencv_threads()  # before workers fork: OpenCV's pool deadlocks forked workers
-        return self._deliver(iter(self.loader))
+        return self._deliver(self.transport.iterate(self.loader))
 
     def _deliver(self, iterator: Iterator[Any]) -> Iterator[Any]:
         pending = self._tracker.pending
@@ -183,9 +233,13 @@ class ResumableLoader:
                 self._delivered = pending.popleft()
             self._batches += 1
             yield batch
+            # the caller holds the batch as long as it likes; this frame must not (its slab
+            # is reused once nothing references the batch, and a traceback keeps frames)
+            del batch
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the last batch the caller received.
+        """The position after the last batch the caller received, with the configuration
+        fingerprint (``"config"``) that :meth:`load_state_dict` compares.
 
         Raises:
             NotResumableError: the batch sampler (or its sampler) has no ``state_dict``.
@@ -204,32 +258,73 @@ class ResumableLoader:
             iteration=self._iteration,
             seed=self.seed,
             batch_sampler=sampler_state,
+            config=self._state_config(),
         )
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def _state_config(self) -> dict[str, Any]:
+        """The loader's part of the configuration fingerprint."""
+        return {"sample_seeds": bool(self.sample_seeds)}
+
+    def load_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
         """Continue after the last batch delivered when ``state_dict`` was saved; call
-        ``iter()`` afterwards. The state's seed (when it has one) replaces the constructor's,
-        for the sample and worker seeds; worker seeds continue with the next pass number.
+        ``iter()`` afterwards. The state's seed replaces the constructor's, for the sample and
+        worker seeds; worker seeds continue with the next pass number.
+
+        The whole state (the batch sampler's and sampler's included) is checked before
+        anything changes: a rejected state leaves the loader where it was.
+
+        Args:
+            state_dict: a state from :meth:`state_dict` (untrusted input).
+            strict: raise :class:`StateMismatchError` when the state was saved by a loader,
+                batch sampler or sampler configured differently; False loads it anyway,
+                logging one warning.
 
         Raises:
             NotResumableError: the batch sampler has no ``load_state_dict``.
+            StateMismatchError: the configuration differs (``key`` names the field).
             SamplerStateError / ReshardError: the state does not fit this loader.
+
+        Example:
+            >>> from samplers import TrainingSampler, ResumableBatchSampler
+            >>> def make():
+            ...     s = TrainingSampler(8, seed=0, rank=0, world_size=1)
+            ...     return ResumableLoader(list(range(8)), ResumableBatchSampler(s, 2),
+            ...                            collate_fn=list, seed=0)
+            >>> a = make(); it = iter(a); _ = next(it)
+            >>> b = make(); b.load_state_dict(a.state_dict()); next(iter(b)) == next(it)
+            True
         """
-        state = check_state(state_dict, "ResumableLoader", ["batch_sampler", "batches"])
+        notes = LoadNotes()
+        name = "ResumableLoader"
+        if is_legacy_state(state_dict):
+            state = check_state(
+                state_dict, name, ["batch_sampler", "batches"], ["iteration", "seed"]
+            )
+            notes.add(LEGACY_NOTE)
+        else:
+            state = check_state(
+                state_dict, name, ["batch_sampler", "batches", "iteration", "seed", "config"], ()
+            )
+            check_config(state["config"], self._state_config(), name, strict=strict, notes=notes)
         if not self._resumable:
             raise NotResumableError(
                 f"ResumableLoader: {self._sampler_name()} has no load_state_dict()"
             )
-        batches, iteration = state["batches"], state.get("iteration", 0)
-        seed = state.get("seed", self.seed)
-        for key, value in (("batches", batches), ("iteration", iteration), ("seed", seed)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise SamplerStateError(
-                    f"ResumableLoader.load_state_dict: {key!r} must be an int >= 0, got {value!r}"
-                )
-        self.batch_sampler.load_state_dict(state["batch_sampler"])
+        phrase = "an int >= 0 and below 2**62"
+        batches = check_int(state["batches"], "batches", name, 0, MAX_POSITION, phrase=phrase)
+        iteration = check_int(
+            state.get("iteration", 0), "iteration", name, 0, MAX_POSITION, phrase=phrase
+        )
+        seed = check_int(
+            state.get("seed", self.seed), "seed", name, 0, MAX_SEED, phrase="an int in [0, 2**64)"
+        )
+        load_batches = prepare_nested(
+            self.batch_sampler, state["batch_sampler"], strict=bool(strict), notes=notes
+        )
+        notes.emit(name)
+        load_batches()
         self._tracker.pending.clear()
-        self._delivered = copy.deepcopy(state["batch_sampler"])
+        self._delivered = self.batch_sampler.state_dict()  # re-saved: trusted from now on
         self._batches = batches
         self._iteration = iteration
         self.seed = seed
@@ -246,5 +341,6 @@ class ResumableLoader:
     def __repr__(self) -> str:
         return (
             f"ResumableLoader(batch_sampler={type(self.batch_sampler).__name__}, "
-            f"num_workers={self.loader.num_workers}, batches_delivered={self._batches})"
+            f"num_workers={self.loader.num_workers}, transport={self.transport.kind!r}, "
+            f"batches_delivered={self._batches})"
         )

@@ -1,18 +1,18 @@
-"""Per-sample augmentation seeds: a sample's randomness follows its place in the global stream.
+"""Global stream positions, and the dataset wrapper that maps each sample in its own scope.
 
 A training sampler defines one endless *global stream* of indices, sharded over ranks: rank
 ``r`` of ``world_size`` takes global positions ``r, r + world_size, ...``. The catmap batch
 samplers count the global position of every index they draw (:class:`StreamPositions`), and
-the loader turns each position into a seed, ``sample_seed(seed, position)``. The dataset
-wrapper :class:`SampleSeededDataset` then maps the sample with the augmentation generator of
-:mod:`mappers.random_state` seeded from it. Because the seed depends only on (seed, global
-position) and not on the worker, the number of workers or the rank, the mapped sample is the
-same with 0 or N workers, after a restore from ``state_dict()``, and after re-sharding to
-another world size.
+the loader sends each index with its sample seed, ``sample_seed(seed, position)``. The dataset
+wrapper :class:`SampleSeededDataset` maps the sample inside
+``mappers.random_state.sample_scope(seed)``.
 
-Only randomness drawn through ``mappers.random_state.get_generator()`` (every catmap
-augmentation) follows the sample; a mapper calling ``numpy.random`` / ``random`` / ``torch``
-global functions draws from the per-worker seeding of :class:`samplers.WorkerSeeder`.
+Where a sample's randomness comes from (the derivation seed -> (global position, attempt) ->
+generator, MapDataset's replacements, augmentations, the global RNGs) is documented and
+implemented in one place, :mod:`mappers.random_state`; ``sample_seed`` is re-exported here.
+Because nothing depends on the worker, the number of workers or the rank, the mapped sample is
+the same with 0 or N workers, with persistent workers, after a restore from ``state_dict()``,
+and after re-sharding to another world size.
 """
 
 from __future__ import annotations
@@ -22,37 +22,13 @@ import operator
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import numpy as np
+from mappers.random_state import sample_scope, sample_seed
 
-from catalog.seeding import derive_seed
-from mappers.random_state import use_generator
-
-from .errors import SamplerStateError
+from .state_fields import MAX_POSITION, check_int
 
 __all__ = ["SampleSeededDataset", "StreamPositions", "sample_seed"]
 
 logger = logging.getLogger(__name__)
-
-#: Separates the per-sample seeds from other seeds derived from the same base seed.
-_SAMPLE_STREAM_TAG = 0x5A3D
-
-
-def sample_seed(seed: int, position: int) -> int:
-    """The augmentation seed of the sample at global stream ``position``.
-
-    Args:
-        seed: the loader's (shared) seed.
-        position: the sample's position in the global stream (rank-independent).
-
-    Returns:
-        A non-negative 63-bit int.
-
-    Example:
-        >>> sample_seed(0, 5) == sample_seed(0, 5) != sample_seed(0, 6)
-        True
-    """
-    return derive_seed(seed, _SAMPLE_STREAM_TAG, position)
-
 
 def _sampler_rank_and_world(sampler: Any) -> tuple[int, int]:
     rank = getattr(sampler, "rank", None)
@@ -99,27 +75,25 @@ class StreamPositions:
         """Set ``next`` from a saved state.
 
         Raises:
-            SamplerStateError: ``value`` is not a non-negative int.
+            SamplerStateError: ``value`` is not an int in ``[0, 2**62)``.
         """
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise SamplerStateError(
-                f"{owner}.load_state_dict: 'position' must be a non-negative int, got {value!r}"
-            )
-        self.next = int(value)
+        self.next = check_int(value, "position", owner, 0, MAX_POSITION)
 
 
 class SampleSeededDataset:
-    """Maps ``(index, seed)`` keys with the augmentation generator seeded from ``seed``.
+    """Maps ``(index, seed)`` keys, each inside ``sample_scope(seed)`` (its own randomness).
 
     ``ds[(i, s)]`` returns ``dataset[i]`` computed inside
-    ``mappers.random_state.use_generator(np.random.default_rng(s))``; a plain int key is passed
-    through unchanged. The catmap loaders send ``(index, sample_seed(seed, position))`` keys,
-    so a sample's augmentations do not depend on which worker maps it. ``MapDataset``'s
-    refetch keeps its own per-worker generator; a refetched record is mapped with the
-    requested sample's generator.
+    ``mappers.random_state.sample_scope(s)``: augmentations draw from the sample's generator,
+    a ``MapDataset`` underneath draws its replacements from the sample's attempts, and (with
+    ``seed_globals``) ``random`` / ``numpy.random`` / torch's CPU generator are seeded from
+    each attempt. A plain int key is passed through unchanged. The catmap loaders send
+    ``(index, sample_seed(seed, position))`` keys, so a sample does not depend on which
+    worker maps it.
 
     Args:
         dataset: a map-style dataset.
+        seed_globals: seed the global RNGs for each sample (for mappers that draw from them).
 
     Example:
         >>> from mappers.random_state import get_generator
@@ -133,8 +107,9 @@ class SampleSeededDataset:
         True
     """
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: Any, *, seed_globals: bool = True) -> None:
         self.dataset = dataset
+        self.seed_globals = bool(seed_globals)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -147,7 +122,7 @@ class SampleSeededDataset:
                 f"SampleSeededDataset: a key is an index or an (index, seed) pair, got {key!r}"
             )
         index, seed = operator.index(key[0]), operator.index(key[1])
-        with use_generator(np.random.default_rng(seed)):
+        with sample_scope(seed, seed_globals=self.seed_globals):
             return self.dataset[index]
 
     def __repr__(self) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,17 @@ from torch.utils.data import Sampler
 
 from .distributed import resolve_rank_and_world_size, shared_random_seed
 from .errors import SamplerStateError
-from .state import check_state, make_state
+from .state import check_state, is_legacy_state, make_state
+from .state_fields import (
+    LEGACY_NOTE,
+    MAX_PASS,
+    MAX_POSITION,
+    MAX_SEED,
+    LoadNotes,
+    check_config,
+    check_int,
+    check_world_size,
+)
 
 __all__ = ["PassSampler", "check_seed"]
 
@@ -36,14 +46,18 @@ CHUNK = 8192
 
 
 def check_seed(seed: Any, what: str, owner: str) -> int | None:
-    """Validate an optional seed (None or a non-negative int)."""
+    """Validate an optional seed (None or an int in ``[0, 2**64)``)."""
     if seed is None:
         return None
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"{owner}: {what} must be an int or None, got {type(seed).__name__}")
-    if seed < 0:
-        raise ValueError(f"{owner}: {what} must be non-negative, got {seed}")
+    if not 0 <= seed < MAX_SEED:
+        raise ValueError(f"{owner}: {what} must be in [0, 2**64), got {seed}")
     return int(seed)
+
+
+def _nothing() -> None:
+    """The restore step of a state part that has nothing to restore."""
 
 
 class _LiveChunk:
@@ -64,9 +78,11 @@ class _LiveChunk:
 class PassSampler(Sampler[int]):
     """Base class: an endless, resumable, rank-sharded stream of passes.
 
-    Subclasses implement :meth:`_make_pass` (and, when a pass depends on more than
-    ``(seed, pass)``, :meth:`_capture_pass_start` / :meth:`_restore_pass_start`), and
-    :meth:`_extra_state` / :meth:`_load_extra_state` for their own state keys.
+    Subclasses implement :meth:`_make_pass`, :meth:`_pass_length` and :meth:`_config` (and,
+    when a pass depends on more than ``(seed, pass)``, :meth:`_capture_pass_start` /
+    :meth:`_prepare_pass_start`), and :meth:`_extra_state` / :meth:`_prepare_extra` /
+    :meth:`_apply_extra` for their own state keys. Loading a state checks everything first
+    and changes the sampler only when the whole state is valid.
 
     ``iter()`` continues from the current position; the position advances as indices are
     yielded. Use one iterator at a time: a new ``iter()`` takes over from the old one.
@@ -92,14 +108,41 @@ class PassSampler(Sampler[int]):
         """Whatever, besides (seed, pass), is needed to regenerate the next pass."""
         return None
 
-    def _restore_pass_start(self, saved: Any) -> None:
-        """Undo to the situation :meth:`_capture_pass_start` described."""
-
     def _extra_state(self) -> dict[str, Any]:
+        """Keys of the state besides the cursor and the configuration (e.g. a subset seed)."""
         return {}
 
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        """Validate and apply the subclass's keys of a state (before the position is set)."""
+    def _config(self) -> dict[str, Any]:
+        """The fingerprint of the configuration that shapes the stream (plain values)."""
+        raise NotImplementedError
+
+    def _legacy_config(self) -> dict[str, Any]:
+        """The configuration keys format version 1 wrote at the top level of the state."""
+        return {}
+
+    def _pass_length(self, seed: int, pass_index: int, extra: Any) -> int:
+        """The length of pass ``pass_index`` with ``seed`` (and prepared ``extra``), computed
+        without changing the sampler."""
+        raise NotImplementedError
+
+    def _prepare_extra(self, state: Mapping[str, Any], *, strict: bool, notes: LoadNotes) -> Any:
+        """Check the keys of :meth:`_extra_state` in a state; return what :meth:`_apply_extra`
+        needs. Changes nothing."""
+        return None
+
+    def _apply_extra(self, extra: Any) -> None:
+        """Apply what :meth:`_prepare_extra` returned."""
+
+    def _prepare_pass_start(
+        self, saved: Any, *, strict: bool, notes: LoadNotes
+    ) -> Callable[[], None]:
+        """Check a state's ``pass_start``; return the function that restores it."""
+        if saved is not None:
+            raise SamplerStateError(
+                f"{type(self).__name__}.load_state_dict: 'pass_start' must be None for this "
+                f"sampler, got {type(saved).__name__}"
+            )
+        return _nothing
 
     # ------------------------------------------------------------------ properties
     @property
@@ -214,83 +257,135 @@ class PassSampler(Sampler[int]):
         return np.concatenate(parts)
 
     # ------------------------------------------------------------------ state
+    def _normalized_cursor(self) -> tuple[int, int]:
+        """The cursor moved forward so that its offset lies inside its pass (the passes it
+        crosses are generated and cached, as iterating would; the cursor itself stays)."""
+        self._sync_live()
+        pass_index, offset = self._cursor_pass, self._cursor_offset
+        while offset >= len(self._order(pass_index)):
+            offset -= len(self._order(pass_index))
+            pass_index += 1
+        return pass_index, offset
+
     def state_dict(self) -> dict[str, Any]:
-        """The seed, pass number and position (same on every rank that yielded as many indices).
+        """The seed, the cursor (pass number and offset inside it), the world size and the
+        fingerprint of the configuration (``"config"``); the same on every rank that yielded
+        as many indices.
 
         Example:
             >>> from samplers import TrainingSampler
             >>> s = TrainingSampler(10, seed=0, rank=0, world_size=1)
             >>> it = iter(s); _ = [next(it) for _ in range(3)]
-            >>> s.state_dict()["offset"]
-            3
+            >>> s.state_dict()["offset"], s.state_dict()["config"]
+            (3, {'size': 10, 'shuffle': True})
         """
-        self._sync_live()
-        if self._cursor_pass in self._pass_starts:
-            pass_start = self._pass_starts[self._cursor_pass]
-        else:  # the cursor's pass is not generated yet: it would start from the present state
-            pass_start = self._capture_pass_start()
+        pass_index, offset = self._normalized_cursor()
         return make_state(
             type(self).__name__,
             seed=self._seed,
-            pass_index=self._cursor_pass,
-            offset=self._cursor_offset,
+            pass_index=pass_index,
+            offset=offset,
             world_size=self._world_size,
-            pass_start=pass_start,
+            pass_start=self._pass_starts[pass_index],
             **self._extra_state(),
+            config=self._config(),
         )
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    def load_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
         """Continue from a saved state: the next index is the one the saved sampler would have
         yielded next (re-sharded when the world size differs). The state's seed wins.
 
+        Every field is checked before anything changes: a rejected state leaves the sampler
+        where it was. States of format version 1 (no configuration fingerprint) load with a
+        warning.
+
+        Args:
+            state_dict: a state from :meth:`state_dict` (untrusted input).
+            strict: raise :class:`StateMismatchError` when the state was saved by a sampler
+                configured differently (dataset size, shuffle, repeat factors, ...); False
+                loads it anyway, logging one warning (the saved cursor must still lie inside
+                this sampler's pass).
+
         Raises:
-            SamplerStateError: the state belongs to another sampler type or dataset, or a key
-                is missing or malformed.
+            StateMismatchError: the configuration differs (``key`` names the field).
+            SamplerStateError: the state belongs to another sampler type, has a missing,
+                unknown or malformed key, or a value out of range (the message names it).
+
+        Example:
+            >>> from samplers import TrainingSampler
+            >>> state = TrainingSampler(10, seed=4, rank=0, world_size=1).state_dict()
+            >>> s = TrainingSampler(10, seed=0, rank=0, world_size=1)
+            >>> s.load_state_dict(state); s.seed
+            4
         """
+        notes = LoadNotes()
+        commit = self._prepare_load(state_dict, strict=bool(strict), notes=notes)
+        notes.emit(type(self).__name__)
+        commit()
+
+    def _prepare_load(
+        self, state_dict: Any, *, strict: bool, notes: LoadNotes
+    ) -> Callable[[], None]:
+        """Check a whole state without changing anything; returns the function that applies it."""
         name = type(self).__name__
-        state = check_state(state_dict, name, ["seed", "pass_index", "offset"])
-        values = {}
-        for key in ("seed", "pass_index", "offset"):
-            value = state[key]
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-                raise SamplerStateError(
-                    f"{name}.load_state_dict: {key!r} must be a non-negative int, got {value!r}"
-                )
-            values[key] = int(value)
-        saved_world = state.get("world_size", self._world_size)
-        if (
-            isinstance(saved_world, bool)
-            or not isinstance(saved_world, (int, np.integer))
-            or saved_world < 1
-        ):
-            raise SamplerStateError(
-                f"{name}.load_state_dict: 'world_size' must be a positive int, got {saved_world!r}"
-            )
-        previous = self.state_dict()  # restored when the state turns out not to fit
-        self._load_extra_state(dict(state))
-        self._seed = values["seed"]
-        self._reset_cache()
-        self._cursor_pass = values["pass_index"]
-        self._cursor_offset = values["offset"]
-        try:
-            self._restore_pass_start(state.get("pass_start"))
-            # A saved cursor overshoots its pass by less than one round of ranks; anything
-            # further is a corrupt state (and would make the cursor walk through countless
-            # passes).
-            length = len(self._order(self._cursor_pass))
-            if self._cursor_offset >= length + int(saved_world):
-                raise SamplerStateError(
-                    f"{name}.load_state_dict: offset {self._cursor_offset} lies beyond pass "
-                    f"{self._cursor_pass} ({length} indices) by more than one round of "
-                    f"{saved_world} ranks; the state does not belong to this sampler"
-                )
-        except SamplerStateError:
-            self.load_state_dict(previous)  # the position before the call, unchanged
-            raise
-        if saved_world != self._world_size:
-            logger.info(
-                "%s: state saved with world size %s continues re-sharded over %d ranks",
+        extra_keys = tuple(self._extra_state())
+        legacy = is_legacy_state(state_dict)
+        if legacy:
+            legacy_keys = tuple(self._legacy_config())
+            state = check_state(
+                state_dict,
                 name,
-                saved_world,
-                self._world_size,
+                ["seed", "pass_index", "offset"],
+                ("world_size", "pass_start", *extra_keys, *legacy_keys),
             )
+            saved = {key: state[key] for key in legacy_keys if key in state}
+            current = self._legacy_config()
+            check_config(
+                saved, {key: current[key] for key in saved}, name, strict=strict, notes=notes
+            )
+            notes.add(LEGACY_NOTE)
+        else:
+            state = check_state(
+                state_dict,
+                name,
+                ["seed", "pass_index", "offset", "world_size", "pass_start", "config", *extra_keys],
+                (),
+            )
+            check_config(state["config"], self._config(), name, strict=strict, notes=notes)
+        seed = check_int(state["seed"], "seed", name, 0, MAX_SEED)
+        pass_index = check_int(state["pass_index"], "pass_index", name, 0, MAX_PASS)
+        saved_world = check_world_size(
+            state.get("world_size", self._world_size), "world_size", name
+        )
+        extra = self._prepare_extra(state, strict=strict, notes=notes)
+        restore_parts = self._prepare_pass_start(
+            state.get("pass_start"), strict=strict, notes=notes
+        )
+        offset = check_int(state["offset"], "offset", name, 0, MAX_POSITION)
+        length = self._pass_length(seed, pass_index, extra)
+        # A version-2 cursor lies inside its pass. A version-1 cursor may overshoot its pass by
+        # less than one round of ranks; the overshoot is capped at 4096 passes' worth so that
+        # walking to the cursor stays cheap.
+        limit = length + min(saved_world, 4096 * length) if legacy else length
+        if offset >= limit:
+            raise SamplerStateError(
+                f"{name}.load_state_dict: offset {offset} lies beyond pass {pass_index} "
+                f"({length} indices) of this sampler; the state does not belong to it"
+            )
+
+        def commit() -> None:
+            self._apply_extra(extra)
+            restore_parts()
+            self._seed = seed
+            self._reset_cache()
+            self._cursor_pass = pass_index
+            self._cursor_offset = offset
+            if saved_world != self._world_size:
+                logger.info(
+                    "%s: state saved with world size %d continues re-sharded over %d ranks",
+                    name,
+                    saved_world,
+                    self._world_size,
+                )
+
+        return commit

@@ -10,7 +10,6 @@ import torch
 
 from catalog.seeding import torch_generator
 
-from .errors import SamplerStateError
 from .stream import PassSampler
 
 __all__ = ["TrainingSampler", "check_size"]
@@ -76,20 +75,14 @@ class TrainingSampler(PassSampler):
         generator = torch_generator(self._seed, pass_index)
         return torch.randperm(self._size, generator=generator).numpy()
 
-    def _extra_state(self) -> dict[str, Any]:
+    def _config(self) -> dict[str, Any]:
         return {"size": self._size, "shuffle": self._shuffle}
 
-    def _load_extra_state(self, state: dict[str, Any]) -> None:
-        if state.get("size", self._size) != self._size:
-            raise SamplerStateError(
-                f"TrainingSampler.load_state_dict: the state was saved for {state['size']} "
-                f"records, this sampler has {self._size}"
-            )
-        if state.get("shuffle", self._shuffle) != self._shuffle:
-            raise SamplerStateError(
-                f"TrainingSampler.load_state_dict: the state was saved with "
-                f"shuffle={state['shuffle']}, this sampler has shuffle={self._shuffle}"
-            )
+    def _legacy_config(self) -> dict[str, Any]:
+        return self._config()
+
+    def _pass_length(self, seed: int, pass_index: int, extra: Any) -> int:
+        return self._size
 
     def __repr__(self) -> str:
         return (

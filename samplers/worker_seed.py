@@ -1,11 +1,19 @@
-"""Seeding DataLoader workers: numpy, random, torch and the augmentation generator."""
+"""Seeding DataLoader workers: numpy, random, torch and the augmentation generator.
+
+This is the *worker-level* seeding, done once when a worker starts. It serves what runs
+outside a sample: a ``worker_init_fn``, a ``collate_fn``, and the samples of loaders without
+sample seeds (``build_detection_test_loader``, a batch sampler without positions). In the
+catmap training loaders each sample is mapped inside ``mappers.random_state.sample_scope``,
+which seeds the same global RNGs again from the sample's own seed at every attempt: what a
+mapper draws from ``random`` / ``numpy.random`` / ``torch`` therefore follows the sample, also
+with ``persistent_workers=True`` (where a worker started in pass 0 serves every later pass and
+never sees the pass number :class:`WorkerSeeder` holds after that).
+"""
 
 from __future__ import annotations
 
 import logging
-import random
 
-import numpy as np
 import torch
 
 from catalog.seeding import derive_seed
@@ -16,20 +24,19 @@ logger = logging.getLogger(__name__)
 
 
 def seed_this_process(seed: int) -> None:
-    """Seed python ``random``, numpy's global state, torch and the augmentation generator of
-    this process (``mappers.random_state.seed_generator``) from one seed.
+    """Seed python ``random``, numpy's global state, torch (all devices) and the augmentation
+    generator of this process (``mappers.random_state.seed_generator``) from one seed.
 
-    Each library gets its own derived seed, so the streams are independent.
+    Each library gets its own derived seed, so the streams are independent
+    (``mappers.random_state.seed_global_rngs``).
 
     Example::
 
         seed_this_process(5)  # in a worker: random, numpy, torch and augmentations now repeat
     """
-    from mappers.random_state import seed_generator
+    from mappers.random_state import seed_generator, seed_global_rngs
 
-    random.seed(derive_seed(seed, 0))
-    np.random.seed(derive_seed(seed, 1) % 2**32)
-    torch.manual_seed(derive_seed(seed, 2))
+    seed_global_rngs(derive_seed(seed, 0), all_torch_devices=True)
     seed_generator(derive_seed(seed, 3))
 
 
@@ -55,9 +62,10 @@ class WorkerSeeder:
     """A picklable ``worker_init_fn`` seeding worker ``w`` from ``(seed, rank, w, pass_index)``.
 
     ``pass_index`` is updated by the loader before each ``iter()`` (workers started for the
-    next pass see the new value). Inside the catmap loaders, augmentations of each sample draw
-    from a generator seeded from the sample's stream position instead
-    (:mod:`samplers.sample_seed`); the per-worker generator seeded here serves everything else.
+    next pass see the new value; persistent workers keep the seeding of the pass they started
+    in). Inside the catmap training loaders each sample's augmentations and global-RNG draws
+    come from its own seed instead (:mod:`mappers.random_state`); the per-worker seeding here
+    serves everything else.
 
     Example:
         >>> seeder = WorkerSeeder(seed=1, rank=0)

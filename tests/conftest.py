@@ -16,9 +16,13 @@ __all__ = ["isolated_cache_dir", "restore_catalogs"]
 def isolated_cache_dir(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Give every test its own empty on-disk dataset cache: tests never write to
-    ~/.cache/catmap (a test may set CATMAP_CACHE_DIR again with monkeypatch)."""
+    """Give every test its own empty on-disk dataset cache and cache key file: tests never
+    write to ~/.cache/catmap or ~/.config/catmap (a test may set CATMAP_CACHE_DIR or
+    CATMAP_CACHE_KEY_FILE again with monkeypatch)."""
     monkeypatch.setenv("CATMAP_CACHE_DIR", str(tmp_path_factory.mktemp("catmap-cache")))
+    monkeypatch.setenv(
+        "CATMAP_CACHE_KEY_FILE", str(tmp_path_factory.mktemp("catmap-key") / "cache.key")
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -129,16 +129,23 @@ def test_wrong_types_of_metainfo_or_data_list(tmp_path, content, pattern):
 
 def test_data_list_entry_must_be_a_dict(tmp_path):
     content = {"metainfo": {}, "data_list": [{"img_path": "a"}, "b.jpg"]}
-    with pytest.raises(TypeError, match="entry 1 is a str"):
+    with pytest.raises(TypeError, match=r"data_list\[1\].*must be a mapping, got str") as info:
         load_annotation_file(_write_json(tmp_path / "t.json", content))
+    assert isinstance(info.value, AnnotationFormatError) and info.value.index == 1
 
 
 def test_metainfo_argument_overrides_file(tmp_path):
     metainfo, _ = load_annotation_file(
-        _write_json(tmp_path / "ann.json"), metainfo={"classes": ["bird"], "extra": 1}
+        _write_json(tmp_path / "ann.json"), metainfo={"classes": ["bird", "fish"], "extra": 1}
     )
-    assert metainfo["classes"] == ["bird"] and metainfo["extra"] == 1
+    assert metainfo["classes"] == ["bird", "fish"] and metainfo["extra"] == 1
     assert metainfo["task_name"] == "toy"
+
+
+def test_bbox_label_checked_against_the_callers_classes(tmp_path):
+    # The file's label 1 does not exist among one class given by the caller.
+    with pytest.raises(AnnotationFormatError, match=r"data_list\[0\] instances\[0\].*bbox_label"):
+        load_annotation_file(_write_json(tmp_path / "ann.json"), metainfo={"classes": ["bird"]})
 
 
 def test_metainfo_argument_must_be_dict(tmp_path):
@@ -146,19 +153,25 @@ def test_metainfo_argument_must_be_dict(tmp_path):
         load_annotation_file(_write_json(tmp_path / "ann.json"), metainfo=["cat"])
 
 
-def test_metainfo_text_file_read_as_lines(tmp_path):
+def test_metainfo_classes_file_read_only_when_the_caller_names_it(tmp_path):
+    # Old behaviour (the bug): a path in the file's own metainfo was read. Now refused.
     classes = tmp_path / "classes.txt"
     classes.write_text("dog\n\ncat\n")
     content = _content()
     content["metainfo"]["classes"] = str(classes)
-    metainfo, _ = load_annotation_file(_write_json(tmp_path / "ann.json", content))
-    assert metainfo["classes"] == ["dog", "cat"]
+    with pytest.raises(AnnotationFormatError, match="'classes'.*list of strings"):
+        load_annotation_file(_write_json(tmp_path / "bad.json", content))
     # relative to data_root, given as an argument
+    _write_json(tmp_path / "ann.json")
     metainfo, _ = load_annotation_file(
         "ann.json", data_root=tmp_path, metainfo={"classes": "classes.txt"}
     )
     assert metainfo["classes"] == ["dog", "cat"]
     assert metainfo["task_name"] == "toy"  # an ordinary string stays a string
+    metainfo, _ = load_annotation_file(
+        tmp_path / "ann.json", metainfo={"classes": classes}  # absolute, os.PathLike
+    )
+    assert metainfo["classes"] == ["dog", "cat"]
 
 
 def test_data_root_and_data_prefix(tmp_path):
@@ -301,3 +314,25 @@ def test_real_mmengine_files_if_present():
     assert metainfo["dataset_type"] == "test_dataset" and len(records) >= 2
     with pytest.raises(AnnotationFormatError, match="found keys"):
         load_annotation_file(os.path.join(root, "annotation_wrong_keys.json"))
+
+
+def test_register_reads_a_callers_classes_file_once(tmp_path):
+    _write_json(tmp_path / "ann.json")
+    (tmp_path / "classes.txt").write_text("cat\ndog\n")
+    register_annotation_file(
+        "mm_classes_file", "ann.json", data_root=str(tmp_path), metainfo={"classes": "classes.txt"}
+    )
+    assert MetadataCatalog.get("mm_classes_file").thing_classes == ["cat", "dog"]
+    (tmp_path / "classes.txt").write_text("only_one\n")  # changed after registration
+    assert len(DatasetCatalog.get("mm_classes_file")) == 2  # label 1 still checked against 2
+
+
+def test_register_yaml_with_aliases_only_when_allowed(tmp_path):
+    path = tmp_path / "ann.yaml"
+    path.write_text("metainfo: {classes: &c [cat, dog], thing: *c}\ndata_list: []\n")
+    with pytest.raises(AnnotationFormatError, match="anchors and aliases"):
+        register_annotation_file("mm_alias", path)
+    assert "mm_alias" not in DatasetCatalog
+    register_annotation_file("mm_alias", path, allow_yaml_aliases=True)
+    assert MetadataCatalog.get("mm_alias").thing == ["cat", "dog"]
+    assert len(DatasetCatalog.get("mm_alias")) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -80,3 +81,32 @@ def test_runs_as_a_script(filled_cache):
         timeout=120,
     )
     assert "alpha" in result.stdout and "beta" in result.stdout
+
+
+def test_refuses_a_directory_others_can_write_unless_shared(filled_cache, capsys, monkeypatch):
+    directory, _ = filled_cache
+    monkeypatch.delenv("CATMAP_CACHE_SHARED", raising=False)
+    os.chmod(directory, 0o777)
+    tool = _tool()
+    assert tool.main(["list"]) == 1
+    assert "group or others can write it" in capsys.readouterr().err
+    assert tool.main(["clear"]) == 1 and len(list(directory.glob("*.catmap"))) == 2
+    assert tool.main(["--shared", "list"]) == 0
+    assert "2 entries" in capsys.readouterr().out
+
+
+def test_lists_a_fifo_or_symlink_entry_without_reading_it(filled_cache, capsys, tmp_path):
+    directory, _ = filled_cache
+    os.mkfifo(directory / "fifo.catmap")
+    (directory / "link.catmap").symlink_to(tmp_path / "alpha.json")
+    tool = _tool()
+    signal.alarm(30)  # a blocking open of the FIFO ends the test instead of hanging it
+    try:
+        assert tool.main(["list"]) == 0  # returns: the FIFO is opened without blocking
+    finally:
+        signal.alarm(0)
+    out = capsys.readouterr().out
+    assert "4 entries" in out and out.count("invalid") == 2
+    tool.main(["clear", "--stale"])
+    assert sorted(p.name.split("-")[0] for p in directory.glob("*.catmap")) == ["alpha", "beta"]
+    assert (tmp_path / "alpha.json").exists()  # the link was removed, not its target

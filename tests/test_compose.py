@@ -153,7 +153,8 @@ def test_load_image_skip_bad_images_makes_map_dataset_refetch(record, tmp_path):
     assert load.num_skipped == 1
     ds = MapDataset(DatasetFromList([bad, record]), pipeline, seed=0)
     assert ds[0]["file_name"] == record["file_name"]
-    assert ds.failure_stats() == {"num_failures": 1, "failed_indices": [0]}
+    stats = ds.failure_stats()  # a replacement is drawn from both records: 0 may come again
+    assert stats["failed_indices"] == [0] and stats["num_failures"] >= 1
 
 
 def test_load_image_other_key_and_missing_keys(record):

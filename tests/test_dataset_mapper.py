@@ -387,8 +387,8 @@ def test_reduced_decode_for_shrinking_augmentations(tmp_path):
     seen = []
     real_read = dm.read_image
 
-    def spy(file_name, fmt=None, *, min_size=None, decoder=None):
-        image = real_read(file_name, fmt, min_size=min_size, decoder=decoder)
+    def spy(file_name, fmt=None, **kwargs):
+        image = real_read(file_name, fmt, **kwargs)
         seen.append(image.shape)
         return image
 

@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import json
-import logging
 import multiprocessing as mp
 import os
 import pickle
 import time
+import warnings
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import catalog.cache_config as cache_config
 from catalog import CacheError, SerializedList
 from catalog.disk_cache import (
     CACHE_SUFFIX,
     CacheCorruptError,
     CacheCorruptWarning,
     CacheKey,
+    CacheSkippedWarning,
     DiskCache,
     MappedFile,
     load_entry,
@@ -220,15 +222,20 @@ def test_cache_can_be_turned_off_globally_and_per_call(cache_env, source, monkey
     assert records.to_list() == _records(5) and extra == builder.extra
 
 
-def test_unwritable_cache_directory_does_not_break_loading(tmp_path, source, monkeypatch, caplog):
+def test_unwritable_cache_directory_does_not_break_loading(tmp_path, source, monkeypatch):
+    # Was a log line per load; now one CacheSkippedWarning per process (issue 10).
+    monkeypatch.setattr(cache_config, "_WARNED", set())
     blocker = tmp_path / "not_a_dir"
     blocker.write_text("x")
     monkeypatch.setenv("CATMAP_CACHE_DIR", str(blocker / "cache"))
     builder = CountingBuilder(source)
-    with caplog.at_level(logging.WARNING, logger="catalog.disk_cache"):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         records, _ = _load(source, builder)
-    assert records.to_list() == _records(5)
-    assert "continuing without the cache" in caplog.text
+        again, _ = _load(source, builder)
+    assert records.to_list() == again.to_list() == _records(5) and builder.calls == 2
+    skipped = [w for w in caught if issubclass(w.category, CacheSkippedWarning)]
+    assert len(skipped) == 1 and "loading without the cache" in str(skipped[0].message)
 
 
 def test_missing_source_lets_the_loader_report_it(cache_env, tmp_path):
@@ -253,28 +260,28 @@ def test_source_changed_while_loading_is_not_cached(cache_env, source):
 
 
 def _race_worker(args: tuple[str, str, str]) -> list[dict]:
-    cache_dir, source, ready_dir = args
+    cache_dir, source, runs = args
     os.environ["CATMAP_CACHE_DIR"] = cache_dir
 
     def build():
-        # both processes are inside build() before either writes: a real race
-        Path(ready_dir, str(os.getpid())).touch()
-        deadline = time.monotonic() + 30
-        while len(os.listdir(ready_dir)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        with open(runs, "a") as f:  # one line per run of the loader
+            f.write(f"{os.getpid()}\n")
+        time.sleep(0.3)  # the others arrive while this one builds
         return json.loads(Path(source).read_text()), {"pid": os.getpid()}
 
     records, _ = load_with_cache("toy", [source], build, loader="json-list")
     return records.to_list()
 
 
-def test_racing_builders_both_end_with_a_valid_cache(cache_env, source, tmp_path):
-    ready = tmp_path / "ready"
-    ready.mkdir()
+def test_racing_processes_build_once_and_all_get_the_entry(cache_env, source, tmp_path):
+    # Was: both racing builders build and both write a valid entry. Now a lock per key makes
+    # one process build while the others wait and then map its entry (issue 10).
+    runs = tmp_path / "runs.txt"
     ctx = mp.get_context("fork")
-    with ctx.Pool(2) as pool:
-        results = pool.map(_race_worker, [(str(cache_env), str(source), str(ready))] * 2)
-    assert results == [_records(5), _records(5)]
+    with ctx.Pool(3) as pool:
+        results = pool.map(_race_worker, [(str(cache_env), str(source), str(runs))] * 3)
+    assert results == [_records(5)] * 3
+    assert len(runs.read_text().splitlines()) == 1
     (entry,) = _cache_files(cache_env)
     assert map_serialized(entry)[0].to_list() == _records(5)
     assert [p for p in cache_env.iterdir() if p.name.startswith(".tmp-")] == []

@@ -94,15 +94,15 @@ def _names_differ(rank: int, root: Path) -> tuple[str, str]:
 
 
 def _attach_fails_on_rank_2(rank: int, root: Path) -> tuple[str, str]:
-    import catalog.local_share as local_share
+    import catalog.local_publish as local_publish
 
-    original = local_share.remap_file
+    original = local_publish.remap_file
 
     def refuse(*args, **kwargs):
         raise PermissionError("[Errno 13] Permission denied")
 
     if rank == 2:
-        local_share.remap_file = refuse
+        local_publish.remap_file = refuse
     try:
         return _caught(
             lambda: share_across_local_ranks(
@@ -110,19 +110,19 @@ def _attach_fails_on_rank_2(rank: int, root: Path) -> tuple[str, str]:
             )
         )
     finally:
-        local_share.remap_file = original
+        local_publish.remap_file = original
 
 
 def _file_transport(rank: int, root: Path) -> dict:
     """Sharing where memfd is unavailable: a file in /dev/shm, unlinked once all attached."""
-    import catalog.local_share as local_share
+    import catalog.local_publish as local_publish
 
-    original = local_share._memfd_usable
-    local_share._memfd_usable = lambda: False
+    original = local_publish._memfd_usable
+    local_publish._memfd_usable = lambda: False
     try:
         records, _ = share_across_local_ranks("toy", _counting_build(root / "file", "toy", n=5))
     finally:
-        local_share._memfd_usable = original
+        local_publish._memfd_usable = original
     owner = getattr(records, "_shared_owner", None)
     return {
         "records": records.to_list(),

@@ -6,10 +6,17 @@ Usage:
     python tools/cache.py clear --stale           # only entries that can no longer be used
     python tools/cache.py clear --name coco_train # only one dataset's entries
     python tools/cache.py --dir /scratch/catmap list
+    python tools/cache.py --shared --dir /team/cache list   # a shared (team) cache
 
 The directory is ``$CATMAP_CACHE_DIR`` (default ``~/.cache/catmap``) unless ``--dir`` is given.
 An entry is *stale* when a source file changed or vanished, it was written by another catmap
 version, or its header is unreadable; stale entries are never served.
+
+The tool follows the cache's rules: it reads only entry headers (never pickled data), opens
+them without following symlinks or blocking on FIFOs, refuses a directory that another user
+owns or that group or others can write (exit status 1, with the reason) unless ``--shared``
+(or ``CATMAP_CACHE_SHARED=1``) is given, and in a shared cache clears only this user's
+entries.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import sys
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from catalog.disk_cache import CacheEntry, DiskCache  # noqa: E402
+from catalog.disk_cache import CacheEntry, CacheError, DiskCache  # noqa: E402
 
 __all__ = ["format_entries", "main"]
 
@@ -79,6 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dir", help="cache directory (default: $CATMAP_CACHE_DIR or ~/.cache/catmap)"
     )
+    parser.add_argument(
+        "--shared",
+        action="store_true",
+        default=None,
+        help="accept a directory of other users (a team cache; default: $CATMAP_CACHE_SHARED)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the entries")
     clear = sub.add_parser("clear", help="delete entries")
@@ -86,12 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     clear.add_argument("--name", help="only the entries of this dataset")
     args = parser.parse_args(argv)
 
-    cache = DiskCache(args.dir)
-    if args.command == "list":
-        print(f"cache directory: {cache.directory}")
-        print(format_entries(cache.entries()))
-        return 0
-    removed = cache.clear(name=args.name, stale_only=args.stale)
+    try:
+        cache = DiskCache(args.dir, shared=args.shared)
+        if args.command == "list":
+            entries = cache.entries()
+            print(f"cache directory: {cache.directory}")
+            print(format_entries(entries))
+            return 0
+        removed = cache.clear(name=args.name, stale_only=args.stale)
+    except CacheError as exc:
+        print(f"cache not used: {exc}", file=sys.stderr)
+        return 1
     for path in removed:
         print(f"removed {path}")
     print(f"removed {len(removed)} files from {cache.directory}")

@@ -1,0 +1,106 @@
+"""The cache's switches and warnings: ``CATMAP_CACHE``, ``CATMAP_CACHE_SHARED``,
+``CATMAP_CACHE_DIR``, and warnings given once per process.
+
+Example:
+    >>> cache_enabled(False), shared_enabled(True)
+    (False, True)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+
+from .errors import CacheError
+
+__all__ = [
+    "CacheCorruptWarning",
+    "CacheSkippedWarning",
+    "CacheUnavailableError",
+    "cache_dir",
+    "cache_enabled",
+    "shared_enabled",
+    "warn_once",
+]
+
+logger = logging.getLogger(__name__)
+
+_OFF_VALUES = {"0", "false", "off", "no"}
+_ON_VALUES = {"1", "true", "on", "yes"}
+_WARNED: set[str] = set()
+
+
+class CacheCorruptWarning(UserWarning):
+    """A cache entry failed verification (damaged, or not signed for this key and user);
+    it is discarded and rebuilt."""
+
+
+class CacheSkippedWarning(UserWarning):
+    """The cache, or one entry, was not used because it is not safe or not usable; loading
+    goes on without it."""
+
+
+class CacheUnavailableError(CacheError):
+    """The cache directory cannot be used (missing home, not writable, or untrusted).
+
+    Attributes:
+        directory: the directory, when known.
+    """
+
+    def __init__(self, message: str, *, directory: str | None = None) -> None:
+        super().__init__(message)
+        self.directory = directory
+
+
+def warn_once(tag: str, message: str, category: type[Warning] = CacheSkippedWarning) -> None:
+    """Warn with ``message`` the first time ``tag`` is seen in this process (log it after)."""
+    if tag in _WARNED:
+        logger.debug("%s", message)
+        return
+    _WARNED.add(tag)
+    warnings.warn(message, category, stacklevel=3)
+
+
+def cache_enabled(enabled: bool = True) -> bool:
+    """Whether caching is on: ``enabled`` (a per-registration switch) and not ``CATMAP_CACHE=0``.
+
+    Example:
+        >>> cache_enabled(False)  # cache=False on the registration
+        False
+    """
+    if not enabled:
+        return False
+    return os.environ.get("CATMAP_CACHE", "1").strip().lower() not in _OFF_VALUES
+
+
+def shared_enabled(shared: bool | None = None) -> bool:
+    """Whether a shared cache is accepted: ``shared`` if given, else ``CATMAP_CACHE_SHARED``.
+
+    Example:
+        >>> shared_enabled(True)
+        True
+    """
+    if shared is not None:
+        return bool(shared)
+    return os.environ.get("CATMAP_CACHE_SHARED", "0").strip().lower() in _ON_VALUES
+
+
+def cache_dir() -> Path:
+    """The cache directory: ``$CATMAP_CACHE_DIR`` or ``~/.cache/catmap`` (not created here).
+
+    Raises:
+        CacheUnavailableError: no ``CATMAP_CACHE_DIR`` and no home directory.
+
+    Example:
+        >>> cache_dir().name  # ~/.cache/catmap unless CATMAP_CACHE_DIR is set  # doctest: +SKIP
+        'catmap'
+    """
+    configured = os.environ.get("CATMAP_CACHE_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    try:
+        return Path("~/.cache/catmap").expanduser()
+    except RuntimeError as exc:  # no HOME and no password entry
+        raise CacheUnavailableError(f"no cache directory: {exc} (set CATMAP_CACHE_DIR)") from exc

@@ -1,0 +1,349 @@
+"""Bounded reading of untrusted JSON and YAML files, and of small text files named by callers.
+
+Every function here turns whatever a hostile file can cause into an
+:class:`~catalog.errors.AnnotationFormatError` that names the file (and, for YAML, the line):
+
+* bytes that are not UTF-8 (a leading UTF-8 byte order mark is ignored);
+* nesting deeper than ``max_depth`` (:data:`MAX_DEPTH`, 100 by default): JSON parses with
+  msgspec (or the json module) whose recursion stops at Python's limit, and the caller checks
+  the depth of the parsed value; YAML is refused while it is composed, before any deep object
+  exists;
+* YAML anchors and aliases (the "billion laughs" bomb): refused by default; with
+  ``allow_aliases=True`` accepted while the expanded document has at most
+  :data:`MAX_ALIAS_EXPANSION` nodes more than the file holds and no alias refers to a node that
+  contains it;
+* YAML scalars that would cost more than they are worth: numbers written with more than
+  :data:`MAX_NUMBER_CHARS` characters (YAML 1.1 base-60 numbers grow quadratically), and the
+  non-JSON tags ``!!binary``, ``!!set``, ``!!omap``, ``!!pairs``; timestamps stay strings, so
+  YAML gives exactly the value types JSON gives;
+* files that are not regular files (a FIFO or a device would block or never end).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import Any
+
+import yaml
+from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
+from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
+from yaml.nodes import MappingNode, Node, SequenceNode
+
+from .errors import AnnotationFormatError
+
+try:  # msgspec raises RecursionError on deep nesting; old orjson versions crash instead
+    import msgspec as _msgspec
+except ImportError:  # pragma: no cover - exercised only without msgspec
+    _msgspec = None
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_ALIAS_EXPANSION",
+    "MAX_NUMBER_CHARS",
+    "MAX_TEXT_FILE_BYTES",
+    "read_bytes",
+    "read_text_lines",
+    "parse_json",
+    "parse_yaml",
+]
+
+#: Deepest nesting of lists and mappings accepted in an annotation file (the top level is 1).
+MAX_DEPTH = 100
+#: With YAML aliases allowed: at most this many nodes beyond those the file itself holds.
+MAX_ALIAS_EXPANSION = 1_000_000
+#: Longest YAML int or float scalar accepted, in characters.
+MAX_NUMBER_CHARS = 64
+#: Largest text file (e.g. a classes file) read by :func:`read_text_lines`.
+MAX_TEXT_FILE_BYTES = 16 * 1024 * 1024
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def read_bytes(
+    path: str, *, limit: int | None = None, nofollow: bool = False, what: str = "file"
+) -> bytes:
+    """The bytes of the regular file ``path``, read without blocking on FIFOs or devices.
+
+    Args:
+        path: the file.
+        limit: refuse files larger than this many bytes (None: no limit).
+        nofollow: refuse a symbolic link as the last path component.
+        what: how the file is named in error messages.
+
+    Raises:
+        FileNotFoundError, PermissionError: the file cannot be opened (as ``open`` raises them).
+        AnnotationFormatError: not a regular file, a refused symbolic link, or too large.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile(delete=False) as f:
+        ...     _ = f.write(b"abc")
+        >>> read_bytes(f.name, limit=10)
+        b'abc'
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    if nofollow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if nofollow and os.path.islink(path):
+            raise AnnotationFormatError(
+                f"{what} {path!r} is a symbolic link; refused (name the file it points to)"
+            ) from None
+        if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
+            raise
+        raise AnnotationFormatError(f"{what} {path!r} cannot be opened: {exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise AnnotationFormatError(
+                f"{what} {path!r} is not a regular file (a directory, FIFO, socket or device)"
+            )
+        if limit is not None and info.st_size > limit:
+            raise AnnotationFormatError(
+                f"{what} {path!r} has {info.st_size} bytes; the limit is {limit}"
+            )
+        data = f.read() if limit is None else f.read(limit + 1)
+    if limit is not None and len(data) > limit:  # grew while being read
+        raise AnnotationFormatError(f"{what} {path!r} has more than {limit} bytes")
+    return data
+
+
+def _decode_utf8(data: bytes, path: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AnnotationFormatError(
+            f"{path}: not valid UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 4]!r}); "
+            "annotation and class files must be UTF-8"
+        ) from None
+
+
+def read_text_lines(path: str, *, limit: int = MAX_TEXT_FILE_BYTES, what: str = "file") -> list[str]:
+    """The stripped, non-empty lines of a small UTF-8 text file (a regular file, no symlink).
+
+    Raises:
+        FileNotFoundError, PermissionError: the file cannot be opened.
+        AnnotationFormatError: not a regular file, a symbolic link, larger than ``limit``
+            bytes, or not UTF-8.
+
+    Example:
+        >>> import tempfile
+        >>> with tempfile.NamedTemporaryFile("w", delete=False) as f:
+        ...     _ = f.write("cat\\n\\ndog\\n")
+        >>> read_text_lines(f.name)
+        ['cat', 'dog']
+    """
+    data = read_bytes(path, limit=limit, nofollow=True, what=what)
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]
+    text = _decode_utf8(data, path)
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(data: bytes, path: str) -> Any:
+    """Parse JSON bytes read from ``path``; every failure is an AnnotationFormatError.
+
+    Nesting is bounded by Python's recursion limit here (the caller bounds it further);
+    ``NaN`` and ``Infinity`` are refused, as strict JSON does.
+
+    Example:
+        >>> parse_json(b'{"a": [1, 2]}', "x.json")
+        {'a': [1, 2]}
+    """
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]
+    try:
+        if _msgspec is not None:
+            return _msgspec.json.decode(data)
+        text = _decode_utf8(data, path)  # json.loads(bytes) would also take UTF-16/32
+        return json.loads(text, parse_constant=_reject_constant)  # pragma: no cover
+    except RecursionError:
+        raise AnnotationFormatError(
+            f"{path}: JSON nested too deeply (the limit is {MAX_DEPTH} levels)"
+        ) from None
+    except Exception as exc:  # msgspec.DecodeError, ValueError (json, UnicodeDecodeError)
+        if not isinstance(exc, ValueError) and (
+            _msgspec is None or not isinstance(exc, _msgspec.MsgspecError)
+        ):
+            raise
+        _decode_utf8(data, path)  # name the byte when the problem is the encoding
+        raise AnnotationFormatError(f"{path}: not valid JSON: {exc}") from None
+
+
+def _refuse_tag(loader: yaml.SafeLoader, node: Node) -> Any:
+    raise ConstructorError(
+        None,
+        None,
+        f"the YAML tag {node.tag} is refused in annotation files (only JSON value types)",
+        node.start_mark,
+    )
+
+
+def _bounded_number(kind: str) -> Any:
+    base = getattr(yaml.SafeLoader, f"construct_yaml_{kind}")
+
+    def construct(loader: yaml.SafeLoader, node: Node) -> Any:
+        if isinstance(node.value, str) and len(node.value) > MAX_NUMBER_CHARS:
+            raise ConstructorError(
+                None,
+                None,
+                f"a YAML {kind} of {len(node.value)} characters (the limit is "
+                f"{MAX_NUMBER_CHARS})",
+                node.start_mark,
+            )
+        return base(loader, node)
+
+    return construct
+
+
+def _timestamp_as_string(loader: yaml.SafeLoader, node: Node) -> str:
+    return loader.construct_scalar(node)
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that bounds nesting while composing and refuses anchors and aliases
+    unless allowed (then the expansion is checked before any object is built)."""
+
+    def __init__(self, stream: str, *, max_depth: int, allow_aliases: bool) -> None:
+        super().__init__(stream)
+        self.max_depth = max_depth
+        self.allow_aliases = allow_aliases
+        self.depth = 0
+        self.nodes = 0
+        self.saw_alias = False
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        event = self.peek_event()
+        if isinstance(event, AliasEvent) or event.anchor is not None:
+            if not self.allow_aliases:
+                raise ComposerError(
+                    None,
+                    None,
+                    "YAML anchors and aliases are refused in annotation files (they can expand "
+                    "to billions of values); pass allow_yaml_aliases=True to accept bounded use",
+                    event.start_mark,
+                )
+            self.saw_alias = True
+        self.nodes += 1
+        if not isinstance(event, (SequenceStartEvent, MappingStartEvent)):
+            return super().compose_node(parent, index)
+        self.depth += 1  # lists and mappings count, as in JSON (the top level is 1)
+        if self.depth > self.max_depth:
+            raise ComposerError(
+                None,
+                None,
+                f"YAML nested more than {self.max_depth} levels deep",
+                event.start_mark,
+            )
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+for _tag in ("binary", "set", "omap", "pairs"):
+    _BoundedLoader.add_constructor(f"tag:yaml.org,2002:{_tag}", _refuse_tag)
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _bounded_number("int"))
+_BoundedLoader.add_constructor("tag:yaml.org,2002:float", _bounded_number("float"))
+_BoundedLoader.add_constructor("tag:yaml.org,2002:timestamp", _timestamp_as_string)
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, SequenceNode):
+        return node.value
+    if isinstance(node, MappingNode):
+        return [child for pair in node.value for child in pair]
+    return []
+
+
+def _check_expansion(root: Node, composed: int, max_depth: int) -> None:
+    """Refuse a node graph whose alias expansion is recursive, too large or too deep."""
+    size: dict[int, int] = {}
+    height: dict[int, int] = {}
+    on_stack: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    limit = composed + MAX_ALIAS_EXPANSION
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            children = _children(node)
+            size[key] = 1 + sum(size[id(c)] for c in children)
+            own = 1 if isinstance(node, (SequenceNode, MappingNode)) else 0
+            height[key] = own + max((height[id(c)] for c in children), default=0)
+            on_stack.discard(key)
+            if size[key] > limit:
+                raise ComposerError(
+                    None,
+                    None,
+                    f"YAML aliases expand to more than {limit} values ({composed} in the file "
+                    f"+ {MAX_ALIAS_EXPANSION} allowed by expansion)",
+                    node.start_mark,
+                )
+            if height[key] > max_depth:
+                raise ComposerError(
+                    None,
+                    None,
+                    f"YAML aliases expand to nesting deeper than {max_depth} levels",
+                    node.start_mark,
+                )
+            continue
+        if key in size:
+            continue
+        if key in on_stack:
+            raise ComposerError(
+                None, None, "a YAML alias refers to a node that contains it", node.start_mark
+            )
+        on_stack.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in size)
+
+
+def parse_yaml(
+    data: bytes, path: str, *, max_depth: int = MAX_DEPTH, allow_aliases: bool = False
+) -> Any:
+    """Parse one YAML document with the bounds described in this module.
+
+    Raises:
+        AnnotationFormatError: invalid YAML, refused tags, aliases (unless allowed), too deep
+            or too large an expansion, non-UTF-8 bytes; the message names the file and line.
+
+    Example:
+        >>> parse_yaml(b"a: [1, 2]\\nb: 2020-01-01\\n", "x.yaml")
+        {'a': [1, 2], 'b': '2020-01-01'}
+    """
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]
+    text = _decode_utf8(data, path)
+    loader = None
+    try:
+        loader = _BoundedLoader(text, max_depth=max_depth, allow_aliases=allow_aliases)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if loader.saw_alias:
+            _check_expansion(node, loader.nodes, max_depth)
+        return loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = " ".join(p for p in (exc.context, exc.problem) if p)
+        raise AnnotationFormatError(
+            f"{path}: {where}not valid YAML for a bounded yaml.safe_load: {problem}"
+        ) from None
+    except (yaml.YAMLError, ValueError, OverflowError, RecursionError, TypeError) as exc:
+        raise AnnotationFormatError(
+            f"{path}: not valid YAML for a bounded yaml.safe_load ({type(exc).__name__}: {exc})"
+        ) from None
+    finally:
+        if loader is not None:
+            loader.dispose()

@@ -1,0 +1,288 @@
+"""Checks run on segmentation and keypoint values before any native code sees them.
+
+pycocotools rasterizes polygons and decodes RLE in C without bounds checks: a polygon
+coordinate of 1e9 overflows its integer arithmetic and crashes the process, RLE runs that
+add up to more than ``height * width`` write past the mask, and an RLE ``size`` of
+100000 x 100000 allocates 10 GB. Everything here raises
+:class:`~catalog.errors.RecordFormatError` (naming the annotation and the key) first:
+
+* **Polygons**: every coordinate finite, and ``|x|, |y| <= 4 * max(h, w) + 64`` for the image
+  (h, w) they are drawn on (:func:`coordinate_bound`). Real annotations stay within about
+  a pixel of the image; the bound leaves room for sloppy ones and keeps the rasterizer's
+  work proportional to the image.
+* **RLE**: ``size`` is two positive ints equal to the image size when it is known (else
+  within the pixel limit); list ``counts`` are non-negative ints adding up to h * w;
+  compressed ``counts`` (str/bytes) are decoded here (vectorized) and must add up to h * w
+  too, which also bounds their length.
+* **Keypoints**: x, y and v finite (and within the float32 range).
+
+Example:
+    >>> check_polygon(np.array([0.0, 0.0, 5.0, 0.0, 5.0, float("nan")]), "a.jpg", 0, None)
+    Traceback (most recent call last):
+    ...
+    catalog.errors.RecordFormatError: a.jpg: key 'segmentation', polygon 0 has a non-finite coordinate (nan)
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from catalog.errors import RecordFormatError
+
+from .image_header import get_max_image_pixels
+from .transforms.transform import (
+    CropTransform,
+    HFlipTransform,
+    NoOpTransform,
+    PadTransform,
+    ResizeTransform,
+    Transform,
+    TransformList,
+    VFlipTransform,
+)
+
+__all__ = [
+    "COORDINATE_BOUND_FACTOR",
+    "COORDINATE_BOUND_MARGIN",
+    "check_keypoints",
+    "check_polygon",
+    "check_polygons",
+    "check_rle",
+    "coordinate_bound",
+    "decode_rle_counts",
+    "input_size_of",
+]
+
+#: Polygon coordinates may lie up to this many image sides (plus the margin) from 0.
+COORDINATE_BOUND_FACTOR = 4
+#: Absolute slack, in pixels, added to the polygon coordinate bound.
+COORDINATE_BOUND_MARGIN = 64
+# A compressed count takes at most 6 characters of 5 bits: 30 bits, sign included, enough
+# for any run under the pixel limit, and what pycocotools parses without int overflow.
+_MAX_CHARS_PER_COUNT = 6
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT64_MAX = float(np.finfo(np.float64).max)
+
+
+def coordinate_bound(height: int, width: int) -> float:
+    """The largest ``|x|`` or ``|y|`` a polygon drawn on an (h, w) image may have.
+
+    Example:
+        >>> coordinate_bound(480, 640)
+        2624.0
+    """
+    return float(COORDINATE_BOUND_FACTOR * max(int(height), int(width)) + COORDINATE_BOUND_MARGIN)
+
+
+def check_polygon(polygon: np.ndarray, where: str, index: int, bound: float | None) -> None:
+    """Raise RecordFormatError unless every value of the flat float polygon is finite and
+    (when ``bound`` is given) at most ``bound`` in absolute value."""
+    if polygon.size == 0:
+        return
+    if not np.isfinite(polygon).all():
+        bad = polygon[~np.isfinite(polygon)][0]
+        raise RecordFormatError(
+            f"{where}: key 'segmentation', polygon {index} has a non-finite coordinate ({bad})"
+        )
+    if bound is not None:
+        largest = float(np.abs(polygon).max())
+        if largest > bound:
+            raise RecordFormatError(
+                f"{where}: key 'segmentation', polygon {index} has a coordinate of {largest:g}, "
+                f"beyond {bound:g} (= {COORDINATE_BOUND_FACTOR} x the image's longer side + "
+                f"{COORDINATE_BOUND_MARGIN}); the annotation does not fit the image"
+            )
+
+
+def check_polygons(polygons: Sequence[np.ndarray], where: str, bound: float | None) -> None:
+    """:func:`check_polygon` on each polygon, with one vectorized pass when all are fine.
+
+    Example:
+        >>> check_polygons([np.array([0.0, 0, 4, 0, 4, 4])], "a.jpg", 10.0)
+    """
+    arrays = [
+        p if type(p) is np.ndarray and p.dtype == np.float64 else np.asarray(p, dtype=np.float64)
+        for p in polygons
+    ]
+    arrays = [p for p in arrays if p.size]
+    if not arrays:
+        return
+    flat = arrays[0] if len(arrays) == 1 else np.concatenate([p.reshape(-1) for p in arrays])
+    limit = _FLOAT64_MAX if bound is None else bound
+    # NaN fails both comparisons, inf fails one: the common case costs two reductions
+    if -limit <= flat.min() and flat.max() <= limit:
+        return
+    for j, polygon in enumerate(polygons):
+        check_polygon(np.asarray(polygon, dtype=np.float64).reshape(-1), where, j, bound)
+
+
+def check_keypoints(keypoints: np.ndarray, where: str) -> None:
+    """Raise RecordFormatError when a keypoint value (x, y or v) is not finite.
+
+    Example:
+        >>> check_keypoints(np.array([[1.0, 2.0, 2.0]]), "a.jpg")
+    """
+    if keypoints.size and not np.isfinite(keypoints).all():
+        raise RecordFormatError(f"{where}: key 'keypoints' has a non-finite value")
+    if keypoints.size and np.abs(keypoints).max() > _FLOAT32_MAX:
+        raise RecordFormatError(f"{where}: key 'keypoints' has a value beyond the float32 range")
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        return None
+    value = int(value)
+    return value if value > 0 else None
+
+
+def decode_rle_counts(counts: bytes, where: str) -> np.ndarray:
+    """The run lengths of a COCO compressed RLE string, as int64, decoded with numpy.
+
+    Each run is a little-endian sequence of 5-bit groups in characters ``chr(48 + g)``
+    (bit 0x20 of ``g`` marks a continuation, bit 0x10 of the last group the sign); from the
+    third run on, the value is a difference to the run two places before.
+
+    Raises:
+        RecordFormatError: a character outside the alphabet, a run longer than 6
+            characters, or a string ending inside a run.
+
+    Example:
+        >>> decode_rle_counts(b"12", "a").tolist()
+        [1, 2]
+    """
+    raw = np.frombuffer(counts, dtype=np.uint8).astype(np.int64) - 48
+    if raw.size == 0:
+        return raw
+    if raw.min() < 0 or raw.max() > 63:
+        raise RecordFormatError(f"{where}: key 'segmentation' RLE counts has a character outside the COCO alphabet")
+    ends = np.flatnonzero((raw & 0x20) == 0)
+    if ends.size == 0 or ends[-1] != raw.size - 1:
+        raise RecordFormatError(f"{where}: key 'segmentation' RLE counts ends inside a run")
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    lengths = ends - starts + 1
+    if lengths.max() > _MAX_CHARS_PER_COUNT:
+        raise RecordFormatError(f"{where}: key 'segmentation' RLE counts has a run too long to be valid")
+    position = np.arange(raw.size) - np.repeat(starts, lengths)
+    values = np.zeros(ends.size, dtype=np.int64)
+    groups = np.repeat(np.arange(ends.size), lengths)
+    # at most 30 bits per value: exact in float64
+    values[:] = np.bincount(groups, weights=(raw & 0x1F) << (5 * position), minlength=ends.size)
+    negative = (raw[ends] & 0x10) != 0
+    values[negative] -= np.int64(1) << (5 * lengths[negative])
+    # x[i] += x[i - 2] for i > 2: running sums over the odd and the even positions from 1 and 2
+    if values.size > 3:
+        values[1::2] = np.cumsum(values[1::2])
+        values[2::2] = np.cumsum(values[2::2])
+    return values
+
+
+def check_rle(
+    rle: Mapping[str, Any], where: str, image_size: tuple[int, int] | None
+) -> tuple[int, int, Any]:
+    """Validate a COCO RLE dict before pycocotools decodes it; return (height, width, counts).
+
+    ``counts`` comes back as a list of ints or as bytes (compressed), ready for pycocotools.
+
+    Raises:
+        RecordFormatError: keys missing; ``size`` not two positive ints, different from
+            ``image_size`` (when given) or over the pixel limit; counts of the wrong type,
+            negative, or not adding up to height * width. The message names the annotation.
+
+    Example:
+        >>> check_rle({"size": [2, 2], "counts": [1, 2, 1]}, "a.jpg", (2, 2))
+        (2, 2, [1, 2, 1])
+    """
+    if "size" not in rle or "counts" not in rle:
+        raise RecordFormatError(
+            f"{where}: RLE segmentation needs keys 'size' and 'counts', got {sorted(map(str, rle))}"
+        )
+    size = rle["size"]
+    sides = list(size) if isinstance(size, (list, tuple)) and len(size) == 2 else []
+    height, width = (_positive_int(v) for v in sides) if sides else (None, None)
+    if height is None or width is None:
+        raise RecordFormatError(
+            f"{where}: key 'segmentation' RLE 'size' must be [height, width] with positive "
+            f"ints, got {size!r}"
+        )
+    if image_size is not None and (height, width) != tuple(image_size):
+        raise RecordFormatError(
+            f"{where}: key 'segmentation' RLE has size {[height, width]}, the image is "
+            f"{list(image_size)}"
+        )
+    limit = get_max_image_pixels()
+    if limit is not None and height * width > limit:
+        raise RecordFormatError(
+            f"{where}: key 'segmentation' RLE size {[height, width]} is over the pixel limit {limit}"
+        )
+    counts = rle["counts"]
+    total = height * width
+    if isinstance(counts, str):
+        try:
+            counts = counts.encode("ascii")
+        except UnicodeEncodeError:
+            raise RecordFormatError(
+                f"{where}: key 'segmentation' RLE counts has non-ASCII characters"
+            ) from None
+    if isinstance(counts, (bytes, bytearray)):
+        if len(counts) > _MAX_CHARS_PER_COUNT * (total + 1):
+            raise RecordFormatError(f"{where}: key 'segmentation' RLE counts is too long")
+        counts = bytes(counts)
+        runs = decode_rle_counts(counts, where).tolist()
+    elif isinstance(counts, (list, tuple)):
+        if len(counts) > total + 1 or not all(
+            isinstance(c, numbers.Integral) and not isinstance(c, bool) for c in counts
+        ):
+            raise RecordFormatError(
+                f"{where}: key 'segmentation' RLE counts must be a list of at most h*w+1 ints"
+            )
+        counts = [int(c) for c in counts]
+        runs = counts
+    else:
+        raise RecordFormatError(
+            f"{where}: key 'segmentation' RLE counts must be a list of ints or a compressed "
+            f"string, got {type(counts).__name__}"
+        )
+    if len(runs) and (min(runs) < 0 or sum(runs) != total):
+        raise RecordFormatError(
+            f"{where}: key 'segmentation' RLE counts must be non-negative and add up to "
+            f"height * width = {total}"
+        )
+    if not len(runs) and total:
+        raise RecordFormatError(f"{where}: key 'segmentation' RLE counts is empty")
+    return height, width, counts
+
+
+def input_size_of(transforms: Transform, output_size: tuple[int, int]) -> tuple[int, int] | None:
+    """The image size before ``transforms``, traced back from ``output_size``; None if unknown.
+
+    Known: no-ops, flips, resizes, pads, and crops that record ``orig_h``/``orig_w``.
+
+    Example:
+        >>> input_size_of(TransformList([ResizeTransform(100, 200, 50, 100)]), (50, 100))
+        (100, 200)
+    """
+    flat: list[Transform] = []
+    stack = [transforms]
+    while stack:
+        t = stack.pop()
+        if isinstance(t, TransformList):
+            stack.extend(reversed(t.transforms))
+        else:
+            flat.append(t)
+    height, width = int(output_size[0]), int(output_size[1])
+    for t in reversed(flat):
+        if isinstance(t, (NoOpTransform, HFlipTransform, VFlipTransform)):
+            continue
+        if isinstance(t, ResizeTransform):
+            height, width = int(t.h), int(t.w)
+        elif isinstance(t, PadTransform):
+            height, width = height - t.y0 - t.y1, width - t.x0 - t.x1
+        elif isinstance(t, CropTransform) and t.orig_h is not None and t.orig_w is not None:
+            height, width = int(t.orig_h), int(t.orig_w)
+        else:
+            return None
+    return height, width

@@ -1,0 +1,208 @@
+"""Fuzz the image decoders and the segmentation/keypoint checks with hypothesis.
+
+Images: small valid JPEG/PNG files built here are mutated (bytes flipped, inserted,
+deleted, the file truncated, the header's size set to anything up to 65535 x 65535) and
+decoded by every installed decoder under a small pixel limit. Allowed outcomes: an image
+within the limit, or an :class:`~mappers.errors.ImageReadError` (the family: too large,
+corrupt, unreadable). For JPEG all decoders must agree on raise-vs-success and, on
+success, on the shape. There is no intentional difference between decoders: every JPEG is
+judged by one structural check before any decoder runs, and damage libjpeg repairs decodes
+everywhere.
+
+Annotations: random polygons, RLE dicts and keypoints (NaN, inf, 1e300, wrong types, runs
+past the mask) go through transform_annotations and annotations_to_instances in-process:
+only catmap's typed errors may come out (a native crash would kill the run).
+
+The default run uses ``CATMAP_FUZZ_EXAMPLES`` examples (150); the slow tests re-run this
+file in a subprocess with thousands, so that a native crash shows up as a failed exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from catalog import BoxMode
+from catalog.errors import CatmapError
+from mappers.annotations import annotations_to_instances, transform_annotations
+from mappers.errors import ImageReadError
+from mappers.image_io import available_jpeg_decoders, decode_image
+from mappers.transforms import HFlipTransform, NoOpTransform, ResizeTransform
+from tests.image_bytes import jpeg_bytes, photo_like, png_bytes, set_jpeg_size, set_png_size
+
+EXAMPLES = int(os.environ.get("CATMAP_FUZZ_EXAMPLES", "150"))
+DECODERS = available_jpeg_decoders()
+LIMIT = 48 * 64 * 3  # pixels: a few times the seeds' size, far below any mutated header
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@lru_cache(maxsize=1)
+def _seeds() -> tuple[bytes, ...]:
+    """Valid files: baseline, progressive, grayscale and EXIF JPEGs; RGB, 16-bit, palette PNGs."""
+    from PIL import Image
+
+    rgb = photo_like(24, 32, seed=5)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    gray16 = (np.arange(24 * 32, dtype=np.uint32).reshape(24, 32) * 83 % 65536).astype(np.uint16)
+    palette = Image.fromarray(rgb).convert("P")
+    buf = __import__("io").BytesIO()
+    palette.save(buf, "PNG")
+    return (
+        jpeg_bytes(rgb),
+        jpeg_bytes(rgb, progressive=True),
+        jpeg_bytes(rgb[:, :, 0]),
+        jpeg_bytes(rgb, exif=exif.tobytes(), quality=75),
+        png_bytes(rgb),
+        png_bytes(gray16),
+        buf.getvalue(),
+    )
+
+
+_ops = st.one_of(
+    st.tuples(st.just("flip"), st.integers(0, 10**6), st.integers(1, 255)),
+    st.tuples(st.just("insert"), st.integers(0, 10**6), st.binary(min_size=1, max_size=8)),
+    st.tuples(st.just("marker"), st.integers(0, 10**6), st.integers(0, 255)),
+    st.tuples(st.just("delete"), st.integers(0, 10**6), st.integers(1, 16)),
+    st.tuples(st.just("truncate"), st.integers(0, 10**6)),
+    st.tuples(st.just("size"), st.integers(0, 65535), st.integers(0, 65535)),
+)
+
+
+def _mutate(data: bytes, ops: list[tuple]) -> bytes:
+    out = bytearray(data)
+    for op in ops:
+        if not out:
+            break
+        kind, pos = op[0], op[1] % len(out) if op[0] != "size" else 0
+        if kind == "flip":
+            out[pos] ^= op[2]
+        elif kind == "insert":
+            out[pos:pos] = op[2]
+        elif kind == "marker":  # 0xFF + a byte: the kind of damage that confuses parsers
+            out[pos:pos] = bytes([0xFF, op[2]])
+        elif kind == "delete":
+            del out[pos : pos + op[2]]
+        elif kind == "truncate":
+            del out[pos:]
+        elif kind == "size":
+            try:
+                if out[:3] == b"\xff\xd8\xff":
+                    out = bytearray(set_jpeg_size(bytes(out), op[1], op[2]))
+                elif out[:4] == b"\x89PNG":
+                    out = bytearray(set_png_size(bytes(out), op[1], op[2]))
+            except (IndexError, struct.error, ValueError):
+                pass  # the header was already broken by an earlier op
+    return bytes(out)
+
+
+def _outcome(data: bytes, decoder: str, **kwargs) -> tuple[str, object]:
+    try:
+        image = decode_image(data, decoder=decoder, max_pixels=LIMIT, source="fuzz", **kwargs)
+    except ImageReadError as exc:
+        assert exc.path == "fuzz"
+        return "error", type(exc).__name__
+    assert image.dtype in (np.uint8, np.uint16) and image.ndim == 3
+    assert image.shape[0] * image.shape[1] <= LIMIT, image.shape
+    assert image.flags.c_contiguous and image.flags.writeable
+    return "ok", image.shape
+
+
+@FUZZ
+@given(seed=st.integers(0, 6), ops=st.lists(_ops, min_size=1, max_size=4))
+def test_fuzz_decoders_typed_errors_and_agreement(seed, ops):
+    data = _mutate(_seeds()[seed], ops)
+    outcomes = {d: _outcome(data, d) for d in DECODERS}
+    if data[:3] == b"\xff\xd8\xff":
+        kinds = {d: o[0] for d, o in outcomes.items()}
+        assert len(set(kinds.values())) == 1, f"decoders disagree: {outcomes}"
+        if kinds[DECODERS[0]] == "ok":
+            assert len({o[1] for o in outcomes.values()}) == 1, outcomes
+    _outcome(data, "pillow", format="L", keep_16bit=True)
+    _outcome(data, DECODERS[0], format="BGR", min_size=(6, 8))
+
+
+_number = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(2**70), 2**70),
+    st.floats(-100, 100),
+)
+_polygon = st.lists(st.one_of(_number, st.text(max_size=2), st.none()), max_size=12)
+_size_value = st.one_of(st.integers(-3, 70000), st.booleans(), st.text(max_size=3), st.floats())
+_rle = st.fixed_dictionaries(
+    {
+        "size": st.one_of(
+            st.lists(_size_value, max_size=3), st.just([16, 20]), st.just([8, 10])
+        ),
+        "counts": st.one_of(
+            st.lists(st.one_of(st.integers(-5, 2**40), st.floats()), max_size=12),
+            st.text(alphabet=[chr(c) for c in range(40, 130)], max_size=24),
+            st.binary(max_size=24),
+        ),
+    }
+)
+_annotation = st.fixed_dictionaries(
+    {"bbox": st.just([1.0, 1.0, 6.0, 7.0]), "bbox_mode": st.just(BoxMode.XYXY_ABS)},
+    optional={
+        "segmentation": st.one_of(st.lists(_polygon, max_size=3), _rle),
+        "keypoints": st.lists(_number, max_size=9),
+    },
+).map(lambda a: {**a, "category_id": 0})
+
+
+@FUZZ
+@given(
+    annos=st.lists(_annotation, max_size=4),
+    transform=st.sampled_from(["noop", "resize", "flip"]),
+    mask_format=st.sampled_from(["polygon", "bitmask"]),
+)
+def test_fuzz_annotations_typed_errors_only(annos, transform, mask_format):
+    tfm = {
+        "noop": NoOpTransform(),
+        "resize": ResizeTransform(16, 20, 8, 10),
+        "flip": HFlipTransform(20),
+    }[transform]
+    out_size = (8, 10) if transform == "resize" else (16, 20)
+    try:
+        moved = transform_annotations(
+            [dict(a) for a in annos], [tfm], out_size, keypoint_hflip_indices=None
+        )
+        annotations_to_instances(moved, out_size, mask_format, context="fuzz")
+    except CatmapError:
+        pass
+    try:  # untransformed values straight into the instances (the raw records' values)
+        annotations_to_instances([dict(a) for a in annos], (16, 20), mask_format)
+    except CatmapError:
+        pass
+
+
+def _run_file_in_subprocess(examples: int) -> None:
+    env = {**os.environ, "CATMAP_FUZZ_EXAMPLES": str(examples)}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-m",
+         "not slow"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    assert result.returncode == 0, (result.returncode, result.stdout[-4000:], result.stderr[-2000:])
+
+
+@pytest.mark.slow
+def test_fuzz_thousands_in_a_subprocess():
+    """5000 examples each, in a child process: a native crash fails this test."""
+    _run_file_in_subprocess(5000)
