@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Annotated, Any, Literal
 
 from .box_mode import BoxMode
@@ -51,6 +52,9 @@ except ImportError:  # pragma: no cover - exercised only without msgspec
 AVAILABLE = msgspec is not None
 
 
+_get_id = attrgetter("id")
+
+
 class FallBack(Exception):
     """The typed path met data it does not handle; the generic path must be used."""
 
@@ -68,11 +72,12 @@ if AVAILABLE:
     ]
     _Unset = msgspec.UnsetType
 
-    class _Image(msgspec.Struct, gc=False):
-        id: _Id
-        file_name: Annotated[str, Meta(min_length=1, pattern=r"\A[^\x00]*\Z")]
+    # Fields in the order COCO files write them: msgspec matches keys fastest that way.
+    class _Image(msgspec.Struct, gc=False, kw_only=True):
+        file_name: Annotated[str, Meta(min_length=1)]  # NUL is refused in _records
         height: _Side | None = None
         width: _Side | None = None
+        id: _Id
 
     class _Category(msgspec.Struct, gc=False):
         id: _Id
@@ -84,15 +89,15 @@ if AVAILABLE:
         counts: _RleCounts
 
     _BASE_FIELDS: list[tuple[Any, ...]] = [
-        ("image_id", _Id),
-        ("category_id", _Id),
-        ("bbox", Annotated[list[_Coord], Meta(min_length=4, max_length=4)]),
-        ("id", _Id | None, None),
         ("segmentation", list[list[_Coord]] | _Rle | None, None),
+        ("area", _Coord | _Unset, msgspec.UNSET),
         ("iscrowd", Literal[0, 1], 0),
+        ("image_id", _Id),
+        ("bbox", Annotated[list[_Coord], Meta(min_length=4, max_length=4)]),
+        ("category_id", _Id),
+        ("id", _Id | None, None),
         ("keypoints", list[_Coord] | None, None),
         ("ignore", Literal[0, 1] | bool | _Unset, msgspec.UNSET),
-        ("area", _Coord | _Unset, msgspec.UNSET),
         ("num_keypoints", Annotated[int, Meta(ge=0, le=MAX_NUM_KEYPOINTS)] | _Unset, msgspec.UNSET),
     ]
     _FIELD_NAMES = frozenset(f[0] for f in _BASE_FIELDS)
@@ -100,7 +105,7 @@ if AVAILABLE:
     @functools.lru_cache(maxsize=16)
     def _decoder(extra_keys: tuple[str, ...]) -> Any:
         fields = _BASE_FIELDS + [(key, Any, msgspec.UNSET) for key in extra_keys]
-        annotation = msgspec.defstruct("_Annotation", fields, gc=False)
+        annotation = msgspec.defstruct("_Annotation", fields, gc=False, kw_only=True)
         coco = msgspec.defstruct(
             "_CocoFile",
             [
@@ -172,9 +177,11 @@ def convert_typed(
     id_map = {c["id"]: i for i, c in enumerate(categories)}
     records, annos_of_image = _records(data.images, image_root, counts)
     annotations = data.annotations or []
-    ids = [a.id for a in annotations if a.id is not None]
-    if len(set(ids)) != len(ids):
+    ids = list(map(_get_id, annotations))
+    unique = set(ids)
+    if len(unique) - (None in unique) != len(ids) - ids.count(None):
         raise FallBack("duplicate annotation ids")
+    del ids, unique
     _attach(annotations, annos_of_image, id_map, keypoint_counts, extra, validated, counts)
     return records, categories
 
@@ -194,8 +201,8 @@ def _records(images: list[Any], image_root: str, counts: SkipCounts) -> tuple[li
     annos_of_image: dict[int, list[dict]] = {}
     for img in images:
         image_id = img.id
-        if image_id in annos_of_image:
-            raise FallBack("duplicate image id")
+        if image_id in annos_of_image or "\x00" in img.file_name:
+            raise FallBack("duplicate image id or NUL in a file name")
         annos: list[dict] = []
         annos_of_image[image_id] = annos
         records.append(

@@ -10,6 +10,7 @@ import numpy as np
 from .dataset_catalog import DatasetCatalog
 from .errors import EmptyDatasetError, MetadataConflictError
 from .metadata import MetadataCatalog, values_equal
+from .record_views import concat_records
 from .serialized_list import RecordColumns, SerializedList
 
 __all__ = ["get_detection_dataset_dicts", "concat_serialized", "format_class_histogram"]
@@ -35,8 +36,11 @@ def get_detection_dataset_dicts(
         check_consistency: datasets whose ``thing_classes`` metadata differ raise.
 
     Returns:
-        A SerializedList (the dataset's own cached list when one name is given and nothing
-        is filtered out).
+        A SerializedList: the dataset's own cached list when one name is given and nothing
+        is filtered out, else a view (:class:`catalog.record_views.SerializedListView`) over
+        the cached lists' shared buffers, one per dataset, plus an index of the kept
+        records (8 bytes per record; none for an unfiltered join). No record is copied, so
+        on every local rank and worker the records stay one shared copy per machine.
 
     Raises:
         ValueError: ``names`` is empty.
@@ -72,12 +76,14 @@ def get_detection_dataset_dicts(
         _check_thing_classes(names)
 
     label = names[0] if len(names) == 1 else "+".join(names)
-    dataset = parts[0] if len(parts) == 1 else concat_serialized(parts, name=label)
+    # A view over the shared DatasetCatalog buffers (one per dataset): nothing is copied.
+    dataset = concat_records(parts, name=label)
 
     keep = np.ones(len(dataset), dtype=bool)
     if filter_empty:
-        has_instance = _has_non_crowd_instance(dataset.columns)
-        dropped = int((keep & ~has_instance).sum())
+        # from each base's own columns: no joined column arrays are built
+        has_instance = np.concatenate([_has_non_crowd_instance(p.columns) for p in parts])
+        dropped = int((~has_instance).sum())
         keep &= has_instance
         logger.info(
             "removed %d images with no usable annotations from %s; %d left",
@@ -105,7 +111,15 @@ def get_detection_dataset_dicts(
         )
 
     class_names = MetadataCatalog.get(names[0]).get("thing_classes")
-    histogram = format_class_histogram(dataset.columns, class_names)
+    # from each base's columns and the kept records: no gathered column arrays
+    bounds = np.cumsum([0] + [len(p) for p in parts])
+    histogram = _format_counts(
+        [
+            _instance_ids(p.columns, keep[lo:hi])
+            for p, lo, hi in zip(parts, bounds[:-1], bounds[1:], strict=True)
+        ],
+        class_names,
+    )
     if histogram:
         logger.info("distribution of instances among all categories of %s:\n%s", label, histogram)
     return dataset
@@ -148,38 +162,15 @@ def _enough_keypoints(dataset: SerializedList, min_keypoints: int, keep: np.ndar
 
 
 def concat_serialized(parts: Sequence[SerializedList], name: str | None = None) -> SerializedList:
-    """Join SerializedLists into one without unpickling a record.
+    """Join SerializedLists into one view over their buffers, without copying a record
+    (:func:`catalog.record_views.concat_records`).
 
     Example:
         >>> a = SerializedList([{"i": 0}]); b = SerializedList([{"i": 1}, {"i": 2}])
         >>> [r["i"] for r in concat_serialized([a, b])]
         [0, 1, 2]
     """
-    if not parts:
-        return SerializedList([], name=name)
-    buffers = [p.buffer for p in parts]
-    ends = []
-    base = 0
-    for part in parts:
-        ends.append(part.ends + base)
-        base += len(part.buffer)
-    cat_offsets = []
-    cat_base = 0
-    for part in parts:
-        offsets = part.columns.category_offsets
-        cat_offsets.append(offsets[:-1] + cat_base)
-        cat_base += int(offsets[-1])
-    cat_offsets.append(np.asarray([cat_base], dtype=np.int64))
-    columns = RecordColumns(
-        np.concatenate([p.columns.heights for p in parts]),
-        np.concatenate([p.columns.widths for p in parts]),
-        np.concatenate([p.columns.category_ids for p in parts]),
-        np.concatenate([p.columns.iscrowd for p in parts]),
-        np.concatenate(cat_offsets),
-    )
-    return SerializedList.from_arrays(
-        np.concatenate(buffers), np.concatenate(ends).astype(np.int64), columns, name=name
-    )
+    return concat_records(parts, name=name)
 
 
 def format_class_histogram(columns: RecordColumns, class_names: Sequence[str] | None) -> str:
@@ -195,7 +186,19 @@ def format_class_histogram(columns: RecordColumns, class_names: Sequence[str] | 
         -------- | ----------
         total    |          2
     """
-    ids = columns.category_ids[(columns.iscrowd == 0) & (columns.category_ids >= 0)]
+    return _format_counts([_instance_ids(columns)], class_names)
+
+
+def _instance_ids(columns: RecordColumns, records: np.ndarray | None = None) -> np.ndarray:
+    """Category ids of the non-crowd annotations (of the records where ``records`` is True)."""
+    usable = (columns.iscrowd == 0) & (columns.category_ids >= 0)
+    if records is not None:
+        usable &= np.repeat(records, columns.num_annotations())
+    return columns.category_ids[usable]
+
+
+def _format_counts(id_parts: list[np.ndarray], class_names: Sequence[str] | None) -> str:
+    ids = np.concatenate([np.zeros(0, np.int32), *id_parts])
     num_classes = len(class_names) if class_names is not None else 0
     if len(ids):
         num_classes = max(num_classes, int(ids.max()) + 1)

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from .record_columns import RecordColumns, _columns_of, _flag_column, _int_column
+
 __all__ = ["SerializedList", "RecordColumns"]
 
 logger = logging.getLogger(__name__)
@@ -33,177 +35,12 @@ logger = logging.getLogger(__name__)
 PROGRESS_MIN_RECORDS = 100_000
 
 
-class RecordColumns:
-    """Compact numpy columns describing each record, extracted while serializing.
-
-    Attributes:
-        heights: int32 (N,), the record's ``height`` (-1 when absent).
-        widths: int32 (N,), the record's ``width`` (-1 when absent).
-        category_ids: int32 (M,), the ``category_id`` of every annotation of every record,
-            record after record (-1 when an annotation has none).
-        iscrowd: uint8 (M,), the ``iscrowd`` flag of the same annotations (0 when absent).
-        category_offsets: int64 (N + 1,), record i's annotations are
-            ``category_ids[category_offsets[i]:category_offsets[i + 1]]``.
-
-    Example:
-        >>> cols = SerializedList([{"height": 2, "width": 3, "annotations": []}]).columns
-        >>> cols.heights.tolist(), cols.num_annotations().tolist()
-        ([2], [0])
-    """
-
-    __slots__ = ("heights", "widths", "category_ids", "iscrowd", "category_offsets")
-
-    def __init__(
-        self,
-        heights: np.ndarray,
-        widths: np.ndarray,
-        category_ids: np.ndarray,
-        iscrowd: np.ndarray,
-        category_offsets: np.ndarray,
-    ) -> None:
-        self.heights = np.asarray(heights, dtype=np.int32)
-        self.widths = np.asarray(widths, dtype=np.int32)
-        self.category_ids = np.asarray(category_ids, dtype=np.int32)
-        self.iscrowd = np.asarray(iscrowd, dtype=np.uint8)
-        self.category_offsets = np.asarray(category_offsets, dtype=np.int64)
-        n = len(self.heights)
-        if len(self.widths) != n or len(self.category_offsets) != n + 1:
-            raise ValueError(
-                f"record columns disagree: {n} heights, {len(self.widths)} widths, "
-                f"{len(self.category_offsets)} category offsets (expected {n + 1})"
-            )
-        if len(self.iscrowd) != len(self.category_ids):
-            raise ValueError(
-                f"record columns disagree: {len(self.category_ids)} category ids but "
-                f"{len(self.iscrowd)} crowd flags"
-            )
-        for arr in self.arrays():
-            arr.flags.writeable = False
-
-    def arrays(self) -> tuple[np.ndarray, ...]:
-        """The five arrays, in constructor order."""
-        return (self.heights, self.widths, self.category_ids, self.iscrowd, self.category_offsets)
-
-    def __len__(self) -> int:
-        return len(self.heights)
-
-    @property
-    def nbytes(self) -> int:
-        """Total bytes of the five arrays."""
-        return int(sum(a.nbytes for a in self.arrays()))
-
-    def num_annotations(self) -> np.ndarray:
-        """int64 (N,): the number of annotations of each record."""
-        return np.diff(self.category_offsets)
-
-    def categories_of(self, index: int) -> np.ndarray:
-        """The category ids of record ``index``'s annotations (a read-only view)."""
-        return self.category_ids[self.category_offsets[index] : self.category_offsets[index + 1]]
-
-    def aspect_ratios(self) -> np.ndarray:
-        """float64 (N,): width / height of each record (NaN where either is missing)."""
-        h = self.heights.astype(np.float64)
-        w = self.widths.astype(np.float64)
-        valid = (h > 0) & (w > 0)
-        out = np.full(len(h), np.nan)
-        np.divide(w, h, out=out, where=valid)
-        return out
-
-    def take(self, indices: np.ndarray) -> RecordColumns:
-        """The columns of the records at ``indices`` (int64 array, any order)."""
-        indices = np.asarray(indices, dtype=np.int64)
-        starts = self.category_offsets[indices]
-        counts = self.category_offsets[indices + 1] - starts
-        offsets = np.zeros(len(indices) + 1, dtype=np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        flat = _ranges_to_index(starts, counts, int(offsets[-1]))
-        return RecordColumns(
-            self.heights[indices],
-            self.widths[indices],
-            self.category_ids[flat],
-            self.iscrowd[flat],
-            offsets,
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (RecordColumns, self.arrays())
-
-
-def _ranges_to_index(starts: np.ndarray, counts: np.ndarray, total: int) -> np.ndarray:
-    """Concatenate ``arange(s, s + c)`` for every (s, c) pair, vectorized."""
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    nonzero = counts > 0
-    starts = starts[nonzero]
-    counts = counts[nonzero]
-    steps = np.ones(total, dtype=np.int64)
-    first = np.zeros(len(counts), dtype=np.int64)
-    np.cumsum(counts[:-1], out=first[1:])
-    steps[first] = starts
-    steps[first[1:]] -= starts[:-1] + counts[:-1] - 1
-    return np.cumsum(steps)
-
-
-def _int_column(values: list[Any]) -> np.ndarray:
-    """int32 column from Python values; anything that is not an integer becomes -1."""
-    if not values:
-        return np.zeros(0, dtype=np.int32)
-    try:
-        arr = np.asarray(values)
-    except (ValueError, TypeError, OverflowError):  # ragged or exotic values
-        arr = None
-    if (
-        arr is not None
-        and arr.dtype.kind in "iu"
-        and arr.ndim == 1
-        and _INT32.min <= arr.min()
-        and arr.max() <= _INT32.max
-    ):
-        return arr.astype(np.int32)
-    return np.asarray([_as_int32_or_minus_one(v) for v in values], dtype=np.int32)
-
-
-_INT32 = np.iinfo(np.int32)
-
-
-def _as_int32_or_minus_one(value: Any) -> int:
-    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-        if _INT32.min <= value <= _INT32.max:
-            return int(value)
-    return -1
-
-
-def _flag_column(values: list[Any]) -> np.ndarray:
-    """uint8 column: 1 where the value is truthy, else 0."""
-    if not values:
-        return np.zeros(0, dtype=np.uint8)
-    try:
-        arr = np.asarray(values)
-    except (ValueError, TypeError, OverflowError):
-        arr = None
-    if arr is not None and arr.dtype.kind in "iub" and arr.ndim == 1:
-        return (arr != 0).astype(np.uint8)
-    return np.asarray([1 if v else 0 for v in values], dtype=np.uint8)
-
-
-def _columns_of(record: dict) -> tuple[int, int, list[int], list[int]]:
-    height = record.get("height", -1)
-    width = record.get("width", -1)
-    annos = record.get("annotations") or ()
-    cats: list[int] = []
-    crowd: list[int] = []
-    for anno in annos:
-        if isinstance(anno, dict):
-            cats.append(anno.get("category_id", -1))
-            crowd.append(1 if anno.get("iscrowd", 0) else 0)
-    return height, width, cats, crowd
-
-
 class SerializedList(Sequence):
     """An immutable list of record dicts stored as pickled bytes in one shared buffer.
 
     Every access unpickles a fresh object, so mutating what you get never changes the list.
-    Slicing and :meth:`subset` return new SerializedLists.
+    Slicing and :meth:`subset` return views (:class:`catalog.record_views.SerializedListView`,
+    a SerializedList subclass): this list's buffer plus an index array, never a copy.
 
     Args:
         records: an iterable of dicts (a list, a generator, another SerializedList).
@@ -233,7 +70,8 @@ class SerializedList(Sequence):
         self._reopen: Callable[[], SerializedList] | None = None
         self._shared_owner: Any = None  # keeps shared-memory tensors alive
         if isinstance(records, SerializedList):
-            self._set_arrays(records._buffer, records._ends, records.columns)
+            # A view's records are gathered into one buffer of their own (a compact copy).
+            self._set_arrays(records.buffer, records.ends, records.columns)
             if name is None:
                 self.name = records.name
             return
@@ -425,7 +263,7 @@ class SerializedList(Sequence):
             raise TypeError(
                 f"SerializedList indices must be integers or slices, not {type(index).__name__}"
             )
-        n = len(self._ends)
+        n = len(self)
         if i < 0:
             i += n
         if not 0 <= i < n:
@@ -461,7 +299,7 @@ class SerializedList(Sequence):
 
     # ------------------------------------------------------------------ subsets
     def subset(self, indices: int | Iterable[int]) -> SerializedList:
-        """A new SerializedList holding some of the records.
+        """A view of some of the records: this list's buffer plus an int64 index array.
 
         Args:
             indices: ``n >= 0`` takes the first n records, ``n < 0`` the last ``-n`` (both
@@ -470,8 +308,10 @@ class SerializedList(Sequence):
                 ones raise IndexError).
 
         Returns:
-            A SerializedList with its own buffer and columns; it shares nothing mutable with
-            this one.
+            A :class:`~catalog.record_views.SerializedListView` over this list's buffer
+            (8 bytes per record taken, no copy of the records' bytes); it pickles to
+            DataLoader workers by reference to the same shared buffer. ``SerializedList(view)``
+            makes a compact copy with a buffer of its own.
 
         Example:
             >>> sl = SerializedList([{"i": i} for i in range(5)])
@@ -506,28 +346,24 @@ class SerializedList(Sequence):
                 raise IndexError(
                     f"subset index {int(given[first])} out of range for {n} records{where}"
                 )
-        return self._gather(idx)
+        return self._take(idx)
 
-    def _gather(self, idx: np.ndarray) -> SerializedList:
-        ends = self._ends
-        starts = np.concatenate([[0], ends[:-1]]).astype(np.int64) if len(ends) else ends
-        if len(idx) and np.all(np.diff(idx) == 1):
-            lo, hi = int(starts[idx[0]]), int(ends[idx[-1]])
-            buffer = np.array(self._buffer[lo:hi])  # contiguous: one copy
-            new_ends = ends[idx] - lo
-        else:
-            rec_starts = starts[idx]
-            lengths = ends[idx] - rec_starts
-            new_ends = np.cumsum(lengths).astype(np.int64)
-            buffer = np.empty(int(new_ends[-1]) if len(new_ends) else 0, dtype=np.uint8)
-            src = self._buffer
-            pos = 0
-            for s, ln in zip(rec_starts.tolist(), lengths.tolist(), strict=True):
-                buffer[pos : pos + ln] = src[s : s + ln]
-                pos += ln
-        return SerializedList.from_arrays(
-            buffer, np.asarray(new_ends, dtype=np.int64), self.columns.take(idx), name=self.name
-        )
+    def _take(self, idx: np.ndarray) -> SerializedList:
+        """A view of the records at ``idx`` (int64, already checked to be in range)."""
+        from .record_views import SerializedListView
+
+        return SerializedListView.over((self,), idx, name=self.name)
+
+    def compact(self) -> SerializedList:
+        """This list with a buffer of its own holding exactly its records (``self`` for a
+        plain SerializedList, whose buffer holds exactly its records already).
+
+        Example:
+            >>> sl = SerializedList([{"i": 0}, {"i": 1}])
+            >>> sl.compact() is sl, sl.subset([1]).compact()[0]
+            (True, {'i': 1})
+        """
+        return self
 
     # ------------------------------------------------------------------ pickling
     def __reduce__(self) -> tuple[Any, ...]:

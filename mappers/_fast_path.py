@@ -120,7 +120,7 @@ class Plan:
 
     Attributes:
         planned: the transforms in drawing order (resizes, flips, no-ops only).
-        transforms: the same as a TransformList (what the mapper returns and boxes go through).
+        transforms: the same as a TransformList (what the annotations go through).
         shape: the output image shape.
     """
 
@@ -384,8 +384,9 @@ def box_only_instances(
     if filter_empty and count:
         # the same test filter_empty_instances applies to the float32 boxes (a NaN
         # coordinate fails it)
-        keep = ((boxes32[:, 2:] - boxes32[:, :2]) > 1e-5).all(axis=1)
-        if not keep.all():
+        sizes = boxes32[:, 2:] - boxes32[:, :2]
+        if not sizes.min() > 1e-5:  # some box is empty (or has a NaN): drop those
+            keep = (sizes > 1e-5).all(axis=1)
             boxes32 = boxes32[keep]
             classes = classes[keep]
     instances = Instances((height, width))

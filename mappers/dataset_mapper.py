@@ -215,8 +215,11 @@ def image_to_tensor(image: np.ndarray) -> torch.Tensor:
     """
     if image.ndim == 2:
         image = image[:, :, None]
-    if any(s < 0 for s in image.strides) or not image.flags.writeable:
-        image = np.ascontiguousarray(image) if image.flags.writeable else image.copy()
+    flags = image.flags
+    if not (flags.c_contiguous and flags.writeable) and (  # the usual case: no checks
+        any(s < 0 for s in image.strides) or not flags.writeable
+    ):
+        image = np.ascontiguousarray(image) if flags.writeable else image.copy()
     # numpy's transpose is a free view; torch keeps its strides (cheaper than Tensor.permute)
     return torch.from_numpy(image.transpose(2, 0, 1))
 

@@ -272,15 +272,18 @@ class MapDataset(_MapBase, data.Dataset):
         if requested < 0:
             requested += n
         sample = current_sample()
-        own_seed = index_sample_seed(self.seed, requested) if sample is None else 0
+        own_seed = None  # outside a sample scope: derived from (seed, index) when needed
         current = requested
         recent: collections.deque[int] = collections.deque(maxlen=_LAST_FAILED_SHOWN)
         map_func = self._map_func
+        described = ""
         for attempt in range(self.max_refetch + 1):
             if attempt:
                 if sample is not None:
                     current = int(sample.next_attempt().integers(n))
                 else:
+                    if own_seed is None:
+                        own_seed = index_sample_seed(self.seed, requested)
                     current = int(attempt_generator(own_seed, attempt).integers(n))
             record = self._dataset[current]
             try:
@@ -293,11 +296,13 @@ class MapDataset(_MapBase, data.Dataset):
                 raise
             if result is not None:
                 return result
+            if not attempt:
+                described = _describe(requested, record)
             self._record_failure(state, current, record)
             recent.append(current)
         tried = self.max_refetch + 1
         raise RefetchExhaustedError(
-            f"MapDataset: index {requested} and {tried - 1} refetched indices all mapped to "
+            f"MapDataset: {described} and {tried - 1} refetched indices all mapped to "
             f"None (max_refetch={self.max_refetch}); last failing indices: {list(recent)}. "
             f"{state.num_failures} failures so far in this process.",
             index=requested,

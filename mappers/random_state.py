@@ -20,7 +20,8 @@ ends up as, and how it is augmented, depends only on (seed, position, attempt): 
 worker, the number of workers, persistent workers, what failed earlier in the process, or a
 restore from ``state_dict()``. In the main process (``num_workers=0``) the global RNG states
 are saved before and restored after each sample, so the training loop's own draws are not
-disturbed.
+disturbed. (The global RNGs are per process: when several threads of one process map samples
+at once, e.g. a thread-pool pipeline, only catmap's generators stay exact per sample.)
 
 ``MapDataset`` used without such a loader (direct indexing, a plain ``DataLoader``) derives the
 sample seed from ``(MapDataset.seed, index)`` instead (:func:`index_sample_seed`): the

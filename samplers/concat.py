@@ -1,4 +1,9 @@
-"""ConcatSampler: mix the parts of a concatenated dataset by weight (replaces ConcatDataset)."""
+"""ConcatSampler: mix the parts of a concatenated dataset by weight (replaces ConcatDataset).
+
+A pass is a :class:`~samplers.concat_order.ConcatOrder`: the part of each draw and the part's
+index are computed at any position from keyed draws (a tree of part counts over leaves of 4096
+draws), so a pass is never materialized and resuming costs a few milliseconds at any depth.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
-from catalog.seeding import derive_seed, torch_generator
+from catalog.seeding import derive_seed
 
+from .concat_order import ConcatOrder, advance
 from .errors import SamplerStateError, StateMismatchError
+from .pass_order import PassOrder
 from .state_fields import LoadNotes
 from .stream import PassSampler
 from .training import TrainingSampler, check_size
@@ -63,6 +69,8 @@ class ConcatSampler(PassSampler):
         samplers: optional per-part training samplers (None entries use the default), e.g. a
             :class:`RepeatFactorTrainingSampler` on part 0 only. Each yields local indices of
             its part; its own rank / world size are ignored (this sampler shards the mixture).
+            A part sampler's passes must depend on its seed alone (TrainingSampler,
+            RandomSubsetTrainingSampler, RepeatFactorTrainingSampler; not a ConcatSampler).
         shuffle: shuffle the default part orders.
         seed: the shared seed (None: drawn on rank 0 and broadcast).
         rank: this process's rank (default: from torch.distributed, else 0).
@@ -95,7 +103,6 @@ class ConcatSampler(PassSampler):
         self._weights = _check_weights(
             self._sizes if weights is None else weights, len(self._sizes)
         )
-        self._cumulative = np.cumsum(self._weights)
         self._starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
         self._shuffle = bool(shuffle)
         if samplers is not None and (
@@ -124,6 +131,11 @@ class ConcatSampler(PassSampler):
                     f"(TrainingSampler, RepeatFactorTrainingSampler, ...), got "
                     f"{type(part).__name__}"
                 )
+            elif type(part)._capture_pass_start is not PassSampler._capture_pass_start:
+                raise TypeError(
+                    f"ConcatSampler: sampler of part {j} ({type(part).__name__}) builds its "
+                    f"passes from other samplers; concatenate its parts into this sampler instead"
+                )
             elif getattr(part, "dataset_size", size) != size:
                 raise ValueError(
                     f"ConcatSampler: sampler of part {j} draws from {part.dataset_size} records, "
@@ -146,18 +158,21 @@ class ConcatSampler(PassSampler):
         """The sampler of each part (local indices)."""
         return list(self._parts)
 
-    def _make_pass(self, pass_index: int) -> np.ndarray:
-        total = self.dataset_size
-        generator = torch_generator(self._seed, pass_index)
-        draws = torch.rand(total, generator=generator, dtype=torch.float64).numpy()
-        choices = np.minimum(
-            np.searchsorted(self._cumulative, draws, side="right"), len(self._sizes) - 1
+    def _make_pass(self, pass_index: int) -> PassOrder:
+        starts = [advance(part, part.position, 0) for part in self._parts]
+        order = ConcatOrder(
+            self.dataset_size,
+            self._weights,
+            self._parts,
+            starts,
+            self._starts,
+            self._seed,
+            pass_index,
         )
-        out = np.empty(total, dtype=np.int64)
-        for j, part in enumerate(self._parts):
-            where = np.flatnonzero(choices == j)
-            out[where] = part._take(len(where)) + self._starts[j]
-        return out
+        # each part continues, in the next pass, after the draws it gets in this one
+        for part, start, count in zip(self._parts, starts, order.counts.tolist(), strict=True):
+            part._move_to(advance(part, start, count))
+        return order
 
     def _capture_pass_start(self) -> Any:
         return [part.state_dict() for part in self._parts]

@@ -1,4 +1,11 @@
-"""RandomSubsetTrainingSampler: train on a fixed random subset, reshuffled each pass."""
+"""RandomSubsetTrainingSampler: train on a fixed random subset, reshuffled each pass.
+
+The subset is the first ``k`` positions of the keyed permutation
+``KeyedPermutation(size, "subset", seed_subset)``, and pass ``p`` visits subset positions in
+the order of ``KeyedPermutation(k, "shuffle", seed, p)``: neither the subset nor a pass is ever
+materialized (the :attr:`~RandomSubsetTrainingSampler.subset` property computes the subset on
+demand), so memory does not grow with ``size`` and resume is constant time.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import torch
-
-from catalog.seeding import torch_generator
 
 from .distributed import shared_random_seed
+from .keyed_permutation import KeyedPermutation
+from .pass_order import MappedOrder, PassOrder, PermutedOrder, RangeOrder
 from .state_fields import MAX_SEED, LoadNotes, check_int
 from .stream import PassSampler, check_seed
 from .training import check_size
@@ -27,7 +33,8 @@ class RandomSubsetTrainingSampler(PassSampler):
     Args:
         size: the number of records (a positive int).
         subset_ratio: the fraction kept, in (0, 1].
-        shuffle: reshuffle the subset each pass (pass ``p`` seeded from ``(seed_shuffle, p)``).
+        shuffle: reshuffle the subset each pass (pass ``p`` keyed by ``(seed_shuffle, p)``);
+            without shuffling every pass visits the subset in its own (random) order.
         seed_shuffle: the shared seed of the pass order (None: drawn and shared, as in
             :class:`TrainingSampler`).
         seed_subset: the shared seed choosing the subset (None: drawn and shared).
@@ -85,9 +92,9 @@ class RandomSubsetTrainingSampler(PassSampler):
             ratio,
         )
 
-    def _choose_subset(self, seed: int) -> np.ndarray:
-        perm = torch.randperm(self._size, generator=torch_generator(seed))
-        return perm[: self._subset_size].numpy()
+    def _choose_subset(self, seed: int) -> PermutedOrder:
+        """The subset as an order: position ``j < k`` of the subset's keyed permutation."""
+        return PermutedOrder(KeyedPermutation(self._size, "subset", seed))
 
     @property
     def dataset_size(self) -> int:
@@ -96,21 +103,20 @@ class RandomSubsetTrainingSampler(PassSampler):
 
     @property
     def subset(self) -> np.ndarray:
-        """The chosen record indices (read-only int64 array)."""
-        view = self._subset.view()
-        view.flags.writeable = False
-        return view
+        """The chosen record indices, in the subset's own order (an int64 array computed on
+        each call: O(k))."""
+        return self._subset.slice(0, self._subset_size)
 
     @property
     def seed_subset(self) -> int:
         """The seed the subset was chosen with."""
         return self._seed_subset
 
-    def _make_pass(self, pass_index: int) -> np.ndarray:
+    def _make_pass(self, pass_index: int) -> PassOrder:
         if not self._shuffle:
-            return self._subset
-        order = torch.randperm(self._subset_size, generator=torch_generator(self._seed, pass_index))
-        return self._subset[order.numpy()]
+            return MappedOrder(RangeOrder(self._subset_size), self._subset)
+        shuffle = KeyedPermutation(self._subset_size, "shuffle", self._seed, pass_index)
+        return MappedOrder(PermutedOrder(shuffle), self._subset)
 
     def _extra_state(self) -> dict[str, Any]:
         return {"seed_subset": self._seed_subset}
@@ -127,6 +133,9 @@ class RandomSubsetTrainingSampler(PassSampler):
         return {"size": self._size, "subset_ratio": self._ratio, "shuffle": self._shuffle}
 
     def _pass_length(self, seed: int, pass_index: int, extra: Any) -> int:
+        return self._subset_size
+
+    def _constant_pass_length(self) -> int | None:
         return self._subset_size
 
     def _prepare_extra(self, state: Mapping[str, Any], *, strict: bool, notes: LoadNotes) -> Any:

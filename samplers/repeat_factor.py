@@ -1,8 +1,13 @@
 """Repeat-factor sampling (LVIS-style class balancing, RepeatDataset, ClassBalancedDataset).
 
 Each pass repeats record ``i`` ``floor(r_i)`` times plus once more with probability
-``frac(r_i)`` (stochastic rounding), then shuffles the expanded list. Pass ``p`` is drawn from
-``(seed, p)``; the expansion is one ``numpy.repeat``, not a per-record loop.
+``frac(r_i)`` (stochastic rounding), then shuffles the expanded list. Pass ``p`` is keyed by
+``(seed, p)`` and never materialized: record ``i``'s rounding draw is
+``keyed_uniform(i, "rounding", seed, p)``, the pass keeps the running sum of the repeat counts
+(one int64 per record: the size of the configuration, not of the position), and position
+``j`` of the pass is the record whose count range holds ``KeyedPermutation(length, "shuffle",
+seed, p)[j]`` (a binary search). Computing a pass's counts is one vectorized O(records) step;
+resuming does it for the saved pass only.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ import numpy as np
 import torch
 
 from catalog.errors import RecordFormatError
-from catalog.seeding import torch_generator
 from catalog.serialized_list import RecordColumns
 
+from .keyed_permutation import KeyedPermutation, keyed_uniform
+from .pass_order import ExpandedOrder, PassOrder, PermutedOrder, RangeOrder
 from .state_fields import array_digest
 from .stream import PassSampler
 
@@ -234,7 +240,10 @@ class RepeatFactorTrainingSampler(PassSampler):
         self._factors = factors
         self._digest: str | None = None
         self._int_part = np.floor(factors).astype(np.int64)
-        self._frac_part = factors - self._int_part
+        self._rounded = np.flatnonzero(factors != self._int_part)  # records with a fraction
+        self._frac_part = (factors - self._int_part)[self._rounded]
+        self._int_cumulative: np.ndarray | None = None  # when no record has a fraction
+        self._counts_cache: tuple[tuple[int, int], np.ndarray] | None = None
         self._shuffle = bool(shuffle)
         super().__init__(seed=seed, rank=rank, world_size=world_size)
 
@@ -266,22 +275,50 @@ class RepeatFactorTrainingSampler(PassSampler):
         view.flags.writeable = False
         return view
 
-    def _repeats(self, seed: int, pass_index: int) -> tuple[torch.Generator, np.ndarray]:
-        """How often each record appears in pass ``pass_index`` (stochastic rounding), and
-        the generator, to shuffle the pass with."""
-        generator = torch_generator(seed, pass_index)
-        draws = torch.rand(len(self._factors), generator=generator, dtype=torch.float64).numpy()
-        return generator, self._int_part + (draws < self._frac_part)
+    def _cumulative(self, seed: int, pass_index: int) -> np.ndarray:
+        """The running sum of how often each record appears in pass ``pass_index`` (stochastic
+        rounding: record ``i`` gets one more copy when its keyed draw is below its fraction)."""
+        if not len(self._rounded):
+            if self._int_cumulative is None:
+                self._int_cumulative = np.cumsum(self._int_part)
+            return self._int_cumulative
+        key = (seed, pass_index)
+        if self._counts_cache is not None and self._counts_cache[0] == key:
+            return self._counts_cache[1]
+        draws = keyed_uniform(self._rounded, "rounding", seed, pass_index)
+        counts = self._int_part.copy()
+        counts[self._rounded] += draws < self._frac_part
+        cumulative = np.cumsum(counts, out=counts)
+        cumulative.flags.writeable = False
+        self._counts_cache = (key, cumulative)
+        return cumulative
 
-    def _make_pass(self, pass_index: int) -> np.ndarray:
-        generator, repeats = self._repeats(self._seed, pass_index)
-        indices = np.repeat(np.arange(len(self._factors), dtype=np.int64), repeats)
-        if self._shuffle and len(indices):
-            indices = indices[torch.randperm(len(indices), generator=generator).numpy()]
-        return indices
+    def pass_counts(self, pass_index: int) -> np.ndarray:
+        """How often each record appears in pass ``pass_index`` (int64, one per record).
+
+        Example:
+            >>> s = RepeatFactorTrainingSampler([2.0, 0.5], seed=0, rank=0, world_size=1)
+            >>> int(s.pass_counts(0)[0]), int(s.pass_counts(0)[1]) in (0, 1)
+            (2, True)
+        """
+        return np.diff(self._cumulative(self._seed, pass_index), prepend=0)
+
+    def _make_pass(self, pass_index: int) -> PassOrder:
+        cumulative = self._cumulative(self._seed, pass_index)
+        length = int(cumulative[-1])
+        if self._shuffle and length:
+            inner: PassOrder = PermutedOrder(
+                KeyedPermutation(length, "shuffle", self._seed, pass_index)
+            )
+        else:
+            inner = RangeOrder(length)
+        return ExpandedOrder(cumulative, inner)
 
     def _pass_length(self, seed: int, pass_index: int, extra: Any) -> int:
-        return int(self._repeats(seed, pass_index)[1].sum())
+        return int(self._cumulative(seed, pass_index)[-1])
+
+    def _constant_pass_length(self) -> int | None:
+        return None if len(self._rounded) else int(self._cumulative(self._seed, 0)[-1])
 
     def _factors_digest(self) -> str:
         """blake2b digest of the float64 factors (computed once: the array is read-only)."""

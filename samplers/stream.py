@@ -1,16 +1,24 @@
 """The base of every training sampler: an endless global stream of passes, sharded by rank.
 
-A training sampler defines pass ``p`` as an int64 array of dataset indices (a permutation, a
-repeat-factor expansion, a weighted mixture...), computed from ``(seed, p)`` alone or, for
-samplers built on other samplers, from the state they had when the pass began. The global
+A training sampler defines pass ``p`` as a :class:`~samplers.pass_order.PassOrder`: a function
+from a position inside the pass to a dataset index (a keyed permutation, a repeat-factor
+expansion, a weighted mixture...), computed from ``(seed, p)`` alone or, for samplers built on
+other samplers, from the state they had when the pass began. The global
 stream is pass 0, then pass 1, and so on; rank ``r`` of ``world_size`` ranks takes the global
 positions ``r, r + world_size, r + 2 * world_size, ...``.
 
 The position is a *cursor*: the global position of rank 0's next index, written as
 ``(pass, offset)``. After each rank has yielded ``k`` indices the cursor is ``k * world_size``
 on every rank, so the state is the same on every rank and can be loaded with another world size:
-the new ranks continue the same global order from the cursor. Loading a state regenerates one
-pass (one permutation) and slices into it; no skipped index is replayed.
+the new ranks continue the same global order from the cursor. Loading a state sets the cursor;
+the indices of the next chunk of positions are computed from the pass's keys (O(chunk), not
+O(pass), for the permutation-based samplers); no skipped index is replayed and no pass is
+materialized.
+
+The pass order algorithm is part of the configuration fingerprint (``config["order"]`` =
+:data:`ORDER`): a state saved by a catmap whose passes were ``torch.randperm`` permutations
+(state format 1, or format 2 without ``"order"``) describes another stream and is rejected with
+:class:`StateMismatchError` (``key="order"``) rather than continued in a different order.
 """
 
 from __future__ import annotations
@@ -24,7 +32,8 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from .distributed import resolve_rank_and_world_size, shared_random_seed
-from .errors import SamplerStateError
+from .errors import SamplerStateError, StateMismatchError
+from .pass_order import ArrayOrder, PassOrder
 from .state import check_state, is_legacy_state, make_state
 from .state_fields import (
     LEGACY_NOTE,
@@ -37,12 +46,17 @@ from .state_fields import (
     check_world_size,
 )
 
-__all__ = ["PassSampler", "check_seed"]
+__all__ = ["ORDER", "PassSampler", "check_seed"]
 
 logger = logging.getLogger(__name__)
 
 #: Indices converted to Python ints at a time while iterating.
 CHUNK = 8192
+
+#: The pass order algorithm, saved in every training sampler's configuration fingerprint.
+ORDER = "keyed-feistel-1"
+
+_OLD_ORDER = "torch.randperm passes (catmap before the keyed pass order)"
 
 
 def check_seed(seed: Any, what: str, owner: str) -> int | None:
@@ -95,14 +109,20 @@ class PassSampler(Sampler[int]):
         self._seed = shared_random_seed() if seed is None else seed
         self._cursor_pass = 0
         self._cursor_offset = 0
-        self._orders: dict[int, np.ndarray] = {}
+        self._orders: dict[int, PassOrder] = {}
         self._pass_starts: dict[int, Any] = {}
         self._live: _LiveChunk | None = None
+        self._side_orders: dict[Any, PassOrder] = {}  # passes read by a ConcatSampler
 
     # ------------------------------------------------------------------ to override
-    def _make_pass(self, pass_index: int) -> np.ndarray:
-        """The int64 global order of pass ``pass_index`` (called once per pass, in order)."""
+    def _make_pass(self, pass_index: int) -> PassOrder | np.ndarray:
+        """The global order of pass ``pass_index`` (called once per pass, in order): a
+        :class:`PassOrder`, or an int64 array for a pass that is built rather than computed."""
         raise NotImplementedError
+
+    def _constant_pass_length(self) -> int | None:
+        """The length every pass has, when it does not depend on the pass (else None)."""
+        return None
 
     def _capture_pass_start(self) -> Any:
         """Whatever, besides (seed, pass), is needed to regenerate the next pass."""
@@ -174,7 +194,7 @@ class PassSampler(Sampler[int]):
         )
 
     # ------------------------------------------------------------------ pass cache
-    def _order(self, pass_index: int) -> np.ndarray:
+    def _order(self, pass_index: int) -> PassOrder:
         orders = self._orders
         if pass_index not in orders:
             nxt = max(orders) + 1 if orders else self._cursor_pass
@@ -182,9 +202,8 @@ class PassSampler(Sampler[int]):
                 raise RuntimeError(f"pass {pass_index} was dropped from the cache")
             while nxt <= pass_index:
                 self._pass_starts[nxt] = self._capture_pass_start()
-                order = np.asarray(self._make_pass(nxt), dtype=np.int64)
-                order.flags.writeable = False
-                orders[nxt] = order
+                order = self._make_pass(nxt)
+                orders[nxt] = order if isinstance(order, PassOrder) else ArrayOrder(order)
                 nxt += 1
         return orders[pass_index]
 
@@ -226,7 +245,7 @@ class PassSampler(Sampler[int]):
             start = offset + rank
             if start < len(order):
                 stop = min(len(order), start + world * CHUNK)
-                chunk = order[start:stop:world].tolist()
+                chunk = order.slice(start, stop, world).tolist()
                 iterator = iter(chunk)
                 self._live = _LiveChunk(iterator, len(chunk), pass_index, offset)
                 yield from iterator
@@ -236,25 +255,18 @@ class PassSampler(Sampler[int]):
                 while t >= len(self._order(q)):
                     t -= len(self._order(q))
                     q += 1
-                value = int(self._order(q)[t])
+                value = self._order(q).item(t)
                 self._cursor_offset = offset + world
                 yield value
 
-    def _take(self, count: int) -> np.ndarray:
-        """The next ``count`` indices of the global stream, ignoring rank (used by samplers
-        that drive other samplers, such as :class:`ConcatSampler`)."""
-        parts = []
-        remaining = int(count)
-        while remaining > 0:
-            self._normalize_cursor()
-            order = self._order(self._cursor_pass)
-            k = min(remaining, len(order) - self._cursor_offset)
-            parts.append(order[self._cursor_offset : self._cursor_offset + k])
-            self._cursor_offset += k
-            remaining -= k
-        if not parts:
-            return np.zeros(0, dtype=np.int64)
-        return np.concatenate(parts)
+    def _stream_config(self) -> dict[str, Any]:
+        """The saved fingerprint: the pass order algorithm and :meth:`_config`."""
+        return {"order": ORDER, **self._config()}
+
+    def _move_to(self, cursor: tuple[int, int]) -> None:
+        """Set the cursor (used by a :class:`ConcatSampler` that drives this sampler)."""
+        self._reset_cache()
+        self._cursor_pass, self._cursor_offset = cursor
 
     # ------------------------------------------------------------------ state
     def _normalized_cursor(self) -> tuple[int, int]:
@@ -277,7 +289,7 @@ class PassSampler(Sampler[int]):
             >>> s = TrainingSampler(10, seed=0, rank=0, world_size=1)
             >>> it = iter(s); _ = [next(it) for _ in range(3)]
             >>> s.state_dict()["offset"], s.state_dict()["config"]
-            (3, {'size': 10, 'shuffle': True})
+            (3, {'order': 'keyed-feistel-1', 'size': 10, 'shuffle': True})
         """
         pass_index, offset = self._normalized_cursor()
         return make_state(
@@ -288,7 +300,7 @@ class PassSampler(Sampler[int]):
             world_size=self._world_size,
             pass_start=self._pass_starts[pass_index],
             **self._extra_state(),
-            config=self._config(),
+            config=self._stream_config(),
         )
 
     def load_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
@@ -296,8 +308,13 @@ class PassSampler(Sampler[int]):
         yielded next (re-sharded when the world size differs). The state's seed wins.
 
         Every field is checked before anything changes: a rejected state leaves the sampler
-        where it was. States of format version 1 (no configuration fingerprint) load with a
-        warning.
+        where it was. Loading computes nothing of the skipped passes: it checks the fields and
+        sets the cursor (O(1) for the permutation-based samplers).
+
+        A state saved by a catmap whose passes were ``torch.randperm`` permutations (format
+        version 1, or version 2 without ``config["order"]``) describes another stream: it
+        raises :class:`StateMismatchError` with ``key="order"``; ``strict=False`` keeps its
+        cursor (pass and offset) in this version's order, with a warning.
 
         Args:
             state_dict: a state from :meth:`state_dict` (untrusted input).
@@ -307,7 +324,8 @@ class PassSampler(Sampler[int]):
                 this sampler's pass).
 
         Raises:
-            StateMismatchError: the configuration differs (``key`` names the field).
+            StateMismatchError: the configuration or the pass order differs (``key`` names the
+                field).
             SamplerStateError: the state belongs to another sampler type, has a missing,
                 unknown or malformed key, or a value out of range (the message names it).
 
@@ -322,6 +340,25 @@ class PassSampler(Sampler[int]):
         commit = self._prepare_load(state_dict, strict=bool(strict), notes=notes)
         notes.emit(type(self).__name__)
         commit()
+
+    def _check_old_order(self, *, strict: bool, notes: LoadNotes) -> None:
+        """Refuse (or, with ``strict=False``, note) a state of the ``torch.randperm`` passes."""
+        name = type(self).__name__
+        if strict:
+            raise StateMismatchError(
+                f"{name}.load_state_dict: the state was saved by an older catmap whose passes "
+                f"were torch.randperm permutations; this version computes each pass with a "
+                f"keyed permutation (order {ORDER!r}), so the resumed stream would differ from "
+                f"the saved run (config key 'order'). The state cannot be converted: start the "
+                f"sampler afresh, or pass strict=False to keep its cursor in the new order",
+                key="order",
+                saved=_OLD_ORDER,
+                current=ORDER,
+            )
+        notes.add(
+            f"loaded with strict=False although the state was saved with {_OLD_ORDER}: its "
+            f"cursor continues in the keyed order {ORDER!r}, not the saved run's order"
+        )
 
     def _prepare_load(
         self, state_dict: Any, *, strict: bool, notes: LoadNotes
@@ -344,6 +381,7 @@ class PassSampler(Sampler[int]):
                 saved, {key: current[key] for key in saved}, name, strict=strict, notes=notes
             )
             notes.add(LEGACY_NOTE)
+            self._check_old_order(strict=strict, notes=notes)
         else:
             state = check_state(
                 state_dict,
@@ -351,7 +389,13 @@ class PassSampler(Sampler[int]):
                 ["seed", "pass_index", "offset", "world_size", "pass_start", "config", *extra_keys],
                 (),
             )
-            check_config(state["config"], self._config(), name, strict=strict, notes=notes)
+            config = state["config"]
+            old_order = isinstance(config, Mapping) and "order" not in config
+            if old_order:  # check every other field first, then refuse the old stream
+                config = {**config, "order": ORDER}
+            check_config(config, self._stream_config(), name, strict=strict, notes=notes)
+            if old_order:
+                self._check_old_order(strict=strict, notes=notes)
         seed = check_int(state["seed"], "seed", name, 0, MAX_SEED)
         pass_index = check_int(state["pass_index"], "pass_index", name, 0, MAX_PASS)
         saved_world = check_world_size(
@@ -378,6 +422,7 @@ class PassSampler(Sampler[int]):
             restore_parts()
             self._seed = seed
             self._reset_cache()
+            self._side_orders.clear()
             self._cursor_pass = pass_index
             self._cursor_offset = offset
             if saved_world != self._world_size:

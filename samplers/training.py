@@ -1,4 +1,9 @@
-"""TrainingSampler: an endless stream of shuffled passes over ``range(size)``, sharded by rank."""
+"""TrainingSampler: an endless stream of shuffled passes over ``range(size)``, sharded by rank.
+
+Pass ``p`` is the keyed permutation ``KeyedPermutation(size, "shuffle", seed, p)``: any
+position's index is computed from the pass's round keys, so the sampler holds no index array
+and resumes at any depth in constant time.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,9 @@ import logging
 from typing import Any
 
 import numpy as np
-import torch
 
-from catalog.seeding import torch_generator
-
+from .keyed_permutation import KeyedPermutation
+from .pass_order import PassOrder, PermutedOrder, RangeOrder
 from .stream import PassSampler
 
 __all__ = ["TrainingSampler", "check_size"]
@@ -34,7 +38,7 @@ class TrainingSampler(PassSampler):
 
     Args:
         size: the number of records (a positive int).
-        shuffle: shuffle each pass (pass ``p`` is seeded from ``(seed, p)``).
+        shuffle: shuffle each pass (pass ``p`` is a keyed permutation of ``(seed, p)``).
         seed: the shared seed; None draws one from torch's default generator on rank 0 and
             broadcasts it, so every rank uses the same permutation.
         rank: this process's rank (default: from torch.distributed, else 0).
@@ -69,11 +73,10 @@ class TrainingSampler(PassSampler):
         """The number of records indices are drawn from."""
         return self._size
 
-    def _make_pass(self, pass_index: int) -> np.ndarray:
+    def _make_pass(self, pass_index: int) -> PassOrder:
         if not self._shuffle:
-            return np.arange(self._size, dtype=np.int64)
-        generator = torch_generator(self._seed, pass_index)
-        return torch.randperm(self._size, generator=generator).numpy()
+            return RangeOrder(self._size)
+        return PermutedOrder(KeyedPermutation(self._size, "shuffle", self._seed, pass_index))
 
     def _config(self) -> dict[str, Any]:
         return {"size": self._size, "shuffle": self._shuffle}
@@ -82,6 +85,9 @@ class TrainingSampler(PassSampler):
         return self._config()
 
     def _pass_length(self, seed: int, pass_index: int, extra: Any) -> int:
+        return self._size
+
+    def _constant_pass_length(self) -> int | None:
         return self._size
 
     def __repr__(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -172,3 +173,95 @@ def test_concat_serialized_matches_list_concatenation():
     for got, want in zip(joined.columns.arrays(), expected.arrays(), strict=True):
         np.testing.assert_array_equal(got, want)
     assert len(concat_serialized([])) == 0
+
+
+# ---------------------------------------------------------------- views over shared buffers (#11)
+
+
+def _coco_like(start: int, n: int) -> list[dict]:
+    """COCO-like records, every 10th without annotations (filtered out by filter_empty)."""
+    polygon = [[float(v) for v in range(16)]]
+    return [
+        _record(
+            i,
+            []
+            if i % 10 == 0
+            else [
+                _anno(i % 2) | {"segmentation": polygon},
+                _anno((i + 1) % 2, crowd=i % 3 == 0) | {"segmentation": polygon},
+            ],
+        )
+        | {"file_name": f"/data/train2017/{i:012d}.jpg"}
+        for i in range(start, start + n)
+    ]
+
+
+def test_filtered_join_is_a_view_over_the_catalog_buffers(two_datasets):
+    result = get_detection_dataset_dicts(["det_a", "det_b"])
+    a, b = DatasetCatalog.get("det_a"), DatasetCatalog.get("det_b")
+    assert result.bases == (a, b)  # the cached (shared) lists themselves, not copies
+    assert result.index.tolist() == [0, 4, 5]
+    assert _ids(result) == [0, 4, 10] and result.name == "det_a+det_b"
+
+
+def test_filtering_allocates_an_index_not_a_copy():
+    DatasetCatalog.register("views_big", lambda: _coco_like(0, 20_000))
+    base = DatasetCatalog.get("views_big")
+    tracemalloc.start()
+    try:
+        result = get_detection_dataset_dicts("views_big")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(result) == 18_000 and result[0]["image_id"] == 1
+    # index and per-record masks; a copy of the kept records' bytes would be ~ 90% of it
+    assert peak < base.buffer.nbytes / 4, (peak, base.buffer.nbytes)
+    assert result.bases == (base,)
+
+
+def _rank_loads_two_datasets(rank: int, world: int) -> dict:
+    import ctypes
+    import gc
+
+    import psutil
+
+    DatasetCatalog.register("views_a", lambda: _coco_like(0, 40_000))
+    DatasetCatalog.register("views_b", lambda: _coco_like(100_000, 40_000))
+    a, b = DatasetCatalog.get("views_a"), DatasetCatalog.get("views_b")
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    before = psutil.Process().memory_full_info().uss
+    result = get_detection_dataset_dicts(["views_a", "views_b"])
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    grown = psutil.Process().memory_full_info().uss - before
+    memfds = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and "memfd:catmap:views_" in fields[5]:
+                memfds.add((fields[5], int(fields[4])))
+    return {
+        "len": len(result),
+        "ids": [result[i]["image_id"] for i in (0, 1, 35_999, 36_000, -1)],
+        "grown": grown,
+        "buffers": int(a.buffer.nbytes + b.buffer.nbytes),
+        "base_inodes": [b._shared_owner.inode for b in getattr(result, "bases", ())],
+        "memfds": sorted(memfds),
+    }
+
+
+@pytest.mark.distributed
+def test_two_ranks_share_one_buffer_per_dataset_after_filtering_and_joining():
+    from tests.dist_helpers import run_distributed
+
+    results = run_distributed(_rank_loads_two_datasets, 2, env={"CATMAP_SHARE": "1"}, deadline=300)
+    for r in results:
+        assert r["len"] == 72_000
+        assert r["ids"] == [1, 2, 39_999, 100_001, 139_999]
+        # no private copy of the records: the filtered join costs its index (~0.6 MB)
+        assert r["grown"] < r["buffers"] / 8, (r["grown"], r["buffers"])
+    # one memory file per dataset on this machine, mapped by both ranks, backing the views
+    assert results[0]["memfds"] == results[1]["memfds"] and len(results[0]["memfds"]) == 2
+    assert results[0]["base_inodes"] == results[1]["base_inodes"]
+    assert sorted(results[0]["base_inodes"]) == sorted(i for _, i in results[0]["memfds"])

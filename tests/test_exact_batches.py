@@ -269,7 +269,8 @@ def _dataset_mapper_loader(records: list[dict], workers: int = 0, **options: Any
 def _mapped(batch: list[dict]) -> list[tuple]:
     return [
         (s["image_id"], tuple(s["image"].shape), s["image"].numpy().tobytes(),
-         s["instances"].gt_boxes.tensor.numpy().tobytes())
+         torch.as_tensor(getattr(s["instances"].gt_boxes, "tensor", s["instances"].gt_boxes))
+         .numpy().tobytes())
         for s in batch
     ]
 

@@ -94,8 +94,9 @@ def test_no_annotations_at_all_gives_ones():
 def test_stochastic_rounding_reaches_the_expected_counts():
     factors = [1.0, 2.5, 0.5, 3.0]
     s = RepeatFactorTrainingSampler(torch.tensor(factors), seed=0, rank=0, world_size=1)
-    passes = [s._make_pass(p) for p in range(400)]
+    passes = [s._make_pass(p).to_array() for p in range(400)]
     counts = np.stack([np.bincount(p, minlength=4) for p in passes])
+    assert all((s.pass_counts(p) == counts[p]).all() for p in range(400))
     assert (counts[:, 0] == 1).all() and (counts[:, 3] == 3).all()
     assert set(counts[:, 1].tolist()) == {2, 3} and set(counts[:, 2].tolist()) == {0, 1}
     np.testing.assert_allclose(counts.mean(axis=0), factors, atol=0.12)

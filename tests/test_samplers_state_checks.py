@@ -144,7 +144,7 @@ def test_numpy_ints_are_ints_but_floats_and_bools_are_not():
     with pytest.raises(SamplerStateError, match="'offset'"):
         training().load_state_dict(dict(state, offset=float(state["offset"])))
     with pytest.raises(SamplerStateError, match="config\\['shuffle'\\] must be a bool"):
-        training().load_state_dict(dict(state, config={"size": 11, "shuffle": 1}))
+        training().load_state_dict(dict(state, config={**state["config"], "shuffle": 1}))
 
 
 def test_grouped_pending_indices_are_checked():
@@ -250,15 +250,21 @@ def _legacy(state):
     return legacy
 
 
-def test_a_format_1_state_loads_with_one_warning(caplog):
+def test_a_format_1_state_is_refused_and_loads_with_strict_false(caplog):
+    # format 1 was written while passes were torch.randperm permutations: another stream
     saved = training(rank=1, world=3)
     iterator = iter(saved)
     take(iterator, 4)  # 12 global draws: the format-1 cursor overshot pass 0 (11 indices)
     state = _legacy(dict(saved.state_dict(), pass_index=0, offset=12))
+    with pytest.raises(StateMismatchError, match="torch.randperm") as info:
+        training(seed=9, rank=1, world=3).load_state_dict(state)
+    assert info.value.key == "order"
     resumed = training(seed=9, rank=1, world=3)
     with caplog.at_level(logging.WARNING, logger="samplers"):
-        resumed.load_state_dict(state)
-    assert sum(r.levelno == logging.WARNING for r in caplog.records) == 1
+        resumed.load_state_dict(state, strict=False)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "format version 1" in warnings[0] and "order" in warnings[0]
+    # strict=False keeps the cursor (and its overshoot) in the keyed order
     assert take(resumed, 10) == take(iterator, 10)
     with pytest.raises(StateMismatchError, match="saved for 11 records"):
         TrainingSampler(12, seed=0).load_state_dict(state)
@@ -374,13 +380,42 @@ OLD_STATES = {
 
 
 @pytest.mark.parametrize("kind", sorted(OLD_STATES))
-def test_states_of_the_previous_format_resume_exactly(kind, caplog):
-    draws, kwargs, state = OLD_STATES[kind]
-    _, iterator = advanced(ALL[kind], draws=draws, seed=3, **kwargs)
-    expected = take(iterator, 15)
+def test_states_of_the_torch_randperm_passes_are_refused(kind, caplog):
+    # catmap 7591ec0's passes were torch.randperm permutations; the keyed order is another
+    # stream, so its states raise instead of continuing a different order silently
+    _, kwargs, state = OLD_STATES[kind]
+    with pytest.raises(StateMismatchError, match="torch.randperm") as info:
+        ALL[kind](seed=9, **kwargs).load_state_dict(state)
+    assert info.value.key.endswith("order")
     resumed = ALL[kind](seed=9, **kwargs)
     with caplog.at_level(logging.WARNING, logger="samplers"):
-        resumed.load_state_dict(state)
+        resumed.load_state_dict(state, strict=False)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "format version 1" in warnings[0]
-    assert take(iter(resumed), 15) == expected
+    assert len(take(iter(resumed), 15)) == 15
+
+
+def _without_order(state):
+    """A format-2 state as catmap wrote it before the keyed order (no config["order"])."""
+    if not isinstance(state, dict):
+        return state
+    out = {key: _without_order(value) for key, value in state.items()}
+    if isinstance(out.get("config"), dict) and "order" in out["config"]:
+        out["config"] = {k: v for k, v in out["config"].items() if k != "order"}
+    if isinstance(out.get("pass_start"), list):
+        out["pass_start"] = [_without_order(part) for part in out["pass_start"]]
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(ALL))
+def test_format_2_states_without_the_order_are_refused(kind):
+    saved, _ = advanced(ALL[kind], draws=5)
+    state = _without_order(saved.state_dict())
+    with pytest.raises(StateMismatchError, match="torch.randperm") as info:
+        ALL[kind]().load_state_dict(state)
+    assert info.value.key.endswith("order")
+    # a malformed field is still reported as such, before the order
+    broken = dict(state, config=[1]) if kind in SAMPLERS else dict(state, position=-1)
+    with pytest.raises(SamplerStateError) as info:
+        ALL[kind]().load_state_dict(broken)
+    assert not isinstance(info.value, StateMismatchError)

@@ -153,14 +153,17 @@ def test_subset_rejects_non_integer_indices(arg):
         SerializedList(_records(2)).subset(arg)
 
 
-def test_subset_shares_nothing_mutable_with_parent():
+def test_subset_is_a_read_only_view_of_the_parent():
+    # (was: the subset copied the parent's bytes; a subset is now a view, issue 11)
     sl = SerializedList(_records(5))
     sub = sl.subset([1, 3])
-    assert not np.shares_memory(sub.buffer, sl.buffer)
-    assert not np.shares_memory(sub.columns.heights, sl.columns.heights)
-    contiguous = sl.subset(3)
-    assert not np.shares_memory(contiguous.buffer, sl.buffer)
-    assert _ids(sl) == [0, 1, 2, 3, 4]
+    assert isinstance(sub, SerializedList) and sub.bases == (sl,)
+    record = sub[0]
+    record["i"] = 99  # a fresh object: neither list changes
+    assert _ids(sub) == [1, 3] and _ids(sl) == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError):
+        sub.index[0] = 0
+    assert not np.shares_memory(sub.compact().buffer, sl.buffer)
 
 
 def test_columns_extracted_while_serializing():

@@ -17,7 +17,9 @@ times (the median run is shown):
 
 Reported per configuration: images/s, the main process's CPU time per image (user + system
 of the loader's process only, ``getrusage(RUSAGE_SELF)``: workers excluded), the ratio of
-images/s to ``bare`` at the same N, and of main-process CPU to ``torch-dl``'s.
+images/s to ``bare`` at the same N, and of main-process CPU to ``torch-dl``'s, and the CPU
+time per image of all processes (main + workers, psutil; the steadier figure on a busy
+machine: with N workers on N cores, images/s is at most N / that).
 
 Usage:
     python tools/bench_loader.py --max-workers 2 --batches 12 --repeats 3
@@ -152,10 +154,13 @@ def _run_bare(records: list[dict[str, Any]], workers: int, images: int) -> dict[
     per = max(images // processes, 1)
     if workers == 0:
         _bare_images(records, 16, 99)  # warm-up
-        t0 = time.perf_counter()
+        t0, usage0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
         _bare_images(records, per, 0)
-        return {"img_s": per / (time.perf_counter() - t0), "main_us": None}
+        wall, usage = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+        cpu = (usage.ru_utime - usage0.ru_utime) + (usage.ru_stime - usage0.ru_stime)
+        return {"img_s": per / wall, "main_us": None, "all_us": cpu / per * 1e6}
     ctx = mp.get_context("fork")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = ctx.Event()
     procs = [ctx.Process(target=_bare_worker, args=(records, per, i, start))
              for i in range(processes)]
@@ -166,7 +171,11 @@ def _run_bare(records: list[dict[str, Any]], workers: int, images: int) -> dict[
     start.set()
     for p in procs:
         p.join()
-    return {"img_s": per * processes / (time.perf_counter() - t0), "main_us": None}
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    images = per * processes
+    return {"img_s": images / wall, "main_us": None, "all_us": cpu / images * 1e6}
 
 
 class _ListDataset:
@@ -228,6 +237,20 @@ def _make_loader(pipeline: str, records: list[dict[str, Any]], workers: int, bat
     return _tv2_loader(records, workers, batch)
 
 
+def _children_cpu() -> dict[int, float]:
+    """user + system seconds of each live child process (the loader's workers)."""
+    import psutil
+
+    out = {}
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:
+            continue
+        out[child.pid] = times.user + times.system
+    return out
+
+
 def _run_loader(pipeline: str, records: list[dict[str, Any]], workers: int, batch: int,
                 batches: int, warmup: int) -> dict[str, Any]:
     import torch
@@ -240,6 +263,7 @@ def _run_loader(pipeline: str, records: list[dict[str, Any]], workers: int, batc
             if done == warmup:
                 t0 = time.perf_counter()
                 usage0 = resource.getrusage(resource.RUSAGE_SELF)
+                workers0 = _children_cpu()
             done += 1
             assert len(item) == batch and item[0]["image"].dim() == 3
             del item
@@ -247,12 +271,18 @@ def _run_loader(pipeline: str, records: list[dict[str, Any]], workers: int, batc
                 wall = time.perf_counter() - t0
                 usage = resource.getrusage(resource.RUSAGE_SELF)
                 cpu = (usage.ru_utime - usage0.ru_utime) + (usage.ru_stime - usage0.ru_stime)
+                workers_cpu = sum(t - workers0.get(pid, t) for pid, t in _children_cpu().items())
                 images = batches * batch
-                return {"img_s": images / wall, "main_us": cpu / images * 1e6}
+                return {"img_s": images / wall, "main_us": cpu / images * 1e6,
+                        "all_us": (cpu + workers_cpu) / images * 1e6}
 
 
 def _child(args: argparse.Namespace) -> None:
     records = json.loads(Path(args.records).read_text())
+    # one pass must cover the run: a finite loader (torch-dl, tv2) restarting its workers
+    # inside the timed batches would pay worker start-up
+    needed = (args.warmup + args.batches + 1) * args.batch * 2
+    records = [dict(r) for _ in range(-(-needed // len(records))) for r in records]
     if args.pipeline == "bare":
         result = _run_bare(records, args.workers, args.batches * args.batch)
     else:
@@ -284,7 +314,8 @@ def _spawn(pipeline: str, workers: int, args: argparse.Namespace, records: Path)
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    header = ("workers", "pipeline", "img/s", "x bare", "main CPU us/img", "x torch-dl")
+    header = ("workers", "pipeline", "img/s", "x bare", "main CPU us/img", "x torch-dl",
+              "all CPU us/img")
     lines = [header]
     for row in rows:
         lines.append((
@@ -292,6 +323,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
             f"{row['x_bare']:.2f}" if row.get("x_bare") is not None else "",
             f"{row['main_us']:.0f}" if row.get("main_us") is not None else "",
             f"{row['x_torch_dl']:.2f}" if row.get("x_torch_dl") is not None else "",
+            f"{row['all_us']:.0f}" if row.get("all_us") is not None else "",
         ))
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     out = ["  ".join(cell.rjust(w) for cell, w in zip(line, widths, strict=True))
@@ -364,7 +396,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             main_us = result["main_us"]
             rows.append({
                 "workers": workers, "pipeline": pipeline, "img_s": result["img_s"],
-                "main_us": main_us,
+                "main_us": main_us, "all_us": result.get("all_us"),
                 "x_bare": result["img_s"] / bare if bare and pipeline != "bare" else None,
                 "x_torch_dl": main_us / plain if plain and main_us is not None else None,
             })

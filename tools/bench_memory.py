@@ -1,27 +1,34 @@
-"""Benchmark the memory of R ranks x W DataLoader workers over one N-record dataset.
+"""Benchmark the memory of R ranks x W DataLoader workers on the real training path.
 
-Three layouts run one after the other, in one run, with the same records:
+Every layout runs the same job: R processes join a gloo process group on 127.0.0.1, each
+builds a training loader over two registered COCO-shaped datasets of N/2 records each (about
+1% of the images have no annotations, as in COCO train) and takes a few batches through W
+persistent workers; then, with every process alive, the parent sums the PSS of all ranks
+and their child processes with psutil. PSS splits each shared page between the processes
+that map it, so the sum counts a shared buffer once.
 
 ``idle``
-    the same job over a 1,000-record dataset: what R ranks and R x W workers cost with
-    (almost) no data; the floor the other two are compared with.
+    the catmap path over two 500-record datasets: what the interpreters, torch and the
+    loader cost with (almost) no data; reported separately and subtracted below.
 ``catmap``
-    ``catalog.local_share.share_across_local_ranks``: local rank 0 builds the serialized
-    records, the other ranks attach to the same memory; workers inherit (fork) or re-map it.
+    ``build_detection_train_loader(["bench_a", "bench_b"])``: ``DatasetCatalog.get`` loads
+    each dataset once per machine (shared memory file), ``get_detection_dataset_dicts``
+    filters empty images (``filter_empty=True``, the default) and joins the two as a view.
+``catmap_plain``
+    the plain ``DatasetCatalog.get`` path: one registered dataset holding the same N
+    records, passed to the builder as it is (no filter, no join), for comparison.
 ``per_rank``
-    every rank builds its own serialized copy (the detectron2 / mmengine layout: one pickled
-    buffer per rank, shared with that rank's forked workers).
+    the detectron2 / mmengine layout: every rank loads both datasets as Python lists,
+    joins and filters them, and pickles the records into one numpy buffer of its own, which
+    forked workers share with their rank and spawned workers receive a copy of.
 
-Each rank joins a gloo process group, builds or attaches the dataset, and runs one pass over
-its shard with ``W`` persistent workers; then, with every process still alive, the parent
-sums the PSS (and USS) of all ranks and workers with psutil. PSS splits each shared page
-between the processes that map it, so the sum counts one shared buffer once. Every rank calls
-``malloc_trim(0)`` after building (both layouts), so transient build memory does not count.
+Ranks build one after another in ``per_rank`` (only to bound the transient memory of the
+Python lists); every rank calls ``malloc_trim(0)`` before it reports, so build-time garbage
+does not count. The buffer of one layout is its records' bytes plus offsets and columns.
 
 Usage:
-    python tools/bench_memory.py                                # R=4, W=2, N=1,000,000
-    python tools/bench_memory.py --ranks 2 --workers 1 --records 100000
-    python tools/bench_memory.py --start-method spawn           # DataLoader start method
+    python tools/bench_memory.py                        # R=4, W=2, N=1,000,000, fork and spawn
+    python tools/bench_memory.py --ranks 2 --workers 1 --records 100000 --start-methods fork
 """
 
 from __future__ import annotations
@@ -29,12 +36,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
 import logging
 import os
+import pickle
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,59 +57,117 @@ __all__ = ["LAYOUTS", "make_records", "main", "measure_layout"]
 
 logger = logging.getLogger(__name__)
 
-LAYOUTS = ("idle", "catmap", "per_rank")
+LAYOUTS = ("idle", "catmap", "catmap_plain", "per_rank")
 _IDLE_RECORDS = 1_000
+#: One image in this many has no annotations (COCO train2017: 1,021 of 118,287).
+EMPTY_EVERY = 100
 
 
-def make_records(n: int):
-    """A generator of ``n`` COCO-like records (about 450 bytes each once pickled).
+def make_records(n: int, start: int = 0, seed: int = 0) -> Iterator[dict]:
+    """``n`` COCO-like records with image ids ``start ..`` (about 450 bytes each pickled).
+
+    Every ``EMPTY_EVERY``-th image has no annotations; the others have two boxes with
+    polygons, drawn from ``numpy.random.default_rng((seed, start))``.
 
     Example:
-        >>> r = next(make_records(1)); sorted(r)
+        >>> r = next(make_records(1, start=1)); sorted(r)
         ['annotations', 'file_name', 'height', 'image_id', 'width']
+        >>> next(make_records(1))["annotations"]
+        []
     """
-    for i in range(n):
-        x, y = float(i % 600), float(i % 400)
+    rng = np.random.default_rng((seed, start))
+    boxes = np.round(rng.uniform(0, 400, size=(n, 2, 4)), 2).tolist()
+    cats = rng.integers(0, 80, size=(n, 2)).tolist()
+    for j in range(n):
+        i = start + j
+        annotations = []
+        if i % EMPTY_EVERY:
+            for k in range(2):
+                x, y, w, h = boxes[j][k]
+                annotations.append(
+                    {
+                        "bbox": [x, y, w, h],
+                        "bbox_mode": 1,
+                        "category_id": cats[j][k],
+                        "iscrowd": 0,
+                        "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]],
+                    }
+                )
         yield {
             "file_name": f"/datasets/coco/train2017/{i:012d}.jpg",
             "height": 480,
             "width": 640,
             "image_id": i,
-            "annotations": [
-                {
-                    "bbox": [x, y, 32.5, 40.25],
-                    "bbox_mode": 1,
-                    "category_id": (i + k) % 80,
-                    "iscrowd": 0,
-                    "segmentation": [[x, y, x + 32.5, y, x + 32.5, y + 40.25, x, y + 40.25]],
-                }
-                for k in range(2)
-            ],
+            "annotations": annotations,
         }
 
 
 def _malloc_trim() -> None:
+    gc.collect()
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-class _Shard:
-    """The rank's share of the records (every R-th index); items are small summaries."""
+class PerRankRecords:
+    """The detectron2 / mmengine storage: records pickled into one numpy buffer per rank,
+    pickled by value (spawned workers each unpickle a copy).
 
-    def __init__(self, records: Any, rank: int, world: int) -> None:
-        self.records = records
-        self.indices = range(rank, len(records), world)
+    Example:
+        >>> records = PerRankRecords([{"a": 1}, {"a": 2}]); len(records), records[1]
+        (2, {'a': 2})
+    """
+
+    def __init__(self, records: list[dict]) -> None:
+        blobs = [pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL) for r in records]
+        self.ends = np.cumsum([len(b) for b in blobs], dtype=np.int64)
+        self.buffer = np.frombuffer(b"".join(blobs), dtype=np.uint8).copy()
 
     def __len__(self) -> int:
-        return len(self.indices)
+        return len(self.ends)
 
-    def __getitem__(self, i: int) -> int:
-        record = self.records[self.indices[i]]
-        return len(record["annotations"])
+    def __getitem__(self, i: int) -> dict:
+        start = int(self.ends[i - 1]) if i else 0
+        return pickle.loads(memoryview(self.buffer[start : int(self.ends[i])]))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the buffer and its offsets."""
+        return int(self.buffer.nbytes + self.ends.nbytes)
 
 
-def _count(batch: list[int]) -> int:
-    return sum(batch)
+def _summary(record: dict) -> int:
+    return len(record["annotations"])
+
+
+def _register(layout: str, half: int) -> Any:
+    from catalog import DatasetCatalog, SerializedList
+
+    def loader(start: int, n: int, name: str) -> Any:
+        # a list is the usual loader result; streaming keeps build-time objects out
+        return lambda: SerializedList(make_records(n, start), name=name, progress=False)
+
+    if layout == "catmap_plain":
+        DatasetCatalog.register("bench_all", loader(0, 2 * half, "bench_all"))
+        return DatasetCatalog.get("bench_all")
+    DatasetCatalog.register("bench_a", loader(0, half, "bench_a"))
+    DatasetCatalog.register("bench_b", loader(half, half, "bench_b"))
+    return ["bench_a", "bench_b"]
+
+
+def _per_rank_records(half: int, rank: int, world: int) -> PerRankRecords:
+    import torch.distributed as dist
+
+    records = None
+    for turn in range(world):  # one rank at a time: bounds the transient Python lists
+        if turn == rank:
+            joined = list(make_records(half, 0)) + list(make_records(half, half))
+            kept = [r for r in joined if any(not a["iscrowd"] for a in r["annotations"])]
+            records = PerRankRecords(kept)
+            del joined, kept
+            _malloc_trim()
+        dist.barrier()
+    assert records is not None  # noqa: S101 - every rank takes its turn above
+    return records
 
 
 def _rank_main(
@@ -108,57 +178,58 @@ def _rank_main(
     num_records: int,
     workers: int,
     start_method: str,
+    steps: int,
     reports: Any,
     release: Any,
 ) -> None:
-    import torch
     import torch.distributed as dist
 
-    from catalog import SerializedList
-    from catalog.local_share import share_across_local_ranks
+    from samplers import build_detection_train_loader
 
     os.environ.update(LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), CATMAP_SHARE="1")
+    os.environ.update(CATMAP_CACHE="0")
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
     )
     try:
         start = time.perf_counter()
-        n = _IDLE_RECORDS if layout == "idle" else num_records
-
-        def build():
-            return SerializedList(make_records(n), name="bench", progress=False), {}
-
+        half = (_IDLE_RECORDS if layout == "idle" else num_records) // 2
         if layout == "per_rank":
-            records, _ = build()
+            dataset: Any = _per_rank_records(half, rank, world)
+            buffer_bytes = dataset.nbytes
         else:
-            records, _ = share_across_local_ranks("bench", build)
-        _malloc_trim()
-        dist.barrier()
-        built = time.perf_counter() - start
-        loader = torch.utils.data.DataLoader(
-            _Shard(records, rank, world),
-            batch_size=256,
+            dataset = _register(layout, half)
+            from catalog import DatasetCatalog
+
+            names = ["bench_all"] if layout == "catmap_plain" else dataset
+            buffer_bytes = sum(DatasetCatalog.get(n).nbytes for n in names)
+        loader = build_detection_train_loader(
+            dataset,
+            mapper=_summary,
+            total_batch_size=8 * world,
+            aspect_ratio_grouping=layout != "per_rank",
             num_workers=workers,
             persistent_workers=workers > 0,
             multiprocessing_context=start_method if workers > 0 else None,
-            collate_fn=_count,
+            seed=0,
         )
+        built = time.perf_counter() - start
         iterator = iter(loader)
-        total = sum(iterator)
-        passed = time.perf_counter() - start - built
-        worker_pids = [w.pid for w in getattr(iterator, "_workers", [])]
+        annotations = sum(sum(next(iterator)) for _ in range(steps))
+        _malloc_trim()
+        dist.barrier()
         reports.put(
             {
                 "rank": rank,
                 "pid": os.getpid(),
-                "workers": worker_pids,
-                "annotations": total,
-                "buffer_bytes": int(records.nbytes),
+                "records": len(loader.dataset) if hasattr(loader, "dataset") else None,
+                "annotations": annotations,
+                "buffer_bytes": int(buffer_bytes),
                 "build_s": built,
-                "pass_s": passed,
+                "pass_s": time.perf_counter() - start - built,
             }
         )
-        release.wait(timeout=600)
+        release.wait(timeout=900)
         del iterator
     finally:
         dist.destroy_process_group()
@@ -170,40 +241,49 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _worker_pids(report: dict[str, Any]) -> list[int]:
-    if report["workers"]:
-        return list(report["workers"])
-    import psutil  # DataLoader internals changed: take the rank's child processes
-
-    return [c.pid for c in psutil.Process(report["pid"]).children(recursive=True)]
-
-
-def _memory(pid: int) -> tuple[int, int]:
+def _pss(pid: int) -> tuple[int, int]:
+    """(PSS of the process, PSS of its child processes), bytes."""
     import psutil
 
-    info = psutil.Process(pid).memory_full_info()
-    return int(info.pss), int(info.uss)
+    process = psutil.Process(pid)
+    own = int(process.memory_full_info().pss)
+    children = 0
+    for child in process.children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            children += int(child.memory_full_info().pss)
+    return own, children
 
 
 def measure_layout(
-    layout: str, ranks: int, workers: int, num_records: int, start_method: str
+    layout: str,
+    ranks: int,
+    workers: int,
+    num_records: int,
+    start_method: str,
+    steps: int = 20,
 ) -> dict[str, Any]:
-    """Run one layout and return the summed PSS / USS of its ranks and workers (bytes)."""
+    """Run one layout and return the summed PSS of its ranks and their children (bytes).
+
+    Example:
+        >>> measure_layout("idle", 1, 0, 0, "fork", steps=1)["processes"]  # doctest: +SKIP
+        1
+    """
+    import psutil
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    reports = ctx.Queue()
-    release = ctx.Event()
+    reports, release = ctx.Queue(), ctx.Event()
     started = time.perf_counter()
+    args = (ranks, _free_port(), layout, num_records, workers, start_method, steps)
     job = mp.start_processes(
         _rank_main,
-        args=(ranks, _free_port(), layout, num_records, workers, start_method, reports, release),
+        args=(*args, reports, release),
         nprocs=ranks,
         join=False,
         start_method="spawn",
     )
     try:
-        got = []
+        got: list[dict[str, Any]] = []
         while len(got) < ranks:
             try:
                 got.append(reports.get(timeout=5))
@@ -215,28 +295,51 @@ def measure_layout(
                         ) from None
                 if time.perf_counter() - started > 1800:
                     raise TimeoutError(f"layout {layout}: ranks did not finish in 30 min") from None
-        rank_mem = [_memory(r["pid"]) for r in got]
-        worker_mem = [_memory(pid) for r in got for pid in _worker_pids(r)]
+        memory = [_pss(r["pid"]) for r in got]
+        processes = sum(1 + len(psutil.Process(r["pid"]).children(recursive=True)) for r in got)
     finally:
         release.set()
         while not job.join():  # join() returns False while some rank is still running
             continue
     result = {
         "layout": layout,
+        "start_method": start_method,
         "ranks": ranks,
         "workers_per_rank": workers,
         "records": _IDLE_RECORDS if layout == "idle" else num_records,
-        "processes": len(rank_mem) + len(worker_mem),
+        "records_after_filter": got[0]["records"],
+        "processes": processes,
         "buffer_bytes": max(r["buffer_bytes"] for r in got),
-        "pss_ranks": sum(p for p, _ in rank_mem),
-        "pss_workers": sum(p for p, _ in worker_mem),
-        "uss_total": sum(u for _, u in rank_mem + worker_mem),
+        "pss_ranks": sum(own for own, _ in memory),
+        "pss_children": sum(children for _, children in memory),
         "build_s": max(r["build_s"] for r in got),
         "pass_s": max(r["pass_s"] for r in got),
         "annotations": sum(r["annotations"] for r in got),
     }
-    result["pss_total"] = result["pss_ranks"] + result["pss_workers"]
+    result["pss_total"] = result["pss_ranks"] + result["pss_children"]
     return result
+
+
+def summarize(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Data memory (PSS minus the idle job's) of each layout, in buffers of ``catmap``.
+
+    Example:
+        >>> r = {"idle": {"pss_total": 100}, "catmap": {"pss_total": 220, "buffer_bytes": 100},
+        ...      "catmap_plain": {"pss_total": 215}, "per_rank": {"pss_total": 500}}
+        >>> s = summarize(r); s["catmap"], s["per_rank"], round(s["catmap_vs_plain"], 3)
+        (1.2, 4.0, 1.043)
+    """
+    idle = results.get("idle", {}).get("pss_total", 0)
+    buffer = results.get("catmap", results.get("catmap_plain", {})).get("buffer_bytes")
+    out: dict[str, Any] = {"interpreters_bytes": idle, "buffer_bytes": buffer}
+    for layout in ("catmap", "catmap_plain", "per_rank"):
+        if layout in results and buffer:
+            out[layout] = (results[layout]["pss_total"] - idle) / buffer
+    if "catmap" in results and "catmap_plain" in results:
+        out["catmap_vs_plain"] = (results["catmap"]["pss_total"] - idle) / (
+            results["catmap_plain"]["pss_total"] - idle
+        )
+    return out
 
 
 def _mib(value: float) -> str:
@@ -248,46 +351,50 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers per rank")
-    parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--start-method", default="fork", choices=("fork", "spawn", "forkserver"))
+    parser.add_argument("--records", type=int, default=1_000_000, help="over both datasets")
+    parser.add_argument("--steps", type=int, default=20, help="batches each rank takes")
+    parser.add_argument(
+        "--start-methods", nargs="+", default=["fork", "spawn"],
+        choices=("fork", "spawn", "forkserver"), help="DataLoader worker start methods",
+    )  # fmt: skip
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=LAYOUTS)
     add_json_argument(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
-    results = {}
-    for layout in args.layouts:
-        res = measure_layout(layout, args.ranks, args.workers, args.records, args.start_method)
-        results[layout] = res
+    everything: dict[str, Any] = {}
+    for method in args.start_methods:
+        results: dict[str, Any] = {}
+        for layout in args.layouts:
+            res = measure_layout(
+                layout, args.ranks, args.workers, args.records, method, steps=args.steps
+            )
+            results[layout] = res
+            print(
+                f"{method:>10} {layout:>12}: PSS {_mib(res['pss_total'])} MiB (ranks "
+                f"{_mib(res['pss_ranks'])}, workers {_mib(res['pss_children'])}), buffer "
+                f"{_mib(res['buffer_bytes'])} MiB, {res['records_after_filter']} records, "
+                f"build {res['build_s']:.1f} s, {res['processes']} processes",
+                flush=True,
+            )
+        summary = summarize(results)
+        everything[method] = {"results": results, "summary": summary}
         print(
-            f"{layout:>9}: PSS total {_mib(res['pss_total'])} MiB (ranks {_mib(res['pss_ranks'])}, "
-            f"workers {_mib(res['pss_workers'])}), USS {_mib(res['uss_total'])} MiB, "
-            f"buffer {_mib(res['buffer_bytes'])} MiB, build {res['build_s']:.1f} s, "
-            f"pass {res['pass_s']:.1f} s, {res['processes']} processes",
+            f"R={args.ranks} ranks x W={args.workers} workers ({method}), N={args.records:,}: "
+            f"interpreters {_mib(summary['interpreters_bytes'])} MiB; one buffer "
+            f"{_mib(summary['buffer_bytes'] or 0)} MiB; data PSS in buffers: "
+            + ", ".join(
+                f"{k} {summary[k]:.2f}x" for k in ("catmap", "catmap_plain", "per_rank")
+                if k in summary
+            )
+            + (
+                f"; catmap / catmap_plain {summary['catmap_vs_plain']:.3f}"
+                if "catmap_vs_plain" in summary
+                else ""
+            ),
             flush=True,
         )
-    print()
-    print(
-        f"R={args.ranks} ranks x W={args.workers} workers ({args.start_method}), "
-        f"N={args.records:,} records"
-    )
-    if "catmap" in results and "per_rank" in results:
-        c, p = results["catmap"], results["per_rank"]
-        buf = c["buffer_bytes"]
-        print(f"buffer: {_mib(buf)} MiB")
-        print(
-            f"catmap   PSS: {_mib(c['pss_total'])} MiB = {c['pss_total'] / buf:.2f} buffers\n"
-            f"per_rank PSS: {_mib(p['pss_total'])} MiB = {p['pss_total'] / buf:.2f} buffers\n"
-            f"per_rank / catmap: {p['pss_total'] / c['pss_total']:.2f}x"
-        )
-        if "idle" in results:
-            floor = results["idle"]["pss_total"] + buf
-            print(
-                f"target floor (one buffer + {results['idle']['processes']} idle processes): "
-                f"{_mib(floor)} MiB; catmap / floor = {c['pss_total'] / floor:.2f}x, "
-                f"per_rank / floor = {p['pss_total'] / floor:.2f}x"
-            )
-    write_json_results(args.json_out, results)
+    write_json_results(args.json_out, everything)
     return 0
 
 

@@ -8,9 +8,14 @@ Measured side by side in one run:
    SerializedList-column path against a per-image loop over record dicts;
 3. one pass of repeat-factor index expansion: ``numpy.repeat`` against a per-image
    ``list.extend`` loop;
-4. resume cost: ``load_state_dict`` at a position (e.g. 2.5 passes into training) plus the
-   first index, against replaying the stream up to the same position. Resuming regenerates
-   one permutation: it is independent of the position and linear in the pass size.
+4. iterating one pass index by index: the keyed permutation computed in chunks against the
+   approach before it (each pass a materialized ``numpy`` permutation of ``(seed, pass)``,
+   sliced in chunks), with the ratio;
+5. resume cost: ``load_state_dict`` at a position (e.g. 0.1, 0.9, 2.5 passes into training)
+   plus the first index, against the permutation approach, which regenerates the pass's whole
+   permutation to read one chunk (likewise for a repeat-factor pass and a two-part concat);
+6. memory: the tracemalloc peak while resuming 0.9 pass into the stream and while iterating
+   ``--iterate`` indices, keyed against the permutation approach.
 
 Memory (USS / PSS of this process, from psutil) is reported after each stage.
 
@@ -29,6 +34,7 @@ import itertools
 import logging
 import math
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,11 +42,14 @@ import numpy as np
 import torch
 
 from catalog import SerializedList
+from catalog.seeding import numpy_generator
 from samplers import (
+    ConcatSampler,
     RepeatFactorTrainingSampler,
     TrainingSampler,
     repeat_factors_from_category_frequency,
 )
+from samplers.stream import CHUNK
 
 __all__ = ["main"]
 
@@ -58,6 +67,45 @@ def baseline_training_stream(size: int, seed: int, rank: int, world_size: int) -
             yield from torch.randperm(size, generator=generator).tolist()
 
     return itertools.islice(endless(), rank, None, world_size)
+
+
+def baseline_pass_stream(size: int, seed: int, start: int = 0) -> Iterator[int]:
+    """The pass order before keyed permutations, from global position ``start`` (one rank):
+    each pass a materialized ``numpy`` permutation of ``(seed, pass)``, sliced in chunks."""
+    pass_index, offset = divmod(start, size)
+    while True:
+        order = numpy_generator(seed, pass_index).permutation(size)
+        for low in range(offset, size, CHUNK):
+            yield from order[low : low + CHUNK].tolist()
+        pass_index, offset = pass_index + 1, 0
+
+
+def baseline_repeat_resume(factors: np.ndarray, seed: int, pass_index: int, offset: int) -> int:
+    """Resume inside a repeat-factor pass before keyed passes: draw the rounding of every
+    record, expand, permute the whole pass, read one chunk."""
+    generator = numpy_generator(seed, pass_index)
+    whole = np.floor(factors)
+    repeats = (whole + (generator.random(len(factors)) < factors - whole)).astype(np.int64)
+    expanded = np.repeat(np.arange(len(factors), dtype=np.int64), repeats)
+    order = expanded[generator.permutation(len(expanded))]
+    return order[offset : offset + CHUNK].tolist()[0]
+
+
+def baseline_concat_resume(sizes: list[int], seed: int, pass_index: int, offset: int) -> int:
+    """Resume inside a concat pass before keyed passes: draw the part of every draw of the
+    pass, permute each part's pass, assemble the pass, read one chunk."""
+    generator = numpy_generator(seed, pass_index)
+    total = sum(sizes)
+    weights = np.cumsum(sizes) / total
+    choices = np.searchsorted(weights, generator.random(total), side="right")
+    out = np.empty(total, dtype=np.int64)
+    start = 0
+    for j, size in enumerate(sizes):
+        where = np.flatnonzero(choices == j)
+        order = numpy_generator(seed, j, pass_index).permutation(size)
+        out[where] = np.resize(order, len(where)) + start
+        start += size
+    return out[offset : offset + CHUNK].tolist()[0]
 
 
 def baseline_repeat_factors(records: list[dict], thresh: float) -> torch.Tensor:
@@ -97,6 +145,17 @@ def timed(fn: Callable[[], Any], repeat: int = 1) -> tuple[float, Any]:
         result = fn()
         best = min(best, time.perf_counter() - start)
     return best, result
+
+
+def traced_peak_mib(fn: Callable[[], Any]) -> float:
+    """The tracemalloc peak (MiB, numpy buffers included) while ``fn`` runs."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
 
 
 def memory_mib() -> str:
@@ -172,7 +231,7 @@ def bench_repeat_factors(
     )
     records.clear()  # free the dicts before the next stage
     sampler = RepeatFactorTrainingSampler(factors, seed=0, rank=0, world_size=1)
-    ours_pass, indices = timed(lambda: sampler._make_pass(0), 3)
+    ours_pass, indices = timed(lambda: sampler._make_pass(0).to_array(), 3)
     base_pass, _ = timed(lambda: baseline_expand_pass(factors, torch.Generator().manual_seed(0)))
     rows.append(
         (
@@ -185,35 +244,136 @@ def bench_repeat_factors(
     print(f"  repeat factors done ({memory_mib()})", flush=True)
 
 
+def bench_iterate(items: int, rows: list[tuple[str, ...]]) -> None:
+    """One pass index by index: keyed chunks against the materialized permutation."""
+    ours, _ = timed(
+        lambda: consume(iter(TrainingSampler(items, seed=0, rank=0, world_size=1)), items)
+    )
+    base, _ = timed(lambda: consume(baseline_pass_stream(items, 0), items))
+    rows.append(
+        (
+            f"iterate one pass, {items:,} items ({ours / items * 1e9:.0f} ns/index)",
+            f"{base:.3f} s (permutation)",
+            f"{ours:.3f} s (keyed)",
+            f"{base / ours:.2f}x",
+        )
+    )
+    print(f"  iteration done ({memory_mib()})", flush=True)
+
+
+def _keyed_resume(make: Callable[[], Any], state: dict[str, Any]) -> int:
+    sampler = make()
+    sampler.load_state_dict(state)
+    return next(iter(sampler))
+
+
 def bench_resume(items: int, passes: list[float], rows: list[tuple[str, ...]]) -> None:
     """Resume ``passes`` passes into training (e.g. 2.5: the middle of the third pass)."""
     for where in passes:
         position = int(items * where)
-
-        def replay(count: int = position + 1) -> int:
-            return consume(iter(TrainingSampler(items, seed=1, rank=0, world_size=1)), count)
-
-        replay_time, expected = timed(replay)
+        pass_index, offset = divmod(position, items)
         state = TrainingSampler(items, seed=1, rank=0, world_size=1).state_dict()
-        state["pass_index"], state["offset"] = divmod(position, items)  # saved after `position`
-
-        def resume() -> int:
-            sampler = TrainingSampler(items, seed=7, rank=0, world_size=1)
-            sampler.load_state_dict(state)  # noqa: B023
-            return next(iter(sampler))
-
-        resume_time, first = timed(resume, 3)
-        if first != expected:
-            raise RuntimeError(f"resume at {position} gave {first}, replay gave {expected}")
+        state.update(pass_index=pass_index, offset=offset)  # saved after `position` draws
+        base, expected = timed(lambda: next(baseline_pass_stream(items, 1, position)), 3)  # noqa: B023
+        ours, first = timed(
+            lambda: _keyed_resume(
+                lambda: TrainingSampler(items, seed=7, rank=0, world_size=1),
+                state,  # noqa: B023
+            ),
+            3,
+        )
+        reference = TrainingSampler(items, seed=1, rank=0, world_size=1)._make_pass(pass_index)
+        if first != reference.item(offset) or not 0 <= expected < items:
+            raise RuntimeError(f"resume at {position} gave {first}, not the pass's index")
         rows.append(
             (
                 f"resume {where:g} passes into a {items:,}-item stream",
-                f"{replay_time * 1e3:.1f} ms (replay)",
-                f"{resume_time * 1e3:.1f} ms",
-                f"{replay_time / resume_time:.0f}x",
+                f"{base * 1e3:.1f} ms (permutation)",
+                f"{ours * 1e3:.2f} ms (keyed)",
+                f"{base / ours:.0f}x",
             )
         )
     print(f"  resume done ({memory_mib()})", flush=True)
+
+
+def bench_other_resumes(items: int, rows: list[tuple[str, ...]]) -> None:
+    """Resume 0.9 pass into a repeat-factor pass and a two-part concat pass of ``items``."""
+    factors = np.random.default_rng(0).uniform(0.5, 2.5, items // 2)  # ~items per pass
+    repeat = RepeatFactorTrainingSampler(factors, seed=1, rank=0, world_size=1)
+    length = len(repeat._make_pass(0))
+    state = dict(repeat.state_dict(), offset=int(length * 0.9))
+    base, _ = timed(lambda: baseline_repeat_resume(factors, 1, 0, int(length * 0.9)), 3)
+    ours, _ = timed(
+        lambda: _keyed_resume(
+            lambda: RepeatFactorTrainingSampler(factors, seed=7, rank=0, world_size=1), state
+        ),
+        3,
+    )
+    rows.append(
+        (
+            f"resume 0.9 pass, repeat factors of {len(factors):,} records ({length:,} indices)",
+            f"{base * 1e3:.1f} ms (permutation)",
+            f"{ours * 1e3:.2f} ms (keyed)",
+            f"{base / ours:.0f}x",
+        )
+    )
+    sizes = [items // 2, items - items // 2]
+    concat_state = dict(
+        ConcatSampler(sizes, seed=1, rank=0, world_size=1).state_dict(), offset=int(items * 0.9)
+    )
+    base, _ = timed(lambda: baseline_concat_resume(sizes, 1, 0, int(items * 0.9)), 3)
+    ours, _ = timed(
+        lambda: _keyed_resume(
+            lambda: ConcatSampler(sizes, seed=7, rank=0, world_size=1), concat_state
+        ),
+        3,
+    )
+    rows.append(
+        (
+            f"resume 0.9 pass, concat of 2 x {items // 2:,} records",
+            f"{base * 1e3:.1f} ms (permutation)",
+            f"{ours * 1e3:.2f} ms (keyed)",
+            f"{base / ours:.0f}x",
+        )
+    )
+    print(f"  repeat-factor / concat resume done ({memory_mib()})", flush=True)
+
+
+def bench_memory(items: int, iterate: int, rows: list[tuple[str, ...]]) -> None:
+    """tracemalloc peaks of resuming 0.9 pass in and of iterating ``iterate`` indices."""
+    position = int(items * 0.9)
+    state = dict(TrainingSampler(items, seed=1, rank=0, world_size=1).state_dict(), offset=position)
+    count = min(iterate, items - position)
+
+    def keyed_resume_and_iterate() -> None:
+        sampler = TrainingSampler(items, seed=7, rank=0, world_size=1)
+        sampler.load_state_dict(state)
+        consume(iter(sampler), count)
+
+    measures = [
+        (
+            f"tracemalloc peak, resume 0.9 pass into {items:,} items",
+            lambda: next(baseline_pass_stream(items, 1, position)),
+            lambda: _keyed_resume(lambda: TrainingSampler(items, seed=7, rank=0, world_size=1),
+                                  state),
+        ),
+        (
+            f"tracemalloc peak, resume and iterate {count:,} of {items:,} items",
+            lambda: consume(baseline_pass_stream(items, 1, position), count),
+            keyed_resume_and_iterate,
+        ),
+    ]  # fmt: skip
+    for label, baseline, ours in measures:
+        base_peak, our_peak = traced_peak_mib(baseline), traced_peak_mib(ours)
+        rows.append(
+            (
+                label,
+                f"{base_peak:.2f} MiB (permutation)",
+                f"{our_peak:.2f} MiB (keyed)",
+                f"{base_peak / max(our_peak, 1e-6):.0f}x",
+            )
+        )
+    print(f"  memory done ({memory_mib()})", flush=True)
 
 
 def main(argv: list[str] | None = None) -> list[tuple[str, ...]]:
@@ -230,6 +390,9 @@ def main(argv: list[str] | None = None) -> list[tuple[str, ...]]:
     parser.add_argument(
         "--resume-passes", type=float, nargs="+", default=[0.1, 0.9, 2.5], help="resume points"
     )
+    parser.add_argument(
+        "--iterate", type=int, default=1_000_000, help="indices iterated for the memory peak"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -240,9 +403,12 @@ def main(argv: list[str] | None = None) -> list[tuple[str, ...]]:
     )
     bench_one_pass(args.items, rows)
     bench_repeat_factors(args.images, args.categories, args.mean_annotations, rows)
+    bench_iterate(args.items, rows)
     for items in args.resume_items:
         bench_resume(items, args.resume_passes, rows)
-    header = ("stage", "per-image loop / replay", "catmap", "speed-up")
+    bench_other_resumes(args.items, rows)
+    bench_memory(args.items, args.iterate, rows)
+    header = ("stage", "baseline (loop / permutation)", "catmap", "speed-up / ratio")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     print()
     for row in [header, tuple("-" * w for w in widths), *rows]:

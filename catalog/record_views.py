@@ -1,0 +1,324 @@
+"""Views of SerializedLists: subsets, filters and concatenations that copy no record bytes.
+
+A :class:`SerializedListView` is a :class:`~catalog.serialized_list.SerializedList` whose
+records live in one or several *base* lists (each one contiguous buffer, typically the shared
+``DatasetCatalog.get`` buffers: a memory file mapped by every local rank, a mapped cache file,
+or torch shared memory). The view holds only the bases and an ``int64`` index array into
+their concatenation (nothing at all for a plain concatenation), so filtering 118k records
+allocates 8 bytes per kept record, and "one copy per machine" holds on every path.
+
+Pickling:
+    to DataLoader workers (``spawn`` / ``forkserver``) and to other local processes through
+    multiprocessing, a view sends its bases by reference (each base re-maps its file or
+    attaches to its shared memory) plus the index, itself moved once into torch shared
+    memory when it is large; under ``fork`` the workers inherit everything. A plain
+    ``pickle.dumps`` (saving to disk, sending to another machine) writes a compact,
+    self-contained copy of just the view's records.
+
+Columns (heights, widths, category ids ...) are gathered from the bases' columns when first
+asked for and kept only while the caller holds them (a weak reference), so a view costs no
+per-record memory but its index between uses.
+"""
+
+from __future__ import annotations
+
+import bisect
+import pickle
+import weakref
+from collections.abc import Iterator, Sequence
+from multiprocessing.reduction import ForkingPickler
+from typing import Any
+
+import numpy as np
+
+from .record_columns import RecordColumns, concat_columns
+from .serialized_list import SerializedList, _rebuild_from_arrays
+
+__all__ = ["SerializedListView", "concat_records"]
+
+#: Index arrays at least this large go to workers through shared memory, not a pickled copy.
+SHARE_INDEX_MIN_BYTES = 1 << 16
+
+_CHUNK = 1 << 14
+
+
+class SerializedListView(SerializedList):
+    """Records of one or several base SerializedLists picked by an index array (no copy).
+
+    Built by :meth:`SerializedList.subset` / slicing and :func:`concat_records`; use those.
+    It is a SerializedList: ``len``, indexing, slicing, ``subset``, ``columns``, ``name``
+    and iteration behave as for a list holding the same records.
+
+    Example:
+        >>> base = SerializedList([{"i": i, "height": 2, "width": 2 + i} for i in range(4)])
+        >>> view = base.subset([3, 1])
+        >>> type(view).__name__, len(view), view[0]["i"], view.bases[0] is base
+        ('SerializedListView', 2, 3, True)
+        >>> view.columns.widths.tolist(), view.index.tolist()
+        ([5, 3], [3, 1])
+    """
+
+    _bases: tuple[SerializedList, ...]
+    _starts: list[int]
+    _index: np.ndarray | None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: D107
+        raise TypeError(
+            "make views with SerializedList.subset(), slicing or concat_records(), "
+            "not SerializedListView(...)"
+        )
+
+    @classmethod
+    def over(
+        cls,
+        bases: Sequence[SerializedList],
+        index: np.ndarray | None,
+        *,
+        name: str | None = None,
+        index_owner: Any = None,
+    ) -> SerializedListView:
+        """A view of ``bases`` (plain SerializedLists, not views) at global ``index``.
+
+        Args:
+            bases: the lists whose concatenation ``index`` points into.
+            index: int64 positions in that concatenation (checked), or None for all of
+                them in order.
+            name: the dataset name, used in messages.
+            index_owner: an object to keep alive with the index (its shared memory).
+
+        Raises:
+            TypeError: a base is a view.
+            IndexError: an index is out of range.
+        """
+        self = SerializedList.__new__(cls)
+        self.name = name
+        self._reopen = None
+        self._shared_owner = None
+        self._columns_ref = None
+        self._index_owner = index_owner
+        for base in bases:
+            if isinstance(base, SerializedListView) or not isinstance(base, SerializedList):
+                raise TypeError(f"a view's bases must be plain SerializedLists, got {base!r}")
+        self._bases = tuple(bases)
+        starts = [0]
+        for base in self._bases:
+            starts.append(starts[-1] + len(base))
+        self._starts = starts
+        if index is not None:
+            index = np.asarray(index, dtype=np.int64).reshape(-1)
+            if len(index) and (int(index.min()) < 0 or int(index.max()) >= starts[-1]):
+                raise IndexError(
+                    f"view index out of range for {starts[-1]} records of {name or 'a dataset'}"
+                )
+            if index.flags.writeable:
+                index = index.view()
+                index.flags.writeable = False
+        self._index = index
+        return self
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def bases(self) -> tuple[SerializedList, ...]:
+        """The plain SerializedLists holding the records' bytes."""
+        return self._bases
+
+    @property
+    def index(self) -> np.ndarray:
+        """int64 positions of the records in the concatenation of :attr:`bases` (a new
+        ``arange`` for a plain concatenation, which stores none)."""
+        if self._index is None:
+            return np.arange(len(self), dtype=np.int64)
+        return self._index
+
+    @property
+    def index_nbytes(self) -> int:
+        """Bytes the view holds of its own: its index array (0 for a plain concatenation)."""
+        return 0 if self._index is None else int(self._index.nbytes)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the bases (each counted once) and the index."""
+        return self.index_nbytes + sum(base.nbytes for base in self._bases)
+
+    def __len__(self) -> int:
+        return self._starts[-1] if self._index is None else len(self._index)
+
+    def __repr__(self) -> str:
+        name = f"{self.name!r}, " if self.name else ""
+        return (
+            f"SerializedListView({name}{len(self)} records over {len(self._bases)} "
+            f"buffer(s), index {self.index_nbytes / 2**20:.2f} MiB)"
+        )
+
+    # ------------------------------------------------------------------ access
+    def _locate(self, i: int) -> tuple[SerializedList, int]:
+        g = i if self._index is None else int(self._index[i])
+        if len(self._bases) == 1:
+            return self._bases[0], g
+        k = bisect.bisect_right(self._starts, g) - 1
+        return self._bases[k], g - self._starts[k]
+
+    def _record_bytes(self, i: int) -> memoryview:
+        base, local = self._locate(i)
+        return base._record_bytes(local)
+
+    def __iter__(self) -> Iterator[dict]:
+        if self._index is None:
+            for base in self._bases:
+                yield from base
+            return
+        loads = pickle.loads
+        starts = np.asarray(self._starts, dtype=np.int64)
+        for lo in range(0, len(self._index), _CHUNK):
+            chunk = self._index[lo : lo + _CHUNK]
+            which = np.searchsorted(starts, chunk, side="right") - 1
+            local = chunk - starts[which]
+            for k, j in zip(which.tolist(), local.tolist(), strict=True):
+                yield loads(self._bases[k]._record_bytes(j))
+
+    @property
+    def columns(self) -> RecordColumns:  # type: ignore[override]
+        """The records' columns, gathered from the bases' columns (kept while referenced)."""
+        cached = self._columns_ref() if self._columns_ref is not None else None
+        if cached is not None:
+            return cached
+        joined = concat_columns([base.columns for base in self._bases])
+        columns = joined if self._index is None else joined.take(self._index)
+        self._columns_ref = weakref.ref(columns)
+        return columns
+
+    # ------------------------------------------------------------------ compact copies
+    def _compact_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        starts = np.asarray(self._starts, dtype=np.int64)
+        index = self.index
+        which = np.searchsorted(starts, index, side="right") - 1
+        local = index - starts[which]
+        rec_start = np.empty(len(index), dtype=np.int64)
+        rec_end = np.empty(len(index), dtype=np.int64)
+        for k, base in enumerate(self._bases):
+            mine = which == k
+            ends = base._ends
+            rec_end[mine] = ends[local[mine]]
+            first = local[mine] == 0
+            prev = ends[np.maximum(local[mine] - 1, 0)]
+            rec_start[mine] = np.where(first, 0, prev)
+        lengths = rec_end - rec_start
+        new_ends = np.cumsum(lengths, dtype=np.int64)
+        buffer = np.empty(int(new_ends[-1]) if len(new_ends) else 0, dtype=np.uint8)
+        pos = 0
+        for k, s, n in zip(which.tolist(), rec_start.tolist(), lengths.tolist(), strict=True):
+            buffer[pos : pos + n] = self._bases[k]._buffer[s : s + n]
+            pos += n
+        return buffer, new_ends
+
+    def compact(self) -> SerializedList:
+        """A plain SerializedList with a buffer of its own holding exactly these records."""
+        buffer, ends = self._compact_arrays()
+        return SerializedList.from_arrays(buffer, ends, self.columns, name=self.name)
+
+    @property
+    def buffer(self) -> np.ndarray:  # type: ignore[override]
+        """A compact copy of the records' bytes (a view has no buffer of its own)."""
+        return self._compact_arrays()[0]
+
+    @property
+    def ends(self) -> np.ndarray:  # type: ignore[override]
+        """The end offsets of the records in :attr:`buffer` (computed)."""
+        return self._compact_arrays()[1]
+
+    # ------------------------------------------------------------------ subsets
+    def _take(self, idx: np.ndarray) -> SerializedList:
+        index = idx if self._index is None else self._index[idx]
+        return SerializedListView.over(self._bases, index, name=self.name)
+
+    # ------------------------------------------------------------------ pickling
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Plain pickling (saving, another machine): a compact self-contained copy.
+        buffer, ends = self._compact_arrays()
+        return (_rebuild_from_arrays, (buffer.tobytes(), ends, self.columns, self.name))
+
+    def _shared_index(self) -> Any:
+        if self._index is None or self._index.nbytes < SHARE_INDEX_MIN_BYTES:
+            return self._index
+        import torch
+
+        owner = self._index_owner
+        if owner is None:
+            owner = torch.from_numpy(np.array(self._index)).share_memory_()
+            index = owner.numpy()
+            index.flags.writeable = False
+            self._index, self._index_owner = index, owner
+        return owner
+
+    def _reduce_for_multiprocessing(self) -> tuple[Any, ...]:
+        """Multiprocessing reduction: the bases by reference, the index in shared memory."""
+        return (_rebuild_view, (self._bases, self._shared_index(), self.name))
+
+    def share_memory(self) -> SerializedListView:
+        """Move the bases (those not mapped from a file) and a large index into shared
+        memory now; done automatically when the view is first sent to spawn workers."""
+        for base in self._bases:
+            base.share_memory()
+        self._shared_index()
+        return self
+
+
+def _rebuild_view(
+    bases: tuple[SerializedList, ...], index: Any, name: str | None
+) -> SerializedListView:
+    owner = None
+    if index is not None and not isinstance(index, np.ndarray):  # a shared torch tensor
+        owner, index = index, index.numpy()
+    return SerializedListView.over(bases, index, name=name, index_owner=owner)
+
+
+ForkingPickler.register(SerializedListView, SerializedListView._reduce_for_multiprocessing)
+
+
+def concat_records(
+    parts: Sequence[SerializedList], name: str | None = None
+) -> SerializedList:
+    """Join SerializedLists (plain lists or views) into one view, without copying a record.
+
+    The result's bases are the parts' bases (each once); a join of plain lists stores no
+    index at all. Empty parts are skipped; a single non-empty plain part is returned as is.
+
+    Example:
+        >>> a = SerializedList([{"i": 0}]); b = SerializedList([{"i": 1}, {"i": 2}])
+        >>> joined = concat_records([a, b.subset([1])], name="ab")
+        >>> [r["i"] for r in joined], joined.bases == (a, b)
+        ([0, 2], True)
+    """
+    for part in parts:
+        if not isinstance(part, SerializedList):
+            raise TypeError(f"concat_records joins SerializedLists, got {type(part).__name__}")
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return SerializedList([], name=name)
+    if len(parts) == 1 and not isinstance(parts[0], SerializedListView):
+        return parts[0]
+    bases: list[SerializedList] = []
+    slot: dict[int, int] = {}
+    for part in parts:
+        for base in part._bases if isinstance(part, SerializedListView) else (part,):
+            if id(base) not in slot:
+                slot[id(base)] = len(bases)
+                bases.append(base)
+    starts = np.zeros(len(bases) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in bases], out=starts[1:])
+    plain = all(not isinstance(p, SerializedListView) for p in parts)
+    if plain and len(bases) == len(parts):  # distinct plain lists, in order: no index
+        return SerializedListView.over(bases, None, name=name)
+    pieces = []
+    for part in parts:
+        if not isinstance(part, SerializedListView):
+            k = slot[id(part)]
+            pieces.append(np.arange(starts[k], starts[k + 1], dtype=np.int64))
+            continue
+        own = np.asarray(part._starts, dtype=np.int64)
+        shift = np.asarray(
+            [starts[slot[id(b)]] - own[j] for j, b in enumerate(part._bases)], dtype=np.int64
+        )
+        g = part.index
+        pieces.append(g + shift[np.searchsorted(own, g, side="right") - 1])
+    return SerializedListView.over(bases, np.concatenate(pieces), name=name)
