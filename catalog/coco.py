@@ -71,7 +71,7 @@ def load_coco_json(
     ==========================================================  =================================
     not UTF-8, byte order mark, NaN/Infinity, lone surrogate     AnnotationFormatError
     escape, trailing data, any other invalid JSON
-    arrays/objects nested deeper than MAX_JSON_DEPTH (1000)      AnnotationFormatError
+    arrays/objects nested deeper than MAX_JSON_DEPTH (1024)      AnnotationFormatError
     top level is a JSON list (a COCO *results* file)            AnnotationFormatError
     top level not a dict, no ``images`` list; ``annotations``   AnnotationFormatError
     or ``categories`` neither a list nor null/absent
@@ -85,23 +85,23 @@ def load_coco_json(
     category ``name`` absent or null                            the class name is the id
     annotation not a dict; ``id`` (optional) / ``image_id`` /   AnnotationFormatError
     ``category_id`` not a 64-bit int; duplicate ``id``
-    ``bbox`` not 4 numbers (bool is not) within                 AnnotationFormatError
-    +-MAX_COORDINATE (2**53; no inf)
-    ``area`` not a number within +-2**53; ``iscrowd`` not 0/1;  AnnotationFormatError
+    ``bbox`` not 4 numbers (bool is not; ints within 64 bits,   AnnotationFormatError
+    floats finite)
+    ``area`` not such a number; ``iscrowd`` not 0/1;            AnnotationFormatError
     ``ignore`` not 0/1/true/false; ``num_keypoints`` not an
     int in [0, 2**31)
     ``segmentation`` not a list, an RLE dict or null; a        AnnotationFormatError
-    polygon not a list of numbers within +-2**53
+    polygon not a list of such numbers
     RLE: ``size`` not [h, w] ints in [1, 2**20]; ``counts``      AnnotationFormatError
     neither a str of RLE characters (``0``..``o``) nor a list
     of ints >= 0 summing to h * w (an empty dict included)
-    ``keypoints`` not numbers within +-2**53, length not a      AnnotationFormatError
+    ``keypoints`` not such numbers, length not a                AnnotationFormatError
     multiple of 3, a visibility not 0/1/2, or not 3 * K when
     the category names K keypoints (an empty name list
     names none)
     a copied extra key's value (other than id, image_id,        AnnotationFormatError
     area, num_keypoints, ignore: checked as above) with an int
-    outside 64 bits, a float of magnitude >= 2**63 or
+    outside 64 bits, a float too large for a double, or
     nesting deeper than MAX_EXTRA_DEPTH (32)
     annotation with an unknown ``category_id``                  AnnotationFormatError (class
                                                                 names would be ambiguous)
@@ -138,7 +138,7 @@ def load_coco_json(
         MetadataConflictError: ``dataset_name``'s metadata already holds different classes.
 
     Example:
-        >>> records = load_coco_json("instances_val2017.json", "val2017", "coco_val")  # doctest: +SKIP
+        >>> records = load_coco_json("val2017.json", "val2017", "coco_val")  # doctest: +SKIP
         >>> records[0]["annotations"][0]["bbox_mode"]  # doctest: +SKIP
         <BoxMode.XYWH_ABS: 1>
     """
@@ -183,7 +183,8 @@ def load_coco_records(
         ValueError: an unknown ``parser``, or "msgspec" when msgspec is not installed.
 
     Example:
-        >>> records, cats, counts = load_coco_records("val.json", "", parser="json")  # doctest: +SKIP
+        >>> out = load_coco_records("val.json", "", parser="json")  # doctest: +SKIP
+        >>> records, categories, counts = out  # doctest: +SKIP
     """
     if parser not in COCO_PARSERS:
         raise ValueError(f"parser must be one of {COCO_PARSERS}, got {parser!r}")

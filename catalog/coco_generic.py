@@ -16,7 +16,6 @@ from .box_mode import BoxMode
 from .coco_common import (
     INT64_MAX,
     INT64_MIN,
-    MAX_COORDINATE,
     MAX_IMAGE_SIDE,
     MAX_NUM_KEYPOINTS,
     MAX_RLE_RUN,
@@ -34,11 +33,14 @@ from .errors import AnnotationFormatError
 __all__ = ["convert_generic", "RECORD_KEYS", "VALIDATED_KEYS"]
 
 #: Annotation keys the record sets itself; as ``extra_annotation_keys`` they change nothing.
-RECORD_KEYS = frozenset(("bbox", "bbox_mode", "category_id", "iscrowd", "segmentation", "keypoints"))
+RECORD_KEYS = frozenset(
+    ("bbox", "bbox_mode", "category_id", "iscrowd", "segmentation", "keypoints")
+)
 #: Annotation keys read and checked by the loader; as extra keys their checked value is copied.
 VALIDATED_KEYS = frozenset(("id", "image_id", "area", "num_keypoints", "ignore"))
 
 _NUMBER_TYPES = frozenset((int, float))
+_INF = float("inf")
 _RLE_CHARS = re.compile(RLE_CHARS)
 
 
@@ -50,16 +52,27 @@ def _side_ok(value: Any) -> bool:
     return type(value) is int and 1 <= value <= MAX_IMAGE_SIDE
 
 
-def _numbers_problem(values: Any, low: float, high: float) -> str | None:
-    """Why ``values`` is not a list of numbers (bool excluded) within [low, high], or None."""
+def _numbers_problem(
+    values: Any, low: float | None = None, high: float | None = None
+) -> str | None:
+    """Why ``values`` is not a list of numbers (bool excluded): finite floats and ints within
+    the 64-bit range, or within [low, high] when given; None when it is one."""
     if type(values) is not list:
         return f"is a {type(values).__name__}, not a list of numbers"
-    if values:
-        if not _NUMBER_TYPES.issuperset(map(type, values)):
-            bad = next(v for v in values if type(v) not in _NUMBER_TYPES)
-            return f"holds {short_repr(bad)}, not a number"
-        if min(values) < low or max(values) > high:
-            return f"holds a number outside [{low}, {high}]"
+    if not values:
+        return None
+    if not _NUMBER_TYPES.issuperset(map(type, values)):
+        bad = next(v for v in values if type(v) not in _NUMBER_TYPES)
+        return f"holds {short_repr(bad)}, not a number"
+    smallest, largest = min(values), max(values)
+    if low is not None and (smallest < low or largest > high):
+        return f"holds a number outside [{low}, {high}]"
+    if largest == _INF or smallest == -_INF:
+        return "holds a number too large for a double"
+    if (smallest < INT64_MIN or largest > INT64_MAX) and any(
+        type(v) is int and not INT64_MIN <= v <= INT64_MAX for v in values
+    ):
+        return "holds an int outside the 64-bit range"
     return None
 
 
@@ -227,7 +240,7 @@ def _check_fields(ann: dict, index: int, json_file: str) -> None:
     bbox = ann.get("bbox")
     if bbox is None:
         _malformed(json_file, ann, index, "bbox", "is missing")
-    problem = _numbers_problem(bbox, -MAX_COORDINATE, MAX_COORDINATE)
+    problem = _numbers_problem(bbox)
     if problem:
         _malformed(json_file, ann, index, "bbox", problem)
     if len(bbox) != 4:
@@ -241,8 +254,8 @@ def _check_fields(ann: dict, index: int, json_file: str) -> None:
     ignore = ann.get("ignore", 0)
     if type(ignore) is not bool and (type(ignore) is not int or ignore not in (0, 1)):
         _malformed(json_file, ann, index, "ignore", "must be 0, 1, true or false")
-    if "area" in ann and _numbers_problem([ann["area"]], -MAX_COORDINATE, MAX_COORDINATE):
-        _malformed(json_file, ann, index, "area", f"must be a number within +-{MAX_COORDINATE}")
+    if "area" in ann and _numbers_problem([ann["area"]]):
+        _malformed(json_file, ann, index, "area", "must be a finite number")
     if "num_keypoints" in ann:
         value = ann["num_keypoints"]
         if type(value) is not int or not 0 <= value <= MAX_NUM_KEYPOINTS:
@@ -250,7 +263,7 @@ def _check_fields(ann: dict, index: int, json_file: str) -> None:
     segm = ann.get("segmentation")
     if type(segm) is list:
         for polygon in segm:
-            problem = _numbers_problem(polygon, -MAX_COORDINATE, MAX_COORDINATE)
+            problem = _numbers_problem(polygon)
             if problem:
                 _malformed(json_file, ann, index, "segmentation", "polygon " + problem)
     elif type(segm) is dict:
@@ -265,7 +278,7 @@ def _check_fields(ann: dict, index: int, json_file: str) -> None:
         )
     keypoints = ann.get("keypoints")
     if keypoints is not None:
-        problem = _numbers_problem(keypoints, -MAX_COORDINATE, MAX_COORDINATE)
+        problem = _numbers_problem(keypoints)
         if not problem and keypoints:
             problem = keypoints_problem(keypoints, None)
         if problem:

@@ -12,7 +12,10 @@ The accepted language is RFC 8259 JSON in UTF-8, with these rules on every path:
 * numbers too large for a double, or integers of more than 4,300 digits, are refused only where
   the loader reads them: elsewhere (``info``, unread keys) they are ignored, as msgspec does.
   orjson refuses them anywhere, so the file is then parsed with the json module, which reads
-  such a number as an infinity, refused by every range check.
+  such a number as an infinity, refused by every range check;
+* integers are exact: orjson turns an integer beyond 64 bits into a float, so a file holding a
+  run of 19 or more digits is parsed with the json module (a huge id is then refused as an
+  int out of range on every path, never accepted as a float on one of them).
 """
 
 from __future__ import annotations
@@ -27,7 +30,14 @@ import numpy as np
 from .coco_common import MAX_JSON_DEPTH
 from .errors import AnnotationFormatError
 
-__all__ = ["PARSERS", "best_parser", "check_utf8", "json_depth", "parse_json_bytes", "read_json_file"]
+__all__ = [
+    "PARSERS",
+    "best_parser",
+    "check_utf8",
+    "json_depth",
+    "parse_json_bytes",
+    "read_json_file",
+]
 
 try:  # orjson parses large files several times faster than json
     import orjson as _orjson
@@ -45,6 +55,9 @@ _DEPTH_STEP[list(b"]}")] = -1
 _SURROGATE_HINT = re.compile(r"\\u[dD][89a-fA-F]")
 _ESCAPE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)", re.S)
 _UTF8_CHUNK = 1 << 20
+_DIGIT_TABLE = bytes(ord("0") if 48 <= b <= 57 else ord(".") for b in range(256))
+#: 19 digits: the shortest integer orjson may turn into a float (below -2**63).
+_LONG_DIGIT_RUN = b"0" * 19
 
 
 def best_parser() -> str:
@@ -88,7 +101,7 @@ def parse_json_bytes(data: bytes, path: str, parser: str | None = None) -> Any:
         raise AnnotationFormatError(
             f"{path}: not valid JSON: nested {depth} deep, deeper than {MAX_JSON_DEPTH}"
         )
-    if parser == "orjson":
+    if parser == "orjson" and _LONG_DIGIT_RUN not in data.translate(_DIGIT_TABLE):
         try:
             return _orjson.loads(data)
         except _orjson.JSONDecodeError as exc:
@@ -110,7 +123,9 @@ def _json_loads(data: bytes, path: str) -> Any:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise AnnotationFormatError(f"{path}: not valid JSON: not UTF-8 near byte {exc.start}") from None
+        raise AnnotationFormatError(
+            f"{path}: not valid JSON: not UTF-8 near byte {exc.start}"
+        ) from None
     old_limit = sys.getrecursionlimit()
     needed = _stack_depth() + MAX_JSON_DEPTH + 50
     try:
@@ -188,7 +203,9 @@ def check_utf8(data: bytes, path: str) -> None:
     try:
         decoder.decode(b"", True)
     except UnicodeDecodeError:
-        raise AnnotationFormatError(f"{path}: not valid JSON: ends inside a UTF-8 character") from None
+        raise AnnotationFormatError(
+            f"{path}: not valid JSON: ends inside a UTF-8 character"
+        ) from None
 
 
 def json_depth(data: bytes) -> int:

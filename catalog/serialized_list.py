@@ -331,21 +331,24 @@ class SerializedList(Sequence):
             if isinstance(indices, range):
                 idx = np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
             else:
-                idx = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices)
+                given_array = isinstance(indices, np.ndarray)
+                idx = np.asarray(indices if given_array else list(indices))
                 if idx.size == 0:
                     idx = np.zeros(0, dtype=np.int64)
                 if idx.dtype == np.bool_ or not np.issubdtype(idx.dtype, np.integer):
                     raise TypeError(f"subset indices must be ints, got an array of {idx.dtype}")
-                idx = idx.astype(np.int64).reshape(-1)
-            given = idx
-            idx = np.where(idx < 0, idx + n, idx)
-            bad = (idx < 0) | (idx >= n)
-            if bad.any():
-                first = int(np.flatnonzero(bad)[0])
-                where = f" of dataset {self.name!r}" if self.name else ""
-                raise IndexError(
-                    f"subset index {int(given[first])} out of range for {n} records{where}"
-                )
+                # one copy of a caller's array (the view's index must not change under it)
+                idx = np.array(idx, dtype=np.int64, copy=given_array or None).reshape(-1)
+            if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= n):
+                given = idx.copy()
+                idx[idx < 0] += n
+                bad = (idx < 0) | (idx >= n)
+                if bad.any():
+                    first = int(np.flatnonzero(bad)[0])
+                    where = f" of dataset {self.name!r}" if self.name else ""
+                    raise IndexError(
+                        f"subset index {int(given[first])} out of range for {n} records{where}"
+                    )
         return self._take(idx)
 
     def _take(self, idx: np.ndarray) -> SerializedList:

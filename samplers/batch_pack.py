@@ -42,7 +42,7 @@ ALIGNMENT = 64
 _MAX_DEPTH = 24
 #: numpy dtype kinds packed (bool, signed, unsigned, float, complex).
 _NUMPY_KINDS = frozenset("biufc")
-_TORCH_DTYPES = {
+_TORCH_DTYPES: dict[str, torch.dtype] = {
     str(d): d
     for d in (
         torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -50,6 +50,10 @@ _TORCH_DTYPES = {
         torch.complex64, torch.complex128, torch.uint16, torch.uint32, torch.uint64,
     )
 }
+
+
+#: One name object per dtype, so that pickle writes each name once per batch (memo).
+_DTYPE_NAMES = {dtype: name for name, dtype in _TORCH_DTYPES.items()}
 
 
 class _Ref:
@@ -166,14 +170,15 @@ class _Planner:
     def walk(self, value: Any, path: tuple[Any, ...], depth: int) -> Any:
         kind = type(value)
         if kind is torch.Tensor:
-            if (value.layout != torch.strided or value.device.type != "cpu"
-                    or value.requires_grad or str(value.dtype) not in _TORCH_DTYPES):
+            name = _DTYPE_NAMES.get(value.dtype)
+            if (name is None or value.layout != torch.strided or value.device.type != "cpu"
+                    or value.requires_grad):
                 return value
             data, perm = _tensor_layout(value)
             key = (path, "t", data.dtype, tuple(data.shape[1:])) if perm is None else None
             if data.dim() == 0:
                 key = None
-            return self.add(key, "t", str(data.dtype), data.element_size(), data, perm)
+            return self.add(key, "t", name, data.element_size(), data, perm)
         if kind is np.ndarray:
             if value.dtype.kind not in _NUMPY_KINDS or not value.dtype.isnative:
                 return value

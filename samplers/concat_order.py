@@ -123,9 +123,11 @@ class ConcatOrder(PassOrder):
         self._offsets = offsets
         self._key = (seed, pass_index)
         self._leaves = -(-self._total // LEAF)
-        self.counts = _generator("concat-pass", seed, pass_index).multinomial(
-            self._total, weights
-        ).astype(np.int64)
+        self.counts = (
+            _generator("concat-pass", seed, pass_index)
+            .multinomial(self._total, weights)
+            .astype(np.int64)
+        )
         self._leaf_cache: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._splits: dict[tuple[int, int], np.ndarray] = {}  # consecutive leaves share paths
 

@@ -10,9 +10,11 @@ Construction (a format-preserving cipher over ``range(n)``):
 * the domain is a rectangle ``A x B`` with ``A = ceil(sqrt(n))`` and ``B = ceil(n / A)``, so
   ``n <= A * B < n + A``; a position ``x`` is the pair ``(x // B, x % B)``;
 * six rounds of an alternating Feistel network with modular addition,
-  ``(L, R) -> (R, (L + F_k(R)) mod |L|)``, where the round function ``F_k`` is the splitmix64
-  finalizer of ``R + k`` and the six 64-bit round keys ``k`` come from blake2b over
-  ``(purpose, n, seed, tweak...)``; every round is a bijection, so the whole network is one;
+  ``(L, R) -> (R, (L + F_k(R)) mod |L|)``, where the round function ``F_k`` mixes ``R + k``
+  with two 64-bit multiplications and a xorshift (splitmix64's constants) and brings its high
+  32 bits into ``[0, |L|)`` by a multiply-shift (no division), and the six 64-bit round keys
+  ``k`` come from blake2b over ``(purpose, n, seed, tweak...)``; every round is a bijection,
+  so the whole network is one;
 * cycle walking: a value in ``[n, A * B)`` is encrypted again until it lands in ``range(n)``
   (fewer than one value in ``sqrt(n)`` needs it), which keeps a bijection of ``range(n)``.
 
@@ -33,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["KeyedPermutation", "ROUNDS", "keyed_uniform", "round_keys"]
+__all__ = ["KeyedPermutation", "ROUNDS", "keyed_bits53", "keyed_uniform", "round_keys"]
 
 #: Feistel rounds (an even number, so the output has the input's ``A x B`` shape).
 ROUNDS = 6
@@ -41,7 +43,7 @@ ROUNDS = 6
 _PERSON = b"catmap.perm.v1"
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S11 = (np.uint64(s) for s in (30, 27, 31, 11))
+_S30, _S27, _S31, _S11, _S29, _S32 = (np.uint64(s) for s in (30, 27, 31, 11, 29, 32))
 _MAX_KEY_PART = 2**64
 
 
@@ -81,19 +83,42 @@ def _mix(values: np.ndarray) -> np.ndarray:
     return z
 
 
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+
+
+def keyed_bits53(values: Any, purpose: str, *parts: int) -> np.ndarray:
+    """53 random bits (uint64 below ``2**53``) for each integer of ``values``: output ``i``
+    of the splitmix64 generator seeded from ``(purpose, parts)``, so draws for different
+    integers are those of a good sequential generator, computable at any index.
+
+    Example:
+        >>> bits = keyed_bits53(np.arange(3), "rounding", 7, 0)
+        >>> again = keyed_bits53([0, 1, 2], "rounding", 7, 0)
+        >>> bool((bits < 2**53).all()), bool((bits == again).all())
+        (True, True)
+    """
+    (seed,) = round_keys(purpose, *parts, count=1)
+    x = np.asarray(values, dtype=np.int64).astype(np.uint64)
+    x += np.uint64(1)
+    x *= _GAMMA
+    x += seed
+    z = _mix(x)
+    z >>= _S11
+    return z
+
+
 def keyed_uniform(values: Any, purpose: str, *parts: int) -> np.ndarray:
     """A uniform float64 in ``[0, 1)`` for each integer of ``values``, keyed by
-    ``(purpose, parts)``: the same inputs give the same draws, other keys independent ones.
+    ``(purpose, parts)``: the same inputs give the same draws, other keys independent ones
+    (``keyed_bits53(...) / 2**53``).
 
     Example:
         >>> u = keyed_uniform(np.arange(4), "rounding", 7, 0)
-        >>> bool(((0 <= u) & (u < 1)).all()), bool((u == keyed_uniform(range(4), "rounding", 7, 0)).all())
+        >>> again = keyed_uniform(range(4), "rounding", 7, 0)
+        >>> bool(((0 <= u) & (u < 1)).all()), bool((u == again).all())
         (True, True)
     """
-    k0, k1 = round_keys(purpose, *parts, count=2)
-    x = np.asarray(values, dtype=np.int64).astype(np.uint64)
-    z = _mix(_mix(x + k0) ^ k1)
-    return (z >> _S11).astype(np.float64) * (1.0 / 2**53)
+    return keyed_bits53(values, purpose, *parts).astype(np.float64) * (1.0 / 2**53)
 
 
 class KeyedPermutation:
@@ -148,10 +173,15 @@ class KeyedPermutation:
         right = x - left * b
         for i, key in enumerate(self._keys):
             m = a if i % 2 == 0 else b
-            f = _mix(right + key)
-            f %= m
-            f += left
-            f -= m * (f >= m)
+            f = right + key  # the round function: multiply, xorshift, multiply ...
+            f *= _M1
+            f ^= f >> _S29
+            f *= _M2
+            f >>= _S32  # ... and its high 32 bits brought into [0, m) by a multiply-shift
+            f *= m
+            f >>= _S32
+            f += left  # (left + F) mod m, as min(s, s - m): s - m wraps around when s < m
+            np.minimum(f, f - m, out=f)
             left, right = right, f
         return left * b + right
 

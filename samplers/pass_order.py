@@ -17,6 +17,11 @@ from .keyed_permutation import KeyedPermutation
 
 __all__ = ["ArrayOrder", "ExpandedOrder", "MappedOrder", "PassOrder", "PermutedOrder", "RangeOrder"]
 
+#: Positions computed at a time by :meth:`PassOrder.to_array`.
+_CHUNK = 1 << 15
+#: Expanded positions per entry of :class:`ExpandedOrder`'s coarse table.
+_STRIDE = 64
+
 
 class PassOrder:
     """The order of one pass: ``len(order)`` indices, ``order.at(positions)`` computes some.
@@ -45,8 +50,13 @@ class PassOrder:
         return int(self.at(np.array([position], dtype=np.int64))[0])
 
     def to_array(self) -> np.ndarray:
-        """The whole pass, materialized (O(len): for tests, benchmarks and small passes)."""
-        return self.slice(0, len(self))
+        """The whole pass, materialized (O(len): for tests, benchmarks and small passes),
+        computed in chunks so that the temporaries stay small."""
+        length = len(self)
+        out = np.empty(length, dtype=np.int64)
+        for low in range(0, length, _CHUNK):
+            out[low : low + _CHUNK] = self.slice(low, low + _CHUNK)
+        return out
 
 
 class RangeOrder(PassOrder):
@@ -151,15 +161,36 @@ class ExpandedOrder(PassOrder):
         [0, 0, 2]
     """
 
-    __slots__ = ("_cumulative", "_inner")
+    __slots__ = ("_cumulative", "_inner", "_coarse")
 
     def __init__(self, cumulative: np.ndarray, inner: PassOrder) -> None:
         self._cumulative = cumulative
         self._inner = inner
+        self._coarse: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self._inner)
 
+    def _coarse_table(self) -> np.ndarray:
+        """The record holding every ``_STRIDE``-th expanded position (one sorted search; a
+        ``len / _STRIDE`` table that keeps the searches of :meth:`at` in small windows)."""
+        if self._coarse is None:
+            starts = np.arange(0, (len(self) // _STRIDE + 2) * _STRIDE, _STRIDE, dtype=np.int64)
+            self._coarse = np.searchsorted(self._cumulative, starts, side="right")
+        return self._coarse
+
     def at(self, positions: np.ndarray) -> np.ndarray:
         expanded = self._inner.at(positions)
-        return np.searchsorted(self._cumulative, expanded, side="right").astype(np.int64)
+        cumulative = self._cumulative
+        coarse = self._coarse_table()
+        block = expanded // _STRIDE
+        low, high = coarse[block], coarse[block + 1]  # the record lies in [low, high]
+        while True:  # a vectorized binary search inside each window: few, cache-friendly steps
+            open_ = low < high
+            if not open_.any():
+                return low.astype(np.int64)
+            mid = (low + high) >> 1
+            mid[~open_] = 0  # settled entries: any valid index (their bounds do not move)
+            right = (cumulative[mid] <= expanded) & open_
+            low = np.where(right, mid + 1, low)
+            high = np.where(right | ~open_, high, mid)

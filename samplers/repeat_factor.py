@@ -3,7 +3,7 @@
 Each pass repeats record ``i`` ``floor(r_i)`` times plus once more with probability
 ``frac(r_i)`` (stochastic rounding), then shuffles the expanded list. Pass ``p`` is keyed by
 ``(seed, p)`` and never materialized: record ``i``'s rounding draw is
-``keyed_uniform(i, "rounding", seed, p)``, the pass keeps the running sum of the repeat counts
+``keyed_uniform(i, "rounding", seed, p)`` (compared as 53-bit integers), the pass keeps the running sum of the repeat counts
 (one int64 per record: the size of the configuration, not of the position), and position
 ``j`` of the pass is the record whose count range holds ``KeyedPermutation(length, "shuffle",
 seed, p)[j]`` (a binary search). Computing a pass's counts is one vectorized O(records) step;
@@ -23,7 +23,7 @@ import torch
 from catalog.errors import RecordFormatError
 from catalog.serialized_list import RecordColumns
 
-from .keyed_permutation import KeyedPermutation, keyed_uniform
+from .keyed_permutation import KeyedPermutation, keyed_bits53
 from .pass_order import ExpandedOrder, PassOrder, PermutedOrder, RangeOrder
 from .state_fields import array_digest
 from .stream import PassSampler
@@ -31,6 +31,11 @@ from .stream import PassSampler
 __all__ = ["RepeatFactorTrainingSampler", "repeat_factors_from_category_frequency"]
 
 logger = logging.getLogger(__name__)
+
+#: Records whose rounding is drawn at a time (bounds the temporaries of a pass's counts).
+_ROUNDING_CHUNK = 1 << 16
+#: Passes whose running counts are kept (one int64 per record each).
+_COUNTS_CACHE = 3
 
 
 def _check_threshold(repeat_thresh: Any) -> float:
@@ -241,9 +246,13 @@ class RepeatFactorTrainingSampler(PassSampler):
         self._digest: str | None = None
         self._int_part = np.floor(factors).astype(np.int64)
         self._rounded = np.flatnonzero(factors != self._int_part)  # records with a fraction
-        self._frac_part = (factors - self._int_part)[self._rounded]
+        # a record gets its extra copy when its 53 keyed bits lie below frac * 2**53 (exact)
+        self._thresholds = np.ceil((factors - self._int_part)[self._rounded] * 2.0**53).astype(
+            np.uint64
+        )
         self._int_cumulative: np.ndarray | None = None  # when no record has a fraction
-        self._counts_cache: tuple[tuple[int, int], np.ndarray] | None = None
+        # the running counts of the last few passes (a ConcatSampler reads across two)
+        self._counts_cache: dict[tuple[int, int], np.ndarray] = {}
         self._shuffle = bool(shuffle)
         super().__init__(seed=seed, rank=rank, world_size=world_size)
 
@@ -283,14 +292,19 @@ class RepeatFactorTrainingSampler(PassSampler):
                 self._int_cumulative = np.cumsum(self._int_part)
             return self._int_cumulative
         key = (seed, pass_index)
-        if self._counts_cache is not None and self._counts_cache[0] == key:
-            return self._counts_cache[1]
-        draws = keyed_uniform(self._rounded, "rounding", seed, pass_index)
+        cached = self._counts_cache.get(key)
+        if cached is not None:
+            return cached
         counts = self._int_part.copy()
-        counts[self._rounded] += draws < self._frac_part
+        for low in range(0, len(self._rounded), _ROUNDING_CHUNK):  # bounded temporaries
+            where = self._rounded[low : low + _ROUNDING_CHUNK]
+            draws = keyed_bits53(where, "rounding", seed, pass_index)
+            counts[where] += draws < self._thresholds[low : low + _ROUNDING_CHUNK]
         cumulative = np.cumsum(counts, out=counts)
         cumulative.flags.writeable = False
-        self._counts_cache = (key, cumulative)
+        if len(self._counts_cache) >= _COUNTS_CACHE:
+            self._counts_cache.pop(next(iter(self._counts_cache)))
+        self._counts_cache[key] = cumulative
         return cumulative
 
     def pass_counts(self, pass_index: int) -> np.ndarray:

@@ -55,19 +55,27 @@ class _TrackingBatchSampler(Sampler[list[Any]]):
     """Passes batches through and queues the inner batch sampler's state after each one.
 
     With ``seed`` set, batches come from the inner sampler's ``iter_with_positions()`` and
-    each index is sent as ``(index, sample_seed(seed, position))``.
+    each index is sent as ``(index, sample_seed(seed, position))``; with ``defer_seeds`` as
+    ``(index, position, seed)``, and the worker derives the sample seed
+    (:class:`samplers.transport.WorkerDataset`), off the main process.
     """
 
     def __init__(self, inner: Any, track: bool, seed: int | None) -> None:
         self.inner = inner
         self.track = track
         self.seed = seed
+        self.defer_seeds = False
         self.pending: collections.deque[dict[str, Any]] = collections.deque()
 
     def __iter__(self) -> Iterator[list[Any]]:
         seed = self.seed
         if seed is None:
             batches: Iterator[list[Any]] = iter(self.inner)
+        elif self.defer_seeds:
+            batches = (
+                [(index, position, seed) for index, position in batch]
+                for batch in self.inner.iter_with_positions()
+            )
         else:
             batches = (
                 [(index, sample_seed(seed, position)) for index, position in batch]
@@ -185,6 +193,7 @@ class ResumableLoader:
         )
         weakref.finalize(self, LoaderTransport.close, self.transport)
         mapped = SampleSeededDataset(dataset) if self.sample_seeds else dataset
+        self._tracker.defer_seeds = num_workers > 0  # workers derive the sample seeds
         kwargs = self.transport.dataloader_kwargs(
             mapped, self._tracker, collate_fn if collate_fn is not None else _as_list
         )

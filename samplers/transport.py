@@ -33,6 +33,7 @@ from torch.utils.data import Sampler, get_worker_info
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_batch
 
 from .errors import SamplerConfigError
+from .sample_seed import sample_seed
 from .slab_pool import (
     DEFAULT_SLAB_BYTES,
     ReceivedBatch,
@@ -147,6 +148,8 @@ def _dataset_index(key: Any) -> int | None:
 class WorkerDataset:
     """Wraps the loader's dataset in the workers: fetches a batch of keys (after an optional
     slab ticket), records progress, and turns an exception into a :class:`WorkerFailure`.
+    An ``(index, position, seed)`` key becomes ``(index, sample_seed(seed, position))``
+    here, so the main process does not derive the sample seeds.
 
     Args:
         dataset: the map-style dataset the loader reads.
@@ -171,6 +174,8 @@ class WorkerDataset:
         samples, index = [], None
         try:
             for key in keys:
+                if type(key) is tuple and len(key) == 3:  # (index, position, seed)
+                    key = (key[0], sample_seed(key[2], key[1]))
                 index = _dataset_index(key)
                 if board is not None and worker is not None and index is not None:
                     board.set(worker, index)

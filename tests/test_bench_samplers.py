@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import torch
 
 from tools.bench_samplers import (
+    PermutationTrainingSampler,
+    baseline_concat_resume,
     baseline_expand_pass,
     baseline_repeat_factors,
+    baseline_repeat_resume,
     baseline_training_stream,
     main,
     synthetic_records,
@@ -27,6 +31,11 @@ def test_baselines_compute_what_the_samplers_compute():
     assert sorted(expanded.tolist()) == [0, 1, 1, 2, 2, 2]
     stream = list(itertools.islice(baseline_training_stream(5, 0, 1, 2), 5))
     assert all(0 <= i < 5 for i in stream)
+    # the permutation approach: each pass a permutation, resumable like the keyed sampler
+    old = list(itertools.islice(PermutationTrainingSampler(7, seed=0, rank=0, world_size=1), 21))
+    assert all(sorted(old[k : k + 7]) == list(range(7)) for k in (0, 7, 14))
+    assert 0 <= baseline_repeat_resume(np.array([1.5, 0.5, 2.0]), 0, 0, 1) < 3
+    assert 0 <= baseline_concat_resume([3, 4], 0, 0, 5) < 7
 
 
 def test_main_runs_every_stage_at_small_sizes(capsys):
@@ -34,7 +43,7 @@ def test_main_runs_every_stage_at_small_sizes(capsys):
     try:
         rows = main(
             ["--items", "2000", "--images", "500", "--categories", "20",
-             "--resume-items", "1000", "--resume-passes", "0.5", "2.5"]
+             "--resume-items", "1000", "--resume-passes", "0.5", "2.5", "--iterate", "500"]
         )  # fmt: skip
     finally:
         torch.set_num_threads(threads)
@@ -42,9 +51,17 @@ def test_main_runs_every_stage_at_small_sizes(capsys):
     assert stages[0].startswith("one pass of indices, 2,000 items")
     assert stages[1].startswith("repeat factors, 500 images / 20 categories")
     assert stages[2].startswith("repeat-factor pass expansion, 500 images")
-    assert [s for s in stages if s.startswith("resume")] == [
+    assert stages[3].startswith("iterate one pass, 2,000 items")
+    resumes = [s for s in stages if s.startswith("resume")]
+    assert resumes[:2] == [
         "resume 0.5 passes into a 1,000-item stream",
         "resume 2.5 passes into a 1,000-item stream",
+    ]
+    assert resumes[2].startswith("resume 0.9 pass, repeat factors of 1,000 records (")
+    assert resumes[3:] == ["resume 0.9 pass, concat of 2 x 1,000 records"]
+    assert [s for s in stages if s.startswith("tracemalloc")] == [
+        "tracemalloc peak, resume 0.9 pass into 2,000 items",
+        "tracemalloc peak, resume and iterate 200 of 2,000 items",
     ]
     assert all(row[3].endswith("x") for row in rows)
     assert "| stage" in capsys.readouterr().out

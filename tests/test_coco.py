@@ -445,3 +445,207 @@ def test_gc_stays_disabled_when_it_was_disabled(tmp_path, path_kind):
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+# --- Regression tests: malformed values, and every parser giving the same verdict. ---------
+
+
+@pytest.fixture(params=["msgspec", "orjson", "json"])
+def parser(request, monkeypatch):
+    """Force one decoding path: msgspec (typed), orjson or json."""
+    from catalog import coco_json
+
+    if request.param == "msgspec" and not coco_typed.AVAILABLE:
+        pytest.skip("msgspec is not installed")
+    if request.param == "orjson" and "orjson" not in coco_json.PARSERS:
+        pytest.skip("orjson is not installed")
+    if request.param != "msgspec":
+        monkeypatch.setattr(coco_typed, "AVAILABLE", False)
+    if request.param == "json":
+        monkeypatch.setattr(coco_json, "PARSERS", ("json",))
+    return request.param
+
+
+def _write_bytes(tmp_path, data: bytes) -> str:
+    path = tmp_path / "instances.json"
+    path.write_bytes(data)
+    return str(path)
+
+
+MALFORMED_CASES = {
+    "bbox with strings": (lambda c: c["annotations"][0].update(bbox=["1", "2", 3, 4]), "'bbox'"),
+    "bbox with a bool": (lambda c: c["annotations"][0].update(bbox=[True, 0, 3, 4]), "'bbox'"),
+    "bbox with an int beyond 64 bits": (
+        lambda c: c["annotations"][0].update(bbox=[2**70, 0, 3, 4]), "'bbox'"
+    ),
+    "polygon of strings": (
+        lambda c: c["annotations"][0].update(segmentation=[["1", "2", "3", "4", "5", "6"]]),
+        "'segmentation'",
+    ),
+    "RLE without size": (lambda c: c["annotations"][1].update(segmentation={"counts": "abc"}),
+                         "'segmentation'"),
+    "RLE of garbage": (
+        lambda c: c["annotations"][1].update(segmentation={"size": "x", "counts": 5}),
+        "'segmentation'",
+    ),
+    "empty RLE dict": (lambda c: c["annotations"][1].update(segmentation={}), "'segmentation'"),
+    "RLE counts not covering its size": (
+        lambda c: c["annotations"][1].update(segmentation={"size": [20, 30], "counts": [1, 2]}),
+        "sum to 3",
+    ),
+    "RLE string with bad characters": (
+        lambda c: c["annotations"][5].update(segmentation={"size": [40, 60], "counts": "a b"}),
+        "invalid characters",
+    ),
+    "4-value keypoints": (lambda c: c["annotations"][2].update(keypoints=[1, 2, 2, 3]),
+                          "'keypoints'"),
+    "keypoint visibility 3": (lambda c: c["annotations"][2].update(keypoints=[1, 2, 3]),
+                              "visibility"),
+    "keypoints not matching the category": (
+        lambda c: (c["categories"][0].update(keypoints=["a", "b", "c"]),
+                   c["annotations"][2].update(keypoints=[1, 2, 2])),
+        "the category names 3",
+    ),
+    "zero height": (lambda c: c["images"][0].update(height=0), "'height'"),
+    "negative width": (lambda c: c["images"][0].update(width=-5), "'width'"),
+    "string height": (lambda c: c["images"][0].update(height="480"), "'height'"),
+    "huge width": (lambda c: c["images"][0].update(width=10**12), "'width'"),
+    "float height": (lambda c: c["images"][0].update(height=480.0), "'height'"),
+    "bool image id": (lambda c: c["images"][0].update(id=True), "'id'"),
+    "iscrowd 2": (lambda c: c["annotations"][0].update(iscrowd=2), "'iscrowd'"),
+    "area a string": (lambda c: c["annotations"][0].update(area="12"), "'area'"),
+    "num_keypoints negative": (lambda c: c["annotations"][2].update(num_keypoints=-1),
+                               "'num_keypoints'"),
+    "category name a number": (lambda c: c["categories"][0].update(name=5), "'name'"),
+    "annotations false": (lambda c: c.update(annotations=False), "must be lists"),
+    "file name with NUL": (lambda c: c["images"][0].update(file_name="a\x00b"), "NUL"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_CASES))
+def test_malformed_values_raise_on_every_path(tmp_path, parser, case):
+    mutate, pattern = MALFORMED_CASES[case]
+    content = _coco()
+    mutate(content)
+    path = _write(tmp_path, content)
+    with pytest.raises(AnnotationFormatError, match=pattern) as info:
+        load_coco_json(path, "")
+    assert path in str(info.value)
+
+
+BAD_BYTES_CASES = {
+    "invalid UTF-8 in a key the loader skips": b'{"info": "\xff\xfe", "images": []}',
+    "invalid UTF-8 in a file name": b'{"images": [{"id": 1, "file_name": "\xc0\xaf"}]}',
+    "UTF-8 encoded surrogate": b'{"info": "\xed\xa0\x80", "images": []}',
+    "UTF-16 file": '{"images": []}'.encode("utf-16"),
+    "byte order mark": b'\xef\xbb\xbf{"images": []}',
+    "lone surrogate escape": b'{"info": "\\ud800", "images": []}',
+    "NaN": b'{"info": NaN, "images": []}',
+    "deep nesting in a skipped key": b'{"info": ' + b"[" * 5000 + b"]" * 5000 + b', "images": []}',
+    "very deep nesting (crashed orjson 3.8)": b"[" * 2_000_000 + b"]" * 2_000_000,
+    "huge number in a bbox": (
+        b'{"images": [{"id": 1, "file_name": "a"}], "categories": [{"id": 1}], "annotations": '
+        b'[{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1e400, 0, 1, 1]}]}'
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_BYTES_CASES))
+def test_bad_bytes_raise_a_typed_error_naming_the_file(tmp_path, parser, case):
+    path = _write_bytes(tmp_path, BAD_BYTES_CASES[case])
+    with pytest.raises(AnnotationFormatError) as info:
+        load_coco_json(path, "")
+    assert path in str(info.value)
+
+
+@pytest.mark.parametrize("raw", [b"1e400", b"1" * 5000, b"123456789012345678901234567890"])
+def test_huge_numbers_where_the_loader_does_not_read_are_ignored(tmp_path, parser, raw):
+    content = json.dumps(_coco()).encode()
+    data = content.replace(b'"fixture"', raw)  # info.description
+    records = load_coco_json(_write_bytes(tmp_path, data), "")
+    assert len(records) == 3
+
+
+def test_huge_int_id_gives_the_same_verdict_on_every_path(tmp_path, parser):
+    # msgspec and json read 2**64 + 5 as an int, orjson as a float: refused everywhere.
+    data = json.dumps(_coco()).encode().replace(b'"id": 30', b'"id": 18446744073709551621')
+    with pytest.raises(AnnotationFormatError, match="64-bit"):
+        load_coco_json(_write_bytes(tmp_path, data), "")
+
+
+def test_deep_nesting_checked_even_with_a_raised_recursion_limit(tmp_path, parser):
+    import sys
+
+    data = b'{"info": ' + b"[" * 1500 + b"]" * 1500 + b', "images": []}'
+    path = _write_bytes(tmp_path, data)
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(20000)  # msgspec could then decode it: the bytes are scanned
+    try:
+        with pytest.raises(AnnotationFormatError, match="deeper than 1024"):
+            load_coco_json(path, "")
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def test_nesting_up_to_the_limit_loads(tmp_path, parser):
+    depth = 1024 - 1  # the top-level object is the first level
+    data = b'{"info": ' + b"[" * depth + b"]" * depth + b', "images": []}'
+    assert load_coco_json(_write_bytes(tmp_path, data), "") == []
+
+
+def test_negative_area_is_skipped_with_a_counted_warning(tmp_path, parser, caplog):
+    content = _coco()
+    content["annotations"][0]["area"] = -1
+    with caplog.at_level(logging.WARNING, logger="catalog.coco"):
+        records = load_coco_json(_write(tmp_path, content), "")
+    assert [a["category_id"] for a in records[0]["annotations"]] == [0, 1]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("skipped 1 annotations with a negative area" in m for m in messages)
+
+
+def test_rle_dict_is_rebuilt_with_size_and_counts(tmp_path, parser):
+    content = _coco()
+    content["annotations"][1]["segmentation"]["extra"] = {"ignored": True}
+    records = load_coco_json(_write(tmp_path, content), "")
+    rle = records[1]["annotations"][0]["segmentation"]
+    assert rle == {"counts": [10, 5, 585], "size": [20, 30]}
+
+
+def test_extra_keys_of_record_fields_do_not_overwrite_checked_values(tmp_path, parser):
+    records = load_coco_json(
+        _write(tmp_path, _coco()), "", extra_annotation_keys=["segmentation", "id", "area"]
+    )
+    first = records[0]["annotations"][0]
+    assert first["segmentation"] == [[0, 0, 1, 0, 1, 1]]  # invalid polygon still dropped
+    assert first["id"] == 1 and first["area"] == 12.0
+
+
+def test_extra_key_values_are_checked(tmp_path, parser):
+    content = _coco()
+    deep: list = [1]
+    for _ in range(40):
+        deep = [deep]
+    content["annotations"][0]["attributes"] = {"deep": deep}
+    with pytest.raises(AnnotationFormatError, match="'attributes'"):
+        load_coco_json(_write(tmp_path, content), "", extra_annotation_keys=["attributes"])
+    records = load_coco_json(_write(tmp_path, content), "")  # not copied: not checked
+    assert "attributes" not in records[0]["annotations"][0]
+
+
+def test_every_parser_returns_identical_records_counts_and_categories(tmp_path):
+    from catalog.coco import COCO_PARSERS, load_coco_records
+
+    content = _coco()
+    content["images"].append({"id": 40, "file_name": "d.jpg"})
+    orphan = {"id": 9, "image_id": 999, "category_id": 3, "bbox": [0, 0, 1, 1]}
+    content["annotations"].append(orphan)
+    path = _write(tmp_path, content)
+    results = [
+        load_coco_records(path, "img", ("area", "num_keypoints"), parser=p) for p in COCO_PARSERS
+    ]
+    first = results[0]
+    for other in results[1:]:
+        assert other[0] == first[0] and other[1] == first[1]
+        assert other[2].as_tuple() == first[2].as_tuple()
+    with pytest.raises(ValueError, match="parser"):
+        load_coco_records(path, "", parser="yaml")

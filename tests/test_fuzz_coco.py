@@ -80,9 +80,12 @@ _scalars = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=4), st.sampled_from(VALUES),
 )
-_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=7)
-                       | st.dictionaries(st.sampled_from(["size", "counts", "a"]), inner, max_size=3),
-                       max_leaves=12)
+_keys = st.sampled_from(["size", "counts", "a"])
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=7) | st.dictionaries(_keys, inner, max_size=3),
+    max_leaves=12,
+)
 
 
 @st.composite

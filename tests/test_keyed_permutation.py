@@ -100,3 +100,17 @@ def test_orders_compose():
     subset = MappedOrder(perm, ExpandedOrder(np.cumsum([1, 2, 0, 3, 0, 0]), RangeOrder(6)))
     assert sorted(subset.to_array().tolist()) == [0, 1, 1, 3, 3, 3]
     assert subset.item(2) == subset.to_array()[2]
+
+
+def test_expanded_order_matches_numpy_repeat_with_zero_counts():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 400))
+        counts = rng.integers(0, 4, n) * (rng.random(n) < 0.7)  # many records repeated 0 times
+        if counts.sum() == 0:
+            continue
+        cumulative = np.cumsum(counts)
+        order = ExpandedOrder(cumulative, RangeOrder(int(cumulative[-1])))
+        assert np.array_equal(order.to_array(), np.repeat(np.arange(n), counts))
+        positions = rng.integers(0, int(cumulative[-1]), 50)
+        assert np.array_equal(order.at(positions), np.repeat(np.arange(n), counts)[positions])

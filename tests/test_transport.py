@@ -208,7 +208,9 @@ def test_deleting_the_loader_frees_every_slab_and_fd():
     gc.collect()
     assert _slab_mappings() == []
     assert _open_fds().keys() <= fds_before.keys()  # no new fd (memfds included) is left
-    assert set(os.listdir("/dev/shm")) <= shm_before
+    # /dev/shm is shared with every process on the machine: look at names of this test only
+    new = set(os.listdir("/dev/shm")) - shm_before
+    assert not [name for name in new if "catmap" in name or f"_{os.getpid()}_" in name]
 
 
 def kill_on_seven(record):

@@ -49,7 +49,7 @@ from samplers import (
     TrainingSampler,
     repeat_factors_from_category_frequency,
 )
-from samplers.stream import CHUNK
+from samplers.stream import CHUNK  # noqa: F401  (the chunk both orders are read in)
 
 __all__ = ["main"]
 
@@ -69,15 +69,19 @@ def baseline_training_stream(size: int, seed: int, rank: int, world_size: int) -
     return itertools.islice(endless(), rank, None, world_size)
 
 
-def baseline_pass_stream(size: int, seed: int, start: int = 0) -> Iterator[int]:
-    """The pass order before keyed permutations, from global position ``start`` (one rank):
-    each pass a materialized ``numpy`` permutation of ``(seed, pass)``, sliced in chunks."""
-    pass_index, offset = divmod(start, size)
-    while True:
-        order = numpy_generator(seed, pass_index).permutation(size)
-        for low in range(offset, size, CHUNK):
-            yield from order[low : low + CHUNK].tolist()
-        pass_index, offset = pass_index + 1, 0
+class PermutationTrainingSampler(TrainingSampler):
+    """TrainingSampler as it was before keyed passes (the same cursor, chunking and state):
+    each pass a materialized ``numpy`` permutation of ``(seed, pass)``."""
+
+    def _make_pass(self, pass_index: int) -> np.ndarray:
+        return numpy_generator(self._seed, pass_index).permutation(self._size)
+
+
+def baseline_state(items: int, position: int) -> dict[str, Any]:
+    """A PermutationTrainingSampler state (seed 1) saved after ``position`` draws."""
+    pass_index, offset = divmod(position, items)
+    state = PermutationTrainingSampler(items, seed=1, rank=0, world_size=1).state_dict()
+    return dict(state, pass_index=pass_index, offset=offset)
 
 
 def baseline_repeat_resume(factors: np.ndarray, seed: int, pass_index: int, offset: int) -> int:
@@ -247,9 +251,14 @@ def bench_repeat_factors(
 def bench_iterate(items: int, rows: list[tuple[str, ...]]) -> None:
     """One pass index by index: keyed chunks against the materialized permutation."""
     ours, _ = timed(
-        lambda: consume(iter(TrainingSampler(items, seed=0, rank=0, world_size=1)), items)
+        lambda: consume(iter(TrainingSampler(items, seed=0, rank=0, world_size=1)), items), 2
     )
-    base, _ = timed(lambda: consume(baseline_pass_stream(items, 0), items))
+    base, _ = timed(
+        lambda: consume(
+            iter(PermutationTrainingSampler(items, seed=0, rank=0, world_size=1)), items
+        ),
+        2,
+    )
     rows.append(
         (
             f"iterate one pass, {items:,} items ({ours / items * 1e9:.0f} ns/index)",
@@ -261,7 +270,7 @@ def bench_iterate(items: int, rows: list[tuple[str, ...]]) -> None:
     print(f"  iteration done ({memory_mib()})", flush=True)
 
 
-def _keyed_resume(make: Callable[[], Any], state: dict[str, Any]) -> int:
+def _resume(make: Callable[[], Any], state: dict[str, Any]) -> int:
     sampler = make()
     sampler.load_state_dict(state)
     return next(iter(sampler))
@@ -274,9 +283,16 @@ def bench_resume(items: int, passes: list[float], rows: list[tuple[str, ...]]) -
         pass_index, offset = divmod(position, items)
         state = TrainingSampler(items, seed=1, rank=0, world_size=1).state_dict()
         state.update(pass_index=pass_index, offset=offset)  # saved after `position` draws
-        base, expected = timed(lambda: next(baseline_pass_stream(items, 1, position)), 3)  # noqa: B023
+        base_state = baseline_state(items, position)
+        base, expected = timed(
+            lambda: _resume(
+                lambda: PermutationTrainingSampler(items, seed=7, rank=0, world_size=1),
+                base_state,  # noqa: B023
+            ),
+            3,
+        )
         ours, first = timed(
-            lambda: _keyed_resume(
+            lambda: _resume(
                 lambda: TrainingSampler(items, seed=7, rank=0, world_size=1),
                 state,  # noqa: B023
             ),
@@ -304,7 +320,7 @@ def bench_other_resumes(items: int, rows: list[tuple[str, ...]]) -> None:
     state = dict(repeat.state_dict(), offset=int(length * 0.9))
     base, _ = timed(lambda: baseline_repeat_resume(factors, 1, 0, int(length * 0.9)), 3)
     ours, _ = timed(
-        lambda: _keyed_resume(
+        lambda: _resume(
             lambda: RepeatFactorTrainingSampler(factors, seed=7, rank=0, world_size=1), state
         ),
         3,
@@ -323,7 +339,7 @@ def bench_other_resumes(items: int, rows: list[tuple[str, ...]]) -> None:
     )
     base, _ = timed(lambda: baseline_concat_resume(sizes, 1, 0, int(items * 0.9)), 3)
     ours, _ = timed(
-        lambda: _keyed_resume(
+        lambda: _resume(
             lambda: ConcatSampler(sizes, seed=7, rank=0, world_size=1), concat_state
         ),
         3,
@@ -343,24 +359,26 @@ def bench_memory(items: int, iterate: int, rows: list[tuple[str, ...]]) -> None:
     """tracemalloc peaks of resuming 0.9 pass in and of iterating ``iterate`` indices."""
     position = int(items * 0.9)
     state = dict(TrainingSampler(items, seed=1, rank=0, world_size=1).state_dict(), offset=position)
+    base_state = baseline_state(items, position)
     count = min(iterate, items - position)
 
-    def keyed_resume_and_iterate() -> None:
-        sampler = TrainingSampler(items, seed=7, rank=0, world_size=1)
-        sampler.load_state_dict(state)
+    def resume_and_iterate(cls: type[TrainingSampler], saved: dict[str, Any]) -> None:
+        sampler = cls(items, seed=7, rank=0, world_size=1)
+        sampler.load_state_dict(saved)
         consume(iter(sampler), count)
 
     measures = [
         (
             f"tracemalloc peak, resume 0.9 pass into {items:,} items",
-            lambda: next(baseline_pass_stream(items, 1, position)),
-            lambda: _keyed_resume(lambda: TrainingSampler(items, seed=7, rank=0, world_size=1),
-                                  state),
+            lambda: _resume(
+                lambda: PermutationTrainingSampler(items, seed=7, rank=0, world_size=1), base_state
+            ),
+            lambda: _resume(lambda: TrainingSampler(items, seed=7, rank=0, world_size=1), state),
         ),
         (
             f"tracemalloc peak, resume and iterate {count:,} of {items:,} items",
-            lambda: consume(baseline_pass_stream(items, 1, position), count),
-            keyed_resume_and_iterate,
+            lambda: resume_and_iterate(PermutationTrainingSampler, base_state),
+            lambda: resume_and_iterate(TrainingSampler, state),
         ),
     ]  # fmt: skip
     for label, baseline, ours in measures:

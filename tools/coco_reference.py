@@ -20,9 +20,8 @@ from typing import Any
 
 __all__ = ["reference_outcome", "Invalid"]
 
-_DEPTH = 1000
+_DEPTH = 1024
 _SIDE = 2**20
-_COORD = 2**53
 _I64 = (-(2**63), 2**63 - 1)
 _RECORD = {"bbox", "bbox_mode", "category_id", "iscrowd", "segmentation", "keypoints"}
 _CHECKED = {"id", "image_id", "area", "num_keypoints", "ignore"}
@@ -36,10 +35,10 @@ def _int64(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and _I64[0] <= v <= _I64[1]
 
 
-def _number(v: Any, low: float = -_COORD, high: float = _COORD) -> bool:
+def _number(v: Any) -> bool:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return False
-    return math.isfinite(v) and low <= v <= high
+    return _int64(v) if isinstance(v, int) else math.isfinite(v)
 
 
 def _numbers(v: Any) -> bool:
@@ -88,14 +87,15 @@ def _extra_ok(value: Any) -> bool:
         if isinstance(item, (list, dict)):
             if depth >= 32:
                 return False
-            stack.extend((c, depth + 1) for c in (item.values() if isinstance(item, dict) else item))
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((c, depth + 1) for c in children)
         elif isinstance(item, bool) or item is None or isinstance(item, str):
             continue
         elif isinstance(item, int):
             if not _int64(item):
                 return False
         elif isinstance(item, float):
-            if not (math.isfinite(item) and abs(item) < 2.0**63):
+            if not math.isfinite(item):
                 return False
         else:
             return False
@@ -188,7 +188,9 @@ def _outcome(doc: Any, extra_keys: tuple[str, ...]) -> tuple[str, dict[str, int]
         name, names = cat.get("name"), cat.get("keypoints")
         if name is not None and not isinstance(name, str):
             raise Invalid("category name")
-        if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        if names is not None and not (
+            isinstance(names, list) and all(isinstance(n, str) for n in names)
+        ):
             raise Invalid("category keypoints")
         kp_of[cat["id"]] = len(names) if names else None
     kept: dict[int, int] = {}

@@ -40,7 +40,9 @@ if __package__ in (None, ""):
 
 from tools.coco_reference import reference_outcome  # noqa: E402
 
-__all__ = ["FIELDS", "VALUES", "RAW_VALUES", "mutate", "run_paths", "classify", "default_seeds", "main"]
+__all__ = [
+    "FIELDS", "VALUES", "RAW_VALUES", "mutate", "run_paths", "classify", "default_seeds", "main",
+]
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _EXTERNAL = os.path.join(os.path.dirname(_ROOT), "shared", "external")
@@ -57,7 +59,7 @@ VALUES: list[Any] = [
 #: Replacement values written as raw JSON text (not producible by json.dumps).
 RAW_VALUES = [
     "1e400", "-1e400", "NaN", "Infinity", "1" * 5000, "[" * 1100 + "]" * 1100,
-    "[" * 990 + "]" * 990, "[" * 60 + "]" * 60, '"\\ud800"', '"a\\udc00"',
+    "[" * 1020 + "]" * 1020, "[" * 60 + "]" * 60, '"\\ud800"', '"a\\udc00"',
     "123456789012345678901234567890", "-0.0", "1E2", "1e-400",
 ]
 _BAD_BYTES = [b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82", b"\x80"]
@@ -238,7 +240,8 @@ def _check_one(data: bytes, extra_keys: tuple[str, ...], tmp: str) -> tuple[str,
     reference = reference_outcome(data, extra_keys)
     problems = classify(outcomes, reference)
     summary = "typed" if all(o[0] == "error" for o in outcomes.values()) else "ok"
-    detail = f"ref={reference[:2]!r:.120} paths={ {k: v[0] if v[0] != 'untyped' else v for k, v in outcomes.items()} }"
+    verdicts = {k: v[0] if v[0] != "untyped" else v for k, v in outcomes.items()}
+    detail = f"ref={reference[:2]!r:.120} paths={verdicts}"
     return summary, problems, detail
 
 
@@ -329,7 +332,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {key}: {totals[key]}")
     for line in examples:
         print("  example:", line[:600])
-    bad = sum(totals[k] for k in ("untyped", "accepted-malformed", "rejected-valid", "disagreement", "hang"))
+    kinds = ("untyped", "accepted-malformed", "rejected-valid", "disagreement", "hang")
+    bad = sum(totals[k] for k in kinds)
     return 1 if bad else 0
 
 
