@@ -115,7 +115,10 @@ def load_coco_json(
     keypoints absent, null or an empty list                     no ``keypoints`` key
     ==========================================================  =================================
 
-    Every annotation is checked, including those then skipped. Numbers too large for a double
+    Every annotation is checked, including those then skipped; then, in this order: image_id
+    not among the images (skip), unknown category (error), keypoint count against the
+    category (error), empty bbox (skip), negative area (skip), ``ignore`` (skip), invalid
+    polygons (drop, or skip when none is left). Numbers too large for a double
     are refused where read and ignored elsewhere (``info``, unread keys). Extra keys named
     ``bbox``, ``bbox_mode``, ``category_id``, ``iscrowd``, ``segmentation`` or ``keypoints``
     change nothing (the record holds the checked value); ``id``, ``area``, ... are copied when

@@ -9,6 +9,7 @@ The limits are part of the loader's documented policy (see
 from __future__ import annotations
 
 import os
+import posixpath
 import reprlib
 from typing import Any
 
@@ -49,7 +50,7 @@ RLE_CHARS = r"\A[0-o]*\Z"
 #: How many example ids each warning lists.
 MAX_EXAMPLES = 5
 
-_POSIX = os.path is __import__("posixpath")
+_POSIX = os.path is posixpath
 _repr = reprlib.Repr()
 _repr.maxlevel = 3
 _repr.maxstring = 60

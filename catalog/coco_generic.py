@@ -48,6 +48,13 @@ def _is_id(value: Any) -> bool:
     return type(value) is int and INT64_MIN <= value <= INT64_MAX
 
 
+def _number_ok(value: Any) -> bool:
+    kind = type(value)
+    if kind is float:
+        return -_INF < value < _INF
+    return kind is int and INT64_MIN <= value <= INT64_MAX
+
+
 def _side_ok(value: Any) -> bool:
     return type(value) is int and 1 <= value <= MAX_IMAGE_SIDE
 
@@ -254,7 +261,7 @@ def _check_fields(ann: dict, index: int, json_file: str) -> None:
     ignore = ann.get("ignore", 0)
     if type(ignore) is not bool and (type(ignore) is not int or ignore not in (0, 1)):
         _malformed(json_file, ann, index, "ignore", "must be 0, 1, true or false")
-    if "area" in ann and _numbers_problem([ann["area"]]):
+    if "area" in ann and not _number_ok(ann["area"]):
         _malformed(json_file, ann, index, "area", "must be a finite number")
     if "num_keypoints" in ann:
         value = ann["num_keypoints"]
@@ -262,7 +269,14 @@ def _check_fields(ann: dict, index: int, json_file: str) -> None:
             _malformed(json_file, ann, index, "num_keypoints", "must be a non-negative int")
     segm = ann.get("segmentation")
     if type(segm) is list:
+        numbers_only = _NUMBER_TYPES.issuperset
         for polygon in segm:
+            if (  # the common case inline: numbers within the 64-bit range (so finite)
+                type(polygon) is list
+                and numbers_only(map(type, polygon))
+                and (not polygon or INT64_MIN <= min(polygon) and max(polygon) <= INT64_MAX)
+            ):
+                continue
             problem = _numbers_problem(polygon)
             if problem:
                 _malformed(json_file, ann, index, "segmentation", "polygon " + problem)

@@ -39,7 +39,7 @@ def get_detection_dataset_dicts(
         A SerializedList: the dataset's own cached list when one name is given and nothing
         is filtered out, else a view (:class:`catalog.record_views.SerializedListView`) over
         the cached lists' shared buffers, one per dataset, plus an index of the kept
-        records (8 bytes per record; none for an unfiltered join). No record is copied, so
+        records (4 bytes per record; none for an unfiltered join). No record is copied, so
         on every local rank and worker the records stay one shared copy per machine.
 
     Raises:

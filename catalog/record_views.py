@@ -3,9 +3,9 @@
 A :class:`SerializedListView` is a :class:`~catalog.serialized_list.SerializedList` whose
 records live in one or several *base* lists (each one contiguous buffer, typically the shared
 ``DatasetCatalog.get`` buffers: a memory file mapped by every local rank, a mapped cache file,
-or torch shared memory). The view holds only the bases and an ``int64`` index array into
-their concatenation (nothing at all for a plain concatenation), so filtering 118k records
-allocates 8 bytes per kept record, and "one copy per machine" holds on every path.
+or torch shared memory). The view holds only the bases and an integer index array into
+their concatenation (nothing at all for a plain concatenation): int32 below 2**31 records,
+so filtering 118k records keeps 4 bytes per kept record (8 with int64), and "one copy per machine" holds on every path.
 
 Pickling:
     to DataLoader workers (``spawn`` / ``forkserver``) and to other local processes through
@@ -81,8 +81,8 @@ class SerializedListView(SerializedList):
 
         Args:
             bases: the lists whose concatenation ``index`` points into.
-            index: int64 positions in that concatenation (checked), or None for all of
-                them in order.
+            index: integer positions in that concatenation (checked; kept as int32 when the
+                bases hold fewer than 2**31 records), or None for all of them in order.
             name: the dataset name, used in messages.
             index_owner: an object to keep alive with the index (its shared memory).
 
@@ -105,7 +105,7 @@ class SerializedListView(SerializedList):
             starts.append(starts[-1] + len(base))
         self._starts = starts
         if index is not None:
-            index = np.asarray(index, dtype=np.int64).reshape(-1)
+            index = np.asarray(index, dtype=index_dtype(starts[-1])).reshape(-1)
             if len(index) and (int(index.min()) < 0 or int(index.max()) >= starts[-1]):
                 raise IndexError(
                     f"view index out of range for {starts[-1]} records of {name or 'a dataset'}"
@@ -124,10 +124,11 @@ class SerializedListView(SerializedList):
 
     @property
     def index(self) -> np.ndarray:
-        """int64 positions of the records in the concatenation of :attr:`bases` (a new
-        ``arange`` for a plain concatenation, which stores none)."""
+        """Positions of the records in the concatenation of :attr:`bases`: int32 when the
+        bases hold fewer than 2**31 records, else int64 (a new ``arange`` for a plain
+        concatenation, which stores none)."""
         if self._index is None:
-            return np.arange(len(self), dtype=np.int64)
+            return np.arange(len(self), dtype=index_dtype(len(self)))
         return self._index
 
     @property
@@ -263,6 +264,16 @@ class SerializedListView(SerializedList):
         return self
 
 
+def index_dtype(total: int) -> type:
+    """int32 for indices into fewer than 2**31 records (4 bytes per record), else int64.
+
+    Example:
+        >>> index_dtype(118_287).__name__, index_dtype(2**31).__name__
+        ('int32', 'int64')
+    """
+    return np.int32 if total <= np.iinfo(np.int32).max else np.int64
+
+
 def _rebuild_view(
     bases: tuple[SerializedList, ...], index: Any, name: str | None
 ) -> SerializedListView:
@@ -319,6 +330,6 @@ def concat_records(
         shift = np.asarray(
             [starts[slot[id(b)]] - own[j] for j, b in enumerate(part._bases)], dtype=np.int64
         )
-        g = part.index
+        g = part.index.astype(np.int64)
         pieces.append(g + shift[np.searchsorted(own, g, side="right") - 1])
     return SerializedListView.over(bases, np.concatenate(pieces), name=name)

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .record_columns import RecordColumns, _columns_of, _flag_column, _int_column
+from .shared_tensors import _TORCH_DTYPES, _rebuild_from_shared, _SharedTensors
 
 __all__ = ["SerializedList", "RecordColumns"]
 
@@ -299,7 +300,7 @@ class SerializedList(Sequence):
 
     # ------------------------------------------------------------------ subsets
     def subset(self, indices: int | Iterable[int]) -> SerializedList:
-        """A view of some of the records: this list's buffer plus an int64 index array.
+        """A view of some of the records: this list's buffer plus an index array.
 
         Args:
             indices: ``n >= 0`` takes the first n records, ``n < 0`` the last ``-n`` (both
@@ -309,7 +310,7 @@ class SerializedList(Sequence):
 
         Returns:
             A :class:`~catalog.record_views.SerializedListView` over this list's buffer
-            (8 bytes per record taken, no copy of the records' bytes); it pickles to
+            (4 bytes per record taken, 8 above 2**31 records; no copy of the records' bytes); it pickles to
             DataLoader workers by reference to the same shared buffer. ``SerializedList(view)``
             makes a compact copy with a buffer of its own.
 
@@ -415,44 +416,11 @@ class SerializedList(Sequence):
         return self
 
 
-class _SharedTensors:
-    __slots__ = ("tensors",)
-
-    def __init__(self, tensors: tuple[Any, ...]) -> None:
-        self.tensors = tensors
-
-
-def _dtype_table() -> dict[str, Any]:
-    import torch
-
-    return {
-        np.dtype(np.uint8).str: torch.uint8,
-        np.dtype(np.int32).str: torch.int32,
-        np.dtype(np.int64).str: torch.int64,
-    }
-
-
-class _LazyDtypes(dict):
-    def __missing__(self, key: str) -> Any:
-        self.update(_dtype_table())
-        return dict.__getitem__(self, key)
-
-
-_TORCH_DTYPES: dict[str, Any] = _LazyDtypes()
-
-
 def _rebuild_from_arrays(
     buffer: bytes, ends: np.ndarray, columns: RecordColumns, name: str | None
 ) -> SerializedList:
     return SerializedList.from_arrays(
         np.frombuffer(buffer, dtype=np.uint8), ends, columns, name=name
-    )
-
-
-def _rebuild_from_shared(tensors: tuple[Any, ...], name: str | None) -> SerializedList:
-    views = [t.numpy() for t in tensors]
-    return SerializedList.from_arrays(
-        views[0], views[1], RecordColumns(*views[2:]), name=name, owner=_SharedTensors(tensors)
     )
 
 
