@@ -23,6 +23,7 @@ from .errors import (
 from .local_share import share_across_local_ranks
 from .metadata import Metadata, MetadataCatalog
 from .registry import Registry, RegistryKeyError
+from .record_views import SerializedListView, concat_records
 from .serialized_list import RecordColumns, SerializedList
 from .version import __version__
 
@@ -52,8 +53,10 @@ __all__ = [
     "Registry",
     "RegistryKeyError",
     "SerializedList",
+    "SerializedListView",
     "SharedAttachError",
     "__version__",
+    "concat_records",
     "get_detection_dataset_dicts",
     "load_annotation_file",
     "load_coco_json",

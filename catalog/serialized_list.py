@@ -72,7 +72,8 @@ class SerializedList(Sequence):
         self._shared_owner: Any = None  # keeps shared-memory tensors alive
         if isinstance(records, SerializedList):
             # A view's records are gathered into one buffer of their own (a compact copy).
-            self._set_arrays(records.buffer, records.ends, records.columns)
+            source = records.compact()
+            self._set_arrays(source._buffer, source._ends, source.columns)
             if name is None:
                 self.name = records.name
             return
