@@ -22,8 +22,8 @@ from .errors import (
 )
 from .local_share import share_across_local_ranks
 from .metadata import Metadata, MetadataCatalog
-from .registry import Registry, RegistryKeyError
 from .record_views import SerializedListView, concat_records
+from .registry import Registry, RegistryKeyError
 from .serialized_list import RecordColumns, SerializedList
 from .version import __version__
 
