@@ -181,7 +181,7 @@ def test_default_demo_dir_follows_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("CATMAP_DEMO_DIR", str(tmp_path / "x"))
     assert default_demo_dir() == tmp_path / "x"
     monkeypatch.delenv("CATMAP_DEMO_DIR")
-    assert default_demo_dir() == Path.home() / ".cache" / "catmap" / "demo"
+    assert default_demo_dir() == Path.home() / ".cache" / "catmap-demo"
 
 
 # -- drawing -----------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ A tool accepts one of:
 * ``--dataset NAME``: a name registered in ``catalog.DatasetCatalog``. Registration happens in
   Python, so ``--import MODULE`` (repeatable) imports modules that register datasets first.
   The name ``shapes_demo`` is built in: the demo's synthetic shapes dataset, generated on first
-  use under ``--data-dir`` (default ``$CATMAP_DEMO_DIR/shapes`` or ``~/.cache/catmap/demo/shapes``).
+  use under ``--data-dir`` (default ``$CATMAP_DEMO_DIR/shapes`` or ``~/.cache/catmap-demo/shapes``).
 * ``--coco-json FILE --image-root DIR``: a COCO instances file, registered on the fly.
 
 Example:

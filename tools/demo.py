@@ -8,7 +8,7 @@ Run it with no arguments::
 What it does, step by step:
 
 1. generates (first run) or reuses a small COCO dataset of coloured shapes with deliberately
-   unbalanced classes, in ``$CATMAP_DEMO_DIR`` or ``~/.cache/catmap/demo``;
+   unbalanced classes, in ``$CATMAP_DEMO_DIR`` or ``~/.cache/catmap-demo``;
 2. registers it by name and prints its metadata and class histogram;
 3. builds a train loader: ``DatasetMapper`` (ResizeShortestEdge + RandomFlip),
    ``RepeatFactorTrainingSampler``, aspect-ratio grouping, DataLoader workers;
@@ -459,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--num-images", type=int, default=300, help="images in the generated dataset")
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="dataset directory (default: $CATMAP_DEMO_DIR/shapes or "
-                             "~/.cache/catmap/demo/shapes)")  # fmt: skip
+                             "~/.cache/catmap-demo/shapes)")  # fmt: skip
     parser.add_argument("--repeat-thresh", type=float, default=0.5,
                         help="repeat-factor threshold (default 0.5)")  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")

@@ -103,7 +103,7 @@ class ShapesDataset:
 
 
 def default_demo_dir() -> Path:
-    """Return the demo dataset cache directory: ``$CATMAP_DEMO_DIR`` or ``~/.cache/catmap/demo``.
+    """Return the demo dataset cache directory: ``$CATMAP_DEMO_DIR`` or ``~/.cache/catmap-demo``.
 
     Example:
         >>> isinstance(default_demo_dir(), Path)
@@ -112,7 +112,7 @@ def default_demo_dir() -> Path:
     env = os.environ.get("CATMAP_DEMO_DIR")
     if env:
         return Path(env).expanduser()
-    return Path.home() / ".cache" / "catmap" / "demo"
+    return Path.home() / ".cache" / "catmap-demo"
 
 
 def _regular_polygon(n: int, radius: float, rotation: float) -> np.ndarray:
