@@ -9,12 +9,15 @@ DataLoader workers) shares the same page-cache pages.
 The parts, each in its own module (all names stay importable from here):
 
 - :mod:`catalog.cache_key`: the key (loader, options, catmap version, and each source file's
-  size, mtime, ctime and CRC-32 of its whole content);
+  device, inode, size, mtime and ctime; a content CRC-32 for recently changed files);
 - :mod:`catalog.records_file` / :mod:`catalog.records_map`: the file format, its MAC
   (HMAC-SHA256 under a per-user secret, binding the key) and memory mapping;
 - :mod:`catalog.cache_secret`: the per-user secret (``~/.config/catmap/cache.key``, 0600);
 - :mod:`catalog.cache_dir`: the directory (0700, checked), safe opening, one builder per key
   (file lock), warnings; :mod:`catalog.cache_listing`: listing and clearing.
+
+The cache stores the records and an opaque ``extra`` dict; it knows nothing of catalogs or
+metadata (the catalog side is :mod:`catalog.entry_loading`).
 
 Trust: no byte of an entry is unpickled unless its MAC proves it was written by this user
 (holder of the key file) for this very key. Entries are never truncated in place (replaced by
@@ -56,8 +59,6 @@ from .serialized_list import SerializedList
 
 __all__ = [
     "CACHE_SUFFIX",
-    "apply_loader_metadata",
-    "load_entry",
     "CacheCorruptError",
     "CacheCorruptWarning",
     "CacheEntry",
@@ -181,96 +182,3 @@ def load_with_cache(
         return True
 
     return cache.get_or_build(key, plain_build, cacheable=cacheable)
-
-
-# ---------------------------------------------------------------------------------------
-# catalog entries
-
-
-def _metadata_snapshot(name: str) -> dict[str, Any]:
-    from .metadata import MetadataCatalog
-
-    return MetadataCatalog.get(name).as_dict() if name in MetadataCatalog else {}
-
-
-def _metadata_changes(name: str, before: Mapping[str, Any]) -> dict[str, Any]:
-    from .metadata import values_equal
-
-    after = _metadata_snapshot(name)
-    return {
-        key: value
-        for key, value in after.items()
-        if key != "name" and (key not in before or not values_equal(before[key], value))
-    }
-
-
-def apply_loader_metadata(name: str, extra: Mapping[str, Any]) -> None:
-    """Set the metadata a loader set when it ran (kept in ``extra["metadata"]``) on a process
-    that got the records without running it (from the cache or from another local rank).
-
-    Raises:
-        MetadataConflictError: the metadata of ``name`` already holds different values.
-
-    Example:
-        >>> from catalog import MetadataCatalog
-        >>> apply_loader_metadata("doc_meta", {"metadata": {"thing_classes": ["cat"]}})
-        >>> MetadataCatalog.get("doc_meta").thing_classes
-        ['cat']
-        >>> MetadataCatalog.remove("doc_meta")
-    """
-    values = extra.get("metadata") or {}
-    if values:
-        from .metadata import MetadataCatalog
-
-        MetadataCatalog.get(name).set(**values)
-
-
-def load_entry(
-    entry: Any,
-    run_loader: Callable[[Any], SerializedList],
-) -> tuple[SerializedList, dict[str, Any]]:
-    """Load a DatasetCatalog entry, through the disk cache when the entry allows it.
-
-    An entry is cached when it has a ``cache_key`` and ``source_files`` (file-backed
-    registrations such as ``register_coco_instances``), its ``options`` do not hold
-    ``cache=False`` and ``CATMAP_CACHE`` is not ``0``. The metadata the loader sets for the
-    dataset is captured and stored with the records, and set again on a cache hit.
-
-    Args:
-        entry: a ``DatasetEntry`` (name, func, source_files, cache_key, options).
-        run_loader: runs the entry's loader and returns its records serialized.
-
-    Returns:
-        ``(records, extra)`` where ``extra["metadata"]`` holds what the loader set.
-
-    Example:
-        >>> from catalog.dataset_catalog import DatasetEntry, as_serialized_list
-        >>> entry = DatasetEntry("doc_plain", lambda: [{"a": 1}])  # no files: not cached
-        >>> records, extra = load_entry(entry, lambda e: as_serialized_list(e.func(), e.name))
-        >>> records[0], extra
-        ({'a': 1}, {'metadata': {}})
-    """
-    name = entry.name
-
-    def build() -> tuple[SerializedList, dict[str, Any]]:
-        before = _metadata_snapshot(name)
-        records = run_loader(entry)
-        return records, {"metadata": _metadata_changes(name, before)}
-
-    enabled = (
-        entry.cache_key is not None
-        and bool(entry.source_files)
-        and bool(entry.options.get("cache", True))
-    )
-    if not cache_enabled(enabled):
-        return build()
-    cache_key = dict(entry.cache_key)
-    records, extra = load_with_cache(
-        name,
-        entry.source_files,
-        build,
-        loader=str(cache_key.get("loader", "catalog")),
-        options=cache_key,
-    )
-    apply_loader_metadata(name, extra)
-    return records, extra

@@ -24,12 +24,12 @@ from catalog.disk_cache import (
     CacheSkippedWarning,
     DiskCache,
     MappedFile,
-    load_entry,
     load_with_cache,
     map_serialized,
     remap_file,
     write_serialized,
 )
+from catalog.entry_loading import load_entry
 
 
 def _records(n: int, tag: str = "a") -> list[dict]:
