@@ -191,18 +191,27 @@ def read_record_image(
         ImageReadError: the image cannot be read.
         ImageSizeMismatchError: the image's size differs from the record's.
     """
+    return _read_sized_image(record, record_image_size(record), image_format, decoder, min_size)
+
+
+def _read_sized_image(
+    record: dict[str, Any],
+    expected: tuple[int, int] | None,
+    image_format: str,
+    decoder: str | None,
+    min_size: tuple[int, int] | None,
+) -> np.ndarray:
+    """:func:`read_record_image` with the record's size already checked (``expected``)."""
     file_name = record.get("file_name")
     if file_name is None:
         raise RecordFormatError(
             f"record ({_record_name(record)}) has no 'file_name' key; keys: {sorted(record)}"
         )
-    expected = record_image_size(record)
     image = read_image(
         file_name, image_format, min_size=min_size, decoder=decoder, expected_size=expected
     )
-    if min_size is not None and expected is not None:
-        return image  # read_image checked the full size and the exact reduced size
-    check_image_size(record, image)
+    if expected is None:  # read_image checked a known size (full, or exactly reduced)
+        check_image_size(record, image)  # fills height/width from the image
     return image
 
 
@@ -457,9 +466,7 @@ class DatasetMapper(_InstanceOptions):
             plan = self._plan((size[0], size[1], channels))
         min_size = self._reduced_size(plan) if plan is not None else None
         try:
-            image = read_record_image(
-                record, self.image_format, decoder=self.decoder, min_size=min_size
-            )
+            image = _read_sized_image(record, size, self.image_format, self.decoder, min_size)
         except ImageReadError as exc:
             if not self.skip_bad_images:
                 raise
