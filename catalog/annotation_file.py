@@ -33,6 +33,7 @@ from .annotation_validate import (
 from .dataset_catalog import DatasetCatalog
 from .errors import AnnotationFormatError, DatasetAlreadyRegisteredError, RecordFormatError
 from .metadata import MetadataCatalog
+from .openmmlab_records import check_record_format, to_detectron2_record
 from .safe_parse import MAX_DEPTH, parse_json, parse_yaml, read_bytes, read_text_lines
 from .version import __version__
 
@@ -200,14 +201,17 @@ def load_annotation_file(
     parse_data_info: ParseDataInfo | None = None,
     allow_pickle: bool = False,
     allow_yaml_aliases: bool = False,
+    record_format: str = "detectron2",
 ) -> tuple[dict[str, Any], list[dict]]:
     """Load an OpenMMLab 2.0 annotation file: ``(metainfo, records)``.
 
     Each ``data_list`` entry is checked (see :mod:`catalog.annotation_validate` for the
     policy: malformed values raise :class:`AnnotationFieldError` naming the file, index,
     ``img_id``, instance and key; degenerate boxes and invalid polygons are skipped and
-    reported in one warning per file) before ``parse_data_info`` sees it. Keys stay
-    OpenMMLab-style.
+    reported in one warning per file) before ``parse_data_info`` sees it. The records are
+    then detectron2-style (``file_name``, ``image_id``, ``annotations`` with ``bbox`` +
+    ``bbox_mode``, ``category_id``, ``iscrowd`` ...; see :mod:`catalog.openmmlab_records` for
+    the key mapping), unless ``record_format="openmmlab"`` keeps the OpenMMLab keys.
 
     Args:
         ann_file: the file; relative paths are joined to ``data_root``.
@@ -223,6 +227,9 @@ def load_annotation_file(
         allow_pickle: allow ``.pkl`` / ``.pickle`` files (unpickling runs code).
         allow_yaml_aliases: accept YAML anchors and aliases, as long as they expand to at
             most 1,000,000 values beyond those in the file.
+        record_format: ``"detectron2"`` (default) converts each entry (after
+            ``parse_data_info`` and ``data_prefix``) into the record format every catmap
+            function reads; ``"openmmlab"`` keeps the entries' own keys.
 
     Returns:
         The merged metainfo and the list of records.
@@ -237,6 +244,7 @@ def load_annotation_file(
             a dict or a list of dicts.
         RecordFormatError: a record lacks a key named in ``data_prefix``, or its value there
             is not a string (names the record).
+        ValueError: ``record_format`` is not ``"detectron2"`` or ``"openmmlab"``.
         TypeError: the ``metainfo`` argument is not a dict, or its ``classes`` is neither a
             list of strings nor a path.
 
@@ -247,6 +255,7 @@ def load_annotation_file(
         >>> records[0]["img_path"]  # doctest: +SKIP
         'data/toy/images/0001.jpg'
     """
+    check_record_format(record_format)
     data_root = os.fspath(data_root)
     path = _resolve(ann_file, data_root)
     content = _check_top_level(_read(path, allow_pickle, allow_yaml_aliases), path)
@@ -277,6 +286,8 @@ def load_annotation_file(
                         f"data_prefix (its keys: {sorted(map(str, record))[:50]})"
                     )
                 record[key] = os.path.join(prefix, value)
+            if record_format == "detectron2":
+                record = to_detectron2_record(record, index=index, path=path)
             records.append(record)
     validator.skips.report(path, logger)
     logger.info("loaded %d records from %s", len(records), path)
@@ -293,6 +304,7 @@ def register_annotation_file(
     parse_data_info: ParseDataInfo | None = None,
     allow_pickle: bool = False,
     allow_yaml_aliases: bool = False,
+    record_format: str = "detectron2",
     cache: bool = True,
 ) -> None:
     """Register an OpenMMLab 2.0 annotation file as dataset ``name``.
@@ -322,6 +334,7 @@ def register_annotation_file(
             f"dataset {name!r} is already registered; call DatasetCatalog.remove({name!r}) "
             "first to replace it"
         )
+    check_record_format(record_format)
     data_root = os.fspath(data_root)
     path = _resolve(ann_file, data_root)
     options = {"allow_pickle": allow_pickle, "allow_yaml_aliases": allow_yaml_aliases}
@@ -340,6 +353,7 @@ def register_annotation_file(
             data_prefix=prefix,
             metainfo=fixed_metainfo,
             parse_data_info=parse_data_info,
+            record_format=record_format,
             **options,
         )[1]
 
@@ -357,6 +371,7 @@ def register_annotation_file(
         "data_prefix": prefix,
         "parse_data_info": parser_name,
         "allow_yaml_aliases": allow_yaml_aliases,
+        "record_format": record_format,
         "num_classes": _num_classes(meta),
     }
     DatasetCatalog.register(

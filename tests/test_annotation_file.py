@@ -49,7 +49,9 @@ def _write_json(path, content=None) -> str:
 
 
 def test_json_file_loads_metainfo_and_records(tmp_path):
-    metainfo, records = load_annotation_file(_write_json(tmp_path / "ann.json"))
+    metainfo, records = load_annotation_file(
+        _write_json(tmp_path / "ann.json"), record_format="openmmlab"
+    )
     assert metainfo == {"classes": ["cat", "dog"], "task_name": "toy", "empty_list": []}
     assert records == _content()["data_list"]
 
@@ -181,9 +183,9 @@ def test_data_root_and_data_prefix(tmp_path):
         data_root=str(tmp_path),
         data_prefix={"img_path": "images", "seg_map_path": "/abs/seg"},
     )
-    assert records[0]["img_path"] == os.path.join(str(tmp_path), "images", "a.jpg")
-    assert records[1]["img_path"] == os.path.join(str(tmp_path), "images", "sub/b.jpg")
-    assert records[0]["seg_map_path"] == "/abs/seg/a.png"  # absolute prefix not re-rooted
+    assert records[0]["file_name"] == os.path.join(str(tmp_path), "images", "a.jpg")
+    assert records[1]["file_name"] == os.path.join(str(tmp_path), "images", "sub/b.jpg")
+    assert records[0]["sem_seg_file_name"] == "/abs/seg/a.png"  # absolute prefix not re-rooted
     assert records[0]["height"] == 4
 
 
@@ -212,6 +214,7 @@ def test_parse_data_info_one_to_many(tmp_path):
         _write_json(tmp_path / "ann.json"),
         parse_data_info=split_instances,
         data_prefix={"img_path": "imgs"},
+        record_format="openmmlab",
     )
     assert records == [
         {"img_path": os.path.join("imgs", "a.jpg"), "bbox": [0, 0, 1, 1]},
@@ -224,6 +227,7 @@ def test_parse_data_info_returning_dict(tmp_path):
     _, records = load_annotation_file(
         _write_json(tmp_path / "ann.json"),
         parse_data_info=lambda raw: {"file_name": raw["img_path"]},
+        record_format="openmmlab",
     )
     assert records == [{"file_name": "a.jpg"}, {"file_name": "sub/b.jpg"}]
 
@@ -252,7 +256,7 @@ def test_register_annotation_file_metainfo_available_before_records(tmp_path):
     assert meta.ann_file == path
     assert calls == []  # no record built yet
     records = DatasetCatalog.get("mm_toy")
-    assert len(records) == 2 and records[0]["img_path"] == os.path.join("imgs", "a.jpg")
+    assert len(records) == 2 and records[0]["file_name"] == os.path.join("imgs", "a.jpg")
     assert len(calls) == 2
     assert DatasetCatalog.entry("mm_toy").source_files == (path,)
 
@@ -267,7 +271,7 @@ def test_register_annotation_file_relative_data_root(tmp_path, monkeypatch):
     )
     assert MetadataCatalog.get("mm_rel_root").classes == ["cat", "dog"]
     records = DatasetCatalog.get("mm_rel_root")
-    assert records[0]["img_path"] == os.path.join("data/toy", "imgs", "a.jpg")
+    assert records[0]["file_name"] == os.path.join("data/toy", "imgs", "a.jpg")
 
 
 def test_register_annotation_file_entry_cache_key(tmp_path):

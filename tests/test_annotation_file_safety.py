@@ -164,7 +164,7 @@ def test_yaml_aliases_within_bounds_when_allowed(tmp_path):
         load_annotation_file(path)
     _, records = load_annotation_file(path, allow_yaml_aliases=True, data_prefix={"img_path": "im"})
     # one shared dict in the file, but the prefix is joined once per record
-    assert [r["img_path"] for r in records] == [os.path.join("im", "a.jpg")] * 2
+    assert [r["file_name"] for r in records] == [os.path.join("im", "a.jpg")] * 2
     path.write_text("metainfo: &m {a: [*m]}\ndata_list: []\n")
     with pytest.raises(AnnotationFormatError, match="refers to a node that contains it"):
         load_annotation_file(path, allow_yaml_aliases=True)

@@ -175,7 +175,7 @@ def load(raw: bytes, fmt: str, workdir: Path):
     logger.addHandler(handler)
     start = time.perf_counter()
     try:
-        meta, records = load_annotation_file(path)
+        meta, records = load_annotation_file(path, record_format="openmmlab")
     except AnnotationFormatError as exc:
         assert str(path) in str(exc), f"error does not name the file: {exc}"
         return exc, None, None, None
