@@ -5,7 +5,7 @@ so ``get_detection_dataset_dicts``, ``DatasetMapper``, ``Compose``, the samplers
 factors work on mmengine/mmdet files unchanged. The mapping:
 
 =========================  ========================================================
-OpenMMLab key              record key            
+OpenMMLab key              record key
 =========================  ========================================================
 ``img_path``               ``file_name``
 ``img_id``                 ``image_id`` (the ``data_list`` index when absent)

@@ -48,7 +48,7 @@ def dataset_dir(tmp_path):
     rng = np.random.default_rng(0)
     os.makedirs(tmp_path / "images")
     coco = {"images": [], "annotations": [], "categories": []}
-    coco["categories"] = [{"id": i, "name": n} for i, n in zip(COCO_IDS, CLASSES)]
+    coco["categories"] = [{"id": i, "name": n} for i, n in zip(COCO_IDS, CLASSES, strict=True)]
     mm = {"metainfo": {"classes": CLASSES}, "data_list": []}
     ann_id = 1
     for image_id, (name, h, w, objects) in enumerate(IMAGES, start=1):
@@ -87,11 +87,11 @@ def _xyxy(annotation):
 def test_records_are_detectron2_style_and_match_coco(dataset_dir):
     coco, mm = DatasetCatalog.get("mig_coco"), DatasetCatalog.get("mig_mm")
     assert len(coco) == len(mm) == len(IMAGES)
-    for a, b in zip(coco, mm):
+    for a, b in zip(coco, mm, strict=True):
         for key in ("file_name", "image_id", "height", "width"):
             assert a[key] == b[key], key
         assert len(a["annotations"]) == len(b["annotations"])
-        for x, y in zip(a["annotations"], b["annotations"]):
+        for x, y in zip(a["annotations"], b["annotations"], strict=True):
             assert y["bbox_mode"] == BoxMode.XYXY_ABS
             assert _xyxy(x) == pytest.approx(_xyxy(y))
             assert (x["category_id"], x["iscrowd"]) == (y["category_id"], y["iscrowd"])
@@ -142,9 +142,9 @@ def test_train_loader_batches_equal_coco(dataset_dir):
         it = iter(loader)
         return [next(it) for _ in range(3)]
 
-    for batch_a, batch_b in zip(batches("mig_coco"), batches("mig_mm")):
+    for batch_a, batch_b in zip(batches("mig_coco"), batches("mig_mm"), strict=True):
         assert [s["image_id"] for s in batch_a] == [s["image_id"] for s in batch_b]
-        for a, b in zip(batch_a, batch_b):
+        for a, b in zip(batch_a, batch_b, strict=True):
             assert torch.equal(a["image"], b["image"])
 
 
