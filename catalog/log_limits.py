@@ -1,0 +1,209 @@
+"""Rate-limited warnings: the first few of each kind, then one summary with counts.
+
+A dataset with many bad records must not flood the log with one line per index per worker.
+Every warning that can repeat per record goes through :func:`warn_limited` with a *kind* (a
+short fixed string such as ``"MapDataset.refetch"``). The first :data:`FIRST_PER_KIND` of a kind
+are logged as they come; the rest are only counted, and the process that created the counters
+logs one summary line per kind when it exits (or when :func:`log_summary` is called).
+
+The counters live in shared memory created by the first process that warns or calls
+:func:`shared_counters` (normally the training process, before its DataLoader workers start):
+forked workers inherit the mapping and spawned workers attach to it by the name the creator put
+in ``CATMAP_WARNING_COUNTERS``, so "the first few" holds across all workers of a run. Two
+workers racing on the same counter may log one line more than the limit; nothing is lost. The
+counters are a 16 KiB file in ``/dev/shm`` (0600), removed when the creating process exits
+normally.
+
+Example:
+    >>> import logging
+    >>> log = logging.getLogger("demo")
+    >>> [warn_limited(log, "doc.example", "record %d is odd", i) for i in range(5)]
+    [True, True, True, False, False]
+    >>> counts()["doc.example"]
+    5
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import logging
+import mmap
+import os
+import secrets
+import tempfile
+import threading
+import zlib
+
+import numpy as np
+
+__all__ = [
+    "FIRST_PER_KIND",
+    "counts",
+    "log_summary",
+    "register_kind",
+    "shared_counters",
+    "warn_limited",
+]
+
+logger = logging.getLogger(__name__)
+
+#: How many warnings of one kind are logged before the rest are only counted
+#: (``CATMAP_WARNINGS_PER_KIND`` overrides it; 0 logs none, only the summary).
+FIRST_PER_KIND = 3
+
+_ENV = "CATMAP_WARNING_COUNTERS"
+_SLOTS = 256
+_NAME_BYTES = 56
+_SIZE = _SLOTS * 8 + _SLOTS * _NAME_BYTES
+_state_lock = threading.Lock()
+_counters: np.ndarray | None = None
+_names: np.ndarray | None = None
+_map: mmap.mmap | None = None
+_fd: int | None = None
+_owner: tuple[int, str] | None = None
+
+
+def _first_per_kind() -> int:
+    value = os.environ.get("CATMAP_WARNINGS_PER_KIND", "")
+    return int(value) if value.isdigit() else FIRST_PER_KIND
+
+
+def _slot(kind: str) -> int:
+    return zlib.crc32(kind.encode()) % _SLOTS
+
+
+def _attach(path: str) -> int | None:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    info = os.fstat(fd)
+    if info.st_size != _SIZE or info.st_uid != os.getuid():
+        os.close(fd)
+        return None
+    return fd
+
+
+def _create() -> tuple[int, str]:
+    directory = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    path = os.path.join(directory, f"catmap-warnings-{os.getpid()}-{secrets.token_hex(6)}")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.ftruncate(fd, _SIZE)
+    return fd, path
+
+
+def _increment(slot: int) -> int:
+    """Add one to a counter under a lock that excludes other processes (POSIX record lock)
+    and other threads; returns the new count."""
+    counters = shared_counters()
+    with _state_lock:
+        assert _fd is not None
+        fcntl.lockf(_fd, fcntl.LOCK_EX, 8, slot * 8)
+        try:
+            counters[slot] += 1
+            return int(counters[slot])
+        finally:
+            fcntl.lockf(_fd, fcntl.LOCK_UN, 8, slot * 8)
+
+
+def shared_counters() -> np.ndarray:
+    """The per-kind counters of this run (created, or attached from the parent, on first use).
+
+    Call it in the training process before starting DataLoader workers so that spawned workers
+    share the counters; the loader builders do.
+    """
+    global _counters, _names, _map, _owner, _fd
+    with _state_lock:
+        if _counters is not None:
+            return _counters
+        path = os.environ.get(_ENV, "")
+        fd = _attach(path) if path else None
+        if fd is None:  # first process of the run, or its creator has exited
+            fd, path = _create()
+            os.environ[_ENV] = path
+            _owner = (os.getpid(), path)
+            atexit.register(_close_owner)
+        _fd = fd
+        mapped = mmap.mmap(fd, _SIZE)
+        _map = mapped
+        _counters = np.ndarray((_SLOTS,), dtype=np.int64, buffer=mapped)
+        _names = np.ndarray((_SLOTS, _NAME_BYTES), dtype=np.uint8, buffer=mapped,
+                            offset=_SLOTS * 8)
+        return _counters
+
+
+def register_kind(kind: str) -> int:
+    """Write ``kind``'s name into its slot (so every process can name it); returns the slot."""
+    shared_counters()
+    slot = _slot(kind)
+    assert _names is not None
+    encoded = kind.encode()[:_NAME_BYTES]
+    if bytes(_names[slot, : len(encoded)]) != encoded:
+        _names[slot, :] = 0
+        _names[slot, : len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
+    return slot
+
+
+def warn_limited(log: logging.Logger, kind: str, message: str, *args: object) -> bool:
+    """Log ``message % args`` as a warning unless this kind was logged enough times already.
+
+    Args:
+        log: the logger of the module that warns.
+        kind: a short fixed name for the kind of warning (counted together).
+        message: the %-format message.
+        *args: its arguments.
+
+    Returns:
+        True if the warning was logged, False if it was only counted.
+    """
+    number = _increment(register_kind(kind))
+    limit = _first_per_kind()
+    if number > limit:
+        return False
+    if number == limit:
+        message += " (further warnings of this kind are counted and summarized at exit)"
+    log.warning(message, *args)
+    return True
+
+
+def counts() -> dict[str, int]:
+    """Warnings counted so far per kind, in all processes sharing the counters.
+
+    Example:
+        >>> isinstance(counts(), dict)
+        True
+    """
+    counters = shared_counters()
+    assert _names is not None
+    result = {}
+    for slot in np.flatnonzero(counters):
+        name = bytes(_names[slot]).rstrip(b"\0").decode(errors="replace") or f"slot {slot}"
+        result[name] = int(counters[slot])
+    return result
+
+
+def log_summary() -> dict[str, int]:
+    """Log one line per kind whose count passed the limit; returns the suppressed counts."""
+    limit = _first_per_kind()
+    suppressed = {kind: n - limit for kind, n in counts().items() if n > limit}
+    for kind, number in suppressed.items():
+        logger.warning("%d more warnings of kind %r were not logged (%d in all)",
+                       number, kind, number + limit)
+    return suppressed
+
+
+def _close_owner() -> None:
+    global _counters, _names, _map
+    if _owner is None or _owner[0] != os.getpid() or _map is None:
+        return
+    try:
+        log_summary()
+    finally:
+        _counters = _names = None
+        try:
+            os.unlink(_owner[1])
+        except OSError:
+            pass
+        if os.environ.get(_ENV) == _owner[1]:
+            del os.environ[_ENV]
