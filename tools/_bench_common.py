@@ -14,9 +14,13 @@ import json
 import logging
 from typing import Any
 
-__all__ = ["add_json_argument", "write_json_results"]
+__all__ = ["HelpFormatter", "add_json_argument", "write_json_results"]
 
 logger = logging.getLogger(__name__)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """``--help`` shows every option's default and keeps the description's line breaks."""
 
 
 def add_json_argument(parser: argparse.ArgumentParser) -> None:

@@ -80,7 +80,9 @@ def _crc_file(path: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=300, help="entry and source size in MB")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (best kept)")
     add_json_argument(parser)

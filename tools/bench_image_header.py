@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import io
 import sys
 import timeit
@@ -75,8 +76,9 @@ def _best_us(fn, number: int) -> float:
     return min(timeit.Timer(fn).repeat(5, number)) / number * 1e6
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Print the table (one line per image and EXIF variant)."""
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     from PIL import Image
 
     from mappers.image_header import parse_jpeg

@@ -335,7 +335,9 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; print the table; return the figures."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=48, help="distinct JPEGs generated")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--batches", type=int, default=12, help="timed batches per run")

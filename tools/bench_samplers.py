@@ -50,6 +50,7 @@ from samplers import (
     repeat_factors_from_category_frequency,
 )
 from samplers.stream import CHUNK  # noqa: F401  (the chunk both orders are read in)
+from tools._bench_common import HelpFormatter
 
 __all__ = ["main"]
 
@@ -396,7 +397,7 @@ def bench_memory(items: int, iterate: int, rows: list[tuple[str, ...]]) -> None:
 
 def main(argv: list[str] | None = None) -> list[tuple[str, ...]]:
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=__doc__, formatter_class=HelpFormatter
     )
     parser.add_argument("--items", type=int, default=10_000_000, help="records for the index pass")
     parser.add_argument("--images", type=int, default=1_000_000, help="images for repeat factors")

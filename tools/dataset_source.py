@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -82,6 +83,10 @@ def resolve_dataset(args: argparse.Namespace) -> str:
     """
     from catalog import DatasetCatalog
 
+    if args.imports and os.getcwd() not in sys.path and "" not in sys.path:
+        # As `python -m` does: modules of the directory the tool is run from are importable
+        # without PYTHONPATH (a script run by path only has its own directory on sys.path).
+        sys.path.insert(0, os.getcwd())
     for module in args.imports:
         try:
             importlib.import_module(module)

@@ -187,7 +187,9 @@ def make_synthetic_coco(path: str, num_images: int = 118_287, seed: int = 0) -> 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=118_287, help="number of images")
     parser.add_argument("--out", required=True, help="output json path")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
