@@ -1,0 +1,348 @@
+"""Cityscapes (fine annotations): instance records from the per-image polygon json files or the
+``*_instanceIds.png`` images, and semantic records pointing at ``*_labelTrainIds.png``.
+
+Layout (as distributed): ``image_dir/<city>/<base>_leftImg8bit.png`` and
+``gt_dir/<city>/<base>_gtFine_{polygons.json,instanceIds.png,labelIds.png,labelTrainIds.png}``.
+
+How polygons become instances (``from_json=True``): as cityscapesScripts renders its
+instance images, every object of the file is drawn in file order, each covering the ones
+before it (stuff objects too; ``license plate`` and ``deleted`` objects are not drawn). Each
+object of one of the 8 instance classes then becomes an annotation, in reverse file order
+(as detectron2): ``category_id`` contiguous 0..7, ``iscrowd`` 1 for ``<class>group`` labels,
+``bbox`` XYXY_ABS, ``segmentation``:
+
+* an object no later object covers keeps its own polygon, shifted by +0.5 (Cityscapes
+  coordinates are pixel indices; records use pixel centers) and its box is the pixel extent
+  ``[xmin, ymin, xmax + 1, ymax + 1]`` of its integer coordinates (detectron2's box for it);
+* a partly covered object gets the outlines of its visible pixels (OpenCV contours, +0.5)
+  and the pixel extent of those pixels; a fully covered one is dropped.
+
+detectron2 instead clips polygons with shapely after dilating them by 0.5 pixel, so the
+polygons of covered objects differ in detail (not in area or box beyond a pixel).
+``to_polygons=False`` gives compressed RLE masks of the visible pixels (pycocotools).
+``from_json=False`` reads ``*_instanceIds.png`` instead (ids >= 24; ``id // 1000`` the label,
+ids below 1000 crowds), with the same pixel-extent boxes.
+
+Every file is input: json files are read as regular files of at most
+:data:`MAX_JSON_BYTES` with the bounded parser and every value used is checked; images are
+refused beyond :data:`MAX_PIXELS`. Errors are :class:`CityscapesFormatError` naming the file,
+the object index and the key.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+from .box_mode import BoxMode
+from .cityscapes_labels import ID_TO_LABEL, NAME_TO_LABEL, THING_ID_TO_CONTIGUOUS, CityscapesLabel
+from .coco_json import parse_json_bytes
+from .format_errors import CityscapesFormatError, missing_dependency
+from .safe_parse import read_bytes
+
+__all__ = ["MAX_JSON_BYTES", "MAX_PIXELS", "load_cityscapes_instances", "load_cityscapes_semantic"]
+
+logger = logging.getLogger(__name__)
+
+#: Largest ``*_gtFine_polygons.json`` read (Cityscapes' own are below 1 MiB).
+MAX_JSON_BYTES = 16 * 1024 * 1024
+#: Largest image (height * width) rasterized or read (Cityscapes' are 2048 x 1024).
+MAX_PIXELS = 1 << 25
+#: Largest absolute polygon coordinate accepted.
+_MAX_COORD = 1 << 20
+_IMAGE_SUFFIX = "leftImg8bit.png"
+
+
+def _files(image_dir: str, gt_dir: str) -> list[tuple[str, str, str, str]]:
+    """``(image, instanceIds png, labelIds png, polygons json)`` for every image, sorted."""
+    if not os.path.isdir(image_dir):
+        raise FileNotFoundError(f"Cityscapes image_dir {image_dir!r} is not a directory")
+    files, skipped = [], 0
+    for city in sorted(os.listdir(image_dir)):
+        city_dir = os.path.join(image_dir, city)
+        if not os.path.isdir(city_dir):
+            continue
+        for name in sorted(os.listdir(city_dir)):
+            if not name.endswith(_IMAGE_SUFFIX):
+                skipped += 1
+                continue
+            base = os.path.join(gt_dir, city, name[: -len(_IMAGE_SUFFIX)])
+            files.append((os.path.join(city_dir, name), base + "gtFine_instanceIds.png",
+                          base + "gtFine_labelIds.png", base + "gtFine_polygons.json"))
+    if skipped:
+        logger.warning("%s: skipped %d files not ending with %r", image_dir, skipped,
+                       _IMAGE_SUFFIX)
+    if not files:
+        raise CityscapesFormatError(
+            f"no '<city>/*{_IMAGE_SUFFIX}' images found in {image_dir!r}", path=image_dir)
+    return files
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    if not os.path.exists(path):
+        raise CityscapesFormatError(f"Cityscapes annotation {path!r} does not exist", path=path)
+    data = parse_json_bytes(read_bytes(path, limit=MAX_JSON_BYTES, what="Cityscapes json"), path)
+    if type(data) is not dict:
+        raise CityscapesFormatError(f"{path}: the top level must be a dict", path=path)
+    for key in ("imgHeight", "imgWidth"):
+        value = data.get(key)
+        if type(value) is not int or not 1 <= value <= MAX_PIXELS:
+            raise CityscapesFormatError(f"{path}: key {key!r} must be a positive int, got "
+                                        f"{value!r}", path=path, key=key)
+    if data["imgHeight"] * data["imgWidth"] > MAX_PIXELS:
+        raise CityscapesFormatError(
+            f"{path}: image of {data['imgHeight']} x {data['imgWidth']} pixels is larger than "
+            f"the limit ({MAX_PIXELS} pixels)", path=path, key="imgHeight")
+    return data
+
+
+def _objects(data: dict[str, Any], path: str) -> list[tuple[CityscapesLabel, bool, np.ndarray]]:
+    """``(label, crowd, polygon (N, 2))`` of every drawn object, in file order."""
+    objects = data.get("objects")
+    if type(objects) is not list:
+        raise CityscapesFormatError(f"{path}: key 'objects' must be a list", path=path,
+                                    key="objects")
+    out, short = [], 0
+    for index, obj in enumerate(objects):
+        def fail(key: str, problem: str, index: int = index) -> CityscapesFormatError:
+            return CityscapesFormatError(f"{path}: objects[{index}] key {key!r} {problem}",
+                                         path=path, index=index, key=key)
+
+        if type(obj) is not dict:
+            raise fail("objects", "must hold dicts")
+        if "deleted" in obj:
+            continue
+        name = obj.get("label")
+        if type(name) is not str:
+            raise fail("label", f"must be a str, got {name!r}")
+        crowd = name not in NAME_TO_LABEL and name.endswith("group")
+        label = NAME_TO_LABEL.get(name[: -len("group")] if crowd else name)
+        if label is None:
+            raise fail("label", f"{name!r} is not a Cityscapes label")
+        if label.id < 0:
+            continue
+        polygon = obj.get("polygon")
+        if type(polygon) is not list or not all(
+            type(p) is list and len(p) == 2 and all(type(v) in (int, float) for v in p)
+            for p in polygon
+        ):
+            raise fail("polygon", "must be a list of [x, y] number pairs")
+        points = np.asarray(polygon, dtype=np.float64).reshape(-1, 2)
+        if not (np.isfinite(points).all() and (np.abs(points) <= _MAX_COORD).all()):
+            raise fail("polygon", f"holds a coordinate that is not finite or beyond {_MAX_COORD}")
+        if len(points) < 3:
+            short += 1
+            continue
+        out.append((label, crowd, points))
+    if short:
+        logger.warning("%s: skipped %d objects whose polygon has fewer than 3 points", path,
+                       short)
+    return out
+
+
+def _contours(mask: np.ndarray, x0: int, y0: int) -> list[list[float]]:
+    try:
+        import cv2
+    except ImportError:
+        raise missing_dependency("opencv-python-headless", "opencv",
+                                 "Cityscapes instances as polygons") from None
+    found = cv2.findContours(mask.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    return [
+        (c.reshape(-1, 2).astype(np.float64) + (x0 + 0.5, y0 + 0.5)).reshape(-1).tolist()
+        for c in found[-2]
+        if len(c) >= 3
+    ]
+
+
+def _rle(mask: np.ndarray, x0: int, y0: int, height: int, width: int) -> dict[str, Any]:
+    try:
+        from pycocotools import mask as mask_util
+    except ImportError:
+        raise missing_dependency("pycocotools", "coco", "Cityscapes instances as RLE") from None
+    full = np.zeros((height, width), np.uint8, order="F")
+    full[y0 : y0 + mask.shape[0], x0 : x0 + mask.shape[1]] = mask
+    rle = mask_util.encode(full)
+    return {"size": [height, width], "counts": rle["counts"].decode("ascii")}
+
+
+def _mask_annotation(mask: np.ndarray, x0: int, y0: int, height: int, width: int,
+                     label: CityscapesLabel, crowd: bool, to_polygons: bool) -> dict | None:
+    """The annotation of the visible pixels ``mask`` (a crop whose corner is ``x0, y0``)."""
+    ys, xs = np.nonzero(mask)
+    if not len(ys):
+        return None
+    if to_polygons:
+        segmentation: Any = _contours(mask, x0, y0)
+        if not segmentation:
+            return None
+    else:
+        segmentation = _rle(mask, x0, y0, height, width)
+    return {
+        "iscrowd": int(crowd),
+        "category_id": THING_ID_TO_CONTIGUOUS[label.id],
+        "bbox": [float(x0 + xs.min()), float(y0 + ys.min()), float(x0 + xs.max() + 1),
+                 float(y0 + ys.max() + 1)],
+        "bbox_mode": BoxMode.XYXY_ABS,
+        "segmentation": segmentation,
+    }
+
+
+def _pillow() -> Any:
+    try:
+        from PIL import Image, ImageDraw
+    except ImportError:
+        raise missing_dependency("Pillow", "images", "Cityscapes loading") from None
+    return Image, ImageDraw
+
+
+def _is_instance(label: CityscapesLabel) -> bool:
+    return label.has_instances and not label.ignore_in_eval
+
+
+def _record_from_json(files: tuple[str, ...], to_polygons: bool) -> dict[str, Any]:
+    image_file, _, _, json_file = files
+    data = _read_json(json_file)
+    height, width = data["imgHeight"], data["imgWidth"]
+    objects = _objects(data, json_file)
+    Image, ImageDraw = _pillow()
+    canvas = Image.new("I", (width, height), 0)
+    draw = ImageDraw.Draw(canvas)
+    for index, (_, _, points) in enumerate(objects):
+        draw.polygon([tuple(p) for p in points.tolist()], fill=index + 1)
+    drawn = np.asarray(canvas)
+    annotations = []
+    for index in range(len(objects) - 1, -1, -1):
+        label, crowd, points = objects[index]
+        if not _is_instance(label):
+            continue
+        low, high = np.floor(points.min(0)), np.floor(points.max(0)) + 1
+        x0, y0 = int(max(low[0], 0)), int(max(low[1], 0))
+        x1, y1 = int(min(high[0], width)), int(min(high[1], height))
+        if x1 <= x0 or y1 <= y0:
+            continue  # entirely outside the image
+        visible = drawn[y0:y1, x0:x1] == index + 1
+        alone = Image.new("1", (x1 - x0, y1 - y0), 0)
+        ImageDraw.Draw(alone).polygon([(x - x0, y - y0) for x, y in points.tolist()], fill=1)
+        covered = int(visible.sum()) != int(np.asarray(alone).sum())
+        if covered or not to_polygons:
+            annotation = _mask_annotation(visible, x0, y0, height, width, label, crowd,
+                                          to_polygons)
+            if annotation is not None:
+                annotations.append(annotation)
+            continue
+        annotations.append({
+            "iscrowd": int(crowd),
+            "category_id": THING_ID_TO_CONTIGUOUS[label.id],
+            "bbox": [float(low[0]), float(low[1]), float(high[0]), float(high[1])],
+            "bbox_mode": BoxMode.XYXY_ABS,
+            "segmentation": [(points + 0.5).reshape(-1).tolist()],
+        })
+    return {"file_name": image_file, "image_id": os.path.basename(image_file),
+            "height": height, "width": width, "annotations": annotations}
+
+
+def _record_from_png(files: tuple[str, ...], to_polygons: bool) -> dict[str, Any]:
+    image_file, instance_file = files[0], files[1]
+    if not os.path.exists(instance_file):
+        raise CityscapesFormatError(f"Cityscapes instance image {instance_file!r} does not "
+                                    "exist", path=instance_file)
+    Image, _ = _pillow()
+    with Image.open(instance_file) as image:
+        width, height = image.size
+        if width * height > MAX_PIXELS:
+            raise CityscapesFormatError(f"{instance_file}: {width} x {height} pixels is larger "
+                                        f"than the limit ({MAX_PIXELS})", path=instance_file)
+        ids = np.asarray(image, dtype=np.int64)
+    if ids.shape != (height, width):
+        raise CityscapesFormatError(f"{instance_file}: not a single-channel id image "
+                                    f"(shape {ids.shape})", path=instance_file)
+    annotations = []
+    for instance_id in np.unique(ids[ids >= 24]).tolist():
+        label = ID_TO_LABEL.get(instance_id // 1000 if instance_id >= 1000 else instance_id)
+        if label is None:
+            raise CityscapesFormatError(f"{instance_file}: pixel value {instance_id} names no "
+                                        "Cityscapes label", path=instance_file, key="label")
+        if not _is_instance(label):
+            continue
+        ys, xs = np.nonzero(ids == instance_id)
+        x0, y0 = int(xs.min()), int(ys.min())
+        crop = ids[y0 : int(ys.max()) + 1, x0 : int(xs.max()) + 1] == instance_id
+        annotation = _mask_annotation(crop, x0, y0, height, width, label, instance_id < 1000,
+                                      to_polygons)
+        if annotation is not None:
+            annotations.append(annotation)
+    return {"file_name": image_file, "image_id": os.path.basename(image_file),
+            "height": height, "width": width, "annotations": annotations}
+
+
+def load_cityscapes_instances(
+    image_dir: str | os.PathLike,
+    gt_dir: str | os.PathLike,
+    from_json: bool = True,
+    to_polygons: bool = True,
+) -> list[dict[str, Any]]:
+    """Cityscapes instance-segmentation records (see the module docstring for the rules).
+
+    Args:
+        image_dir: e.g. ``cityscapes/leftImg8bit/train``.
+        gt_dir: e.g. ``cityscapes/gtFine/train``.
+        from_json: read ``*_gtFine_polygons.json`` (True) or ``*_gtFine_instanceIds.png``.
+        to_polygons: polygons (needs OpenCV for covered objects) or RLE masks (pycocotools).
+
+    Returns:
+        One record per image: ``file_name``, ``image_id`` (the image's base name), ``height``,
+        ``width``, ``annotations`` (``iscrowd``, ``category_id`` 0..7, ``bbox`` XYXY_ABS,
+        ``bbox_mode``, ``segmentation``).
+
+    Raises:
+        CityscapesFormatError: no images, a missing annotation file, a malformed json (file,
+            object index and key named) or a too large image.
+        MissingDependencyError: Pillow, OpenCV or pycocotools is needed and missing.
+
+    Example:
+        >>> records = load_cityscapes_instances("cityscapes/leftImg8bit/val",
+        ...                                     "cityscapes/gtFine/val")  # doctest: +SKIP
+        >>> records[0]["annotations"][0]["bbox_mode"]  # doctest: +SKIP
+        <BoxMode.XYXY_ABS: 0>
+    """
+    image_dir, gt_dir = os.fspath(image_dir), os.fspath(gt_dir)
+    convert = _record_from_json if from_json else _record_from_png
+    records = [convert(files, bool(to_polygons)) for files in _files(image_dir, gt_dir)]
+    logger.info("loaded %d Cityscapes images (%d instances) from %s", len(records),
+                sum(len(r["annotations"]) for r in records), image_dir)
+    return records
+
+
+def load_cityscapes_semantic(
+    image_dir: str | os.PathLike, gt_dir: str | os.PathLike
+) -> list[dict[str, Any]]:
+    """Cityscapes semantic-segmentation records: ``file_name``, ``sem_seg_file_name`` (the
+    ``*_gtFine_labelTrainIds.png``, made by cityscapesScripts' ``createTrainIdLabelImgs.py``),
+    ``height`` and ``width`` (from the polygon json).
+
+    Raises:
+        CityscapesFormatError: no images, a missing or malformed json.
+        FileNotFoundError: the first ``labelTrainIds`` file is missing (says how to make them).
+
+    Example:
+        >>> load_cityscapes_semantic("leftImg8bit/val", "gtFine/val")[0]  # doctest: +SKIP
+    """
+    image_dir, gt_dir = os.fspath(image_dir), os.fspath(gt_dir)
+    records = []
+    for image_file, _, label_file, json_file in _files(image_dir, gt_dir):
+        data = _read_json(json_file)
+        records.append({
+            "file_name": image_file,
+            "sem_seg_file_name": label_file[: -len("labelIds.png")] + "labelTrainIds.png",
+            "height": data["imgHeight"],
+            "width": data["imgWidth"],
+        })
+    if not os.path.isfile(records[0]["sem_seg_file_name"]):
+        raise FileNotFoundError(
+            f"{records[0]['sem_seg_file_name']!r} does not exist: make the labelTrainIds "
+            "images with cityscapesScripts' createTrainIdLabelImgs.py")
+    return records
+

@@ -1,0 +1,195 @@
+"""Typed errors of the dataset-format loaders and converters (semantic segmentation, COCO
+panoptic, Cityscapes, COCO export and the COCO evaluation bridge).
+
+Every class takes a single positional message (torch re-raises worker errors as ``cls(msg)``)
+and extra fields as keyword arguments with defaults; all pickle whole (see
+:class:`~catalog.errors.CatmapError`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import AnnotationFormatError, CatmapError
+
+__all__ = [
+    "SemSegPairingError",
+    "PanopticFormatError",
+    "CityscapesFormatError",
+    "CocoExportError",
+    "CocoEvaluationError",
+    "MissingDependencyError",
+    "missing_dependency",
+]
+
+
+class SemSegPairingError(CatmapError, ValueError):
+    """Images and label maps of a semantic-segmentation dataset cannot be paired.
+
+    Attributes:
+        gt_root: the label-map directory.
+        image_root: the image directory.
+        unpaired: up to a few of the files that have no partner (paths).
+
+    Example:
+        >>> SemSegPairingError("no pairs", gt_root="gt", unpaired=["gt/a.png"]).unpaired
+        ['gt/a.png']
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        gt_root: str | None = None,
+        image_root: str | None = None,
+        unpaired: list[str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.gt_root = gt_root
+        self.image_root = image_root
+        self.unpaired = list(unpaired or [])
+
+
+class PanopticFormatError(AnnotationFormatError):
+    """A COCO panoptic file (or the metadata it is read with) is malformed.
+
+    Attributes:
+        path: the panoptic json file.
+        image_id: the image id of the annotation involved, when known.
+        segment_id: the segment id involved, when known.
+        key: the key whose value is wrong.
+
+    Example:
+        >>> err = PanopticFormatError("bad", path="p.json", image_id=3, segment_id=7, key="id")
+        >>> (err.image_id, err.segment_id, err.key)
+        (3, 7, 'id')
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        path: str | None = None,
+        image_id: Any = None,
+        segment_id: Any = None,
+        key: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.image_id = image_id
+        self.segment_id = segment_id
+        self.key = key
+
+
+class CityscapesFormatError(AnnotationFormatError):
+    """A Cityscapes file is missing or malformed.
+
+    Attributes:
+        path: the file involved.
+        index: the index in the file's ``objects`` list, when known.
+        key: the key whose value is wrong.
+
+    Example:
+        >>> CityscapesFormatError("bad label", path="a.json", index=2, key="label").index
+        2
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        path: str | None = None,
+        index: int | None = None,
+        key: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.index = index
+        self.key = key
+
+
+class CocoExportError(CatmapError, ValueError):
+    """A dataset's records cannot be written as a COCO file.
+
+    Attributes:
+        dataset: the dataset name.
+        index: the record index, when known.
+        key: the key whose value is wrong.
+
+    Example:
+        >>> CocoExportError("no width", dataset="toy", index=0, key="width").key
+        'width'
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        dataset: str | None = None,
+        index: int | None = None,
+        key: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.dataset = dataset
+        self.index = index
+        self.key = key
+
+
+class CocoEvaluationError(CatmapError, ValueError):
+    """Predictions or results cannot be evaluated against a dataset (wrong shape, unknown
+    class or image, keypoint count that differs from the ground truth's).
+
+    Attributes:
+        dataset: the dataset name, when known.
+        image_id: the image id involved, when known.
+        key: the field involved.
+
+    Example:
+        >>> CocoEvaluationError("bad", image_id=4, key="scores").image_id
+        4
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        dataset: str | None = None,
+        image_id: Any = None,
+        key: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.dataset = dataset
+        self.image_id = image_id
+        self.key = key
+
+
+class MissingDependencyError(CatmapError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install.
+
+    Attributes:
+        extra: the catmap extra that installs it (e.g. ``"coco"``).
+        package: the missing package.
+
+    Example:
+        >>> err = missing_dependency("pycocotools", "coco", "COCO evaluation")
+        >>> 'pip install "catmap[coco]"' in str(err)
+        True
+    """
+
+    def __init__(
+        self, message: str = "", *, extra: str | None = None, package: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.extra = extra
+        self.package = package
+
+
+def missing_dependency(package: str, extra: str, purpose: str) -> MissingDependencyError:
+    """The error to raise when ``package`` (installed by the catmap extra ``extra``) is
+    missing for ``purpose``."""
+    return MissingDependencyError(
+        f"{purpose} needs {package}, which is not installed: pip install \"catmap[{extra}]\" "
+        f"(or pip install {package})",
+        extra=extra,
+        package=package,
+    )
