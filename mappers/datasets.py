@@ -1,4 +1,5 @@
-"""Datasets that wrap record lists: DatasetFromList, MapDataset, ToIterableDataset.
+"""Datasets that wrap record lists: DatasetFromList, MapDataset (ToIterableDataset lives in
+:mod:`mappers.to_iterable` and is re-exported here).
 
 ``MapDataset`` applies a mapper to every record. A mapper may return ``None`` to say "this
 record gives no usable sample" (an unreadable image, a crop without boxes); another index is
@@ -19,11 +20,10 @@ from __future__ import annotations
 
 import collections
 import copy
-import itertools
 import logging
 import operator
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -34,7 +34,9 @@ from catalog.serialized_list import SerializedList
 
 from ._function_pickle import unwrap, wrap_for_pickling
 from .errors import RefetchExhaustedError
+from .pickled_list import PickledList
 from .random_state import attempt_generator, current_sample, index_sample_seed
+from .to_iterable import ToIterableDataset
 
 __all__ = [
     "DEFAULT_MAX_REFETCH",
@@ -56,14 +58,21 @@ _LAST_FAILED_SHOWN = 10
 class DatasetFromList(data.Dataset):
     """A map-style dataset over a list of records.
 
+    Items need not be dicts (as in detectron2): any picklable item works.
+
     Args:
         lst: the records (a list, or a catalog ``SerializedList`` which is used as it is).
         copy: with ``serialize=False``, return a deep copy of each record on access so the
             caller may modify it freely. Serialized records are fresh objects on every access
             and are never copied again.
-        serialize: ``True`` stores the records in a ``SerializedList`` (one shared buffer,
-            no per-worker copies); a callable is called with the list and must return an
-            indexable, sized container; ``False`` keeps the Python list.
+        serialize: ``True`` stores the records in one shared buffer, no per-worker copies: a
+            ``SerializedList`` when every item is a dict, else a :class:`PickledList`; a
+            callable is called with the list and must return an indexable, sized container;
+            ``False`` keeps the Python list.
+
+    Raises:
+        TypeError: ``lst`` is an IterableDataset or has no length, or ``serialize`` is neither
+            a bool nor a callable.
 
     Example:
         >>> ds = DatasetFromList([{"file_name": "a.jpg"}, {"file_name": "b.jpg"}])
@@ -77,16 +86,36 @@ class DatasetFromList(data.Dataset):
         copy: bool = True,
         serialize: bool | Callable[[Sequence[Any]], Sequence[Any]] = True,
     ) -> None:
+        if isinstance(lst, data.IterableDataset):
+            raise TypeError(
+                f"DatasetFromList: lst must be a list of records, got the IterableDataset "
+                f"{type(lst).__name__}; use it as it is (MapDataset, the loader builders)"
+            )
+        if not hasattr(lst, "__len__"):
+            if serialize is not True:
+                raise TypeError(
+                    f"DatasetFromList: lst must be a sized sequence of records unless "
+                    f"serialize=True, got {type(lst).__name__}"
+                )
+            lst = list(lst)  # a generator: serialized below
+        if not isinstance(serialize, bool) and not callable(serialize):
+            raise TypeError(
+                f"DatasetFromList: serialize must be a bool or a callable, got "
+                f"{type(serialize).__name__}"
+            )
         self._copy = bool(copy)
         self._serialized = False
-        if isinstance(lst, SerializedList):
+        if isinstance(lst, (SerializedList, PickledList)):
             self._lst: Sequence[Any] = lst
             self._serialized = True
         elif callable(serialize):
             self._lst = serialize(lst)
             self._serialized = True
         elif serialize:
-            self._lst = SerializedList(lst)
+            if all(type(item) is dict or isinstance(item, dict) for item in lst):
+                self._lst = SerializedList(lst)
+            else:
+                self._lst = PickledList(lst)
             self._serialized = True
         else:
             self._lst = lst
@@ -94,7 +123,7 @@ class DatasetFromList(data.Dataset):
 
     @property
     def records(self) -> Sequence[Any]:
-        """The underlying container (a SerializedList when serialized)."""
+        """The underlying container (a SerializedList or PickledList when serialized)."""
         return self._lst
 
     def __len__(self) -> int:
@@ -384,76 +413,3 @@ class MapIterableDataset(_MapBase, data.IterableDataset):
 
     def __repr__(self) -> str:
         return f"MapDataset({self._dataset!r}, {self.map_func!r}, iterable)"
-
-
-def _shard_chunks(
-    indices: Iterable[int], worker: int, num_workers: int, chunk: int
-) -> Iterator[int]:
-    """Yield chunks ``worker, worker + num_workers, ...`` of ``chunk`` consecutive indices."""
-    it = iter(indices)
-    skip_before = worker * chunk
-    skip_after = (num_workers - 1 - worker) * chunk
-    consume = collections.deque(maxlen=0).extend
-    consume(itertools.islice(it, skip_before))
-    while True:
-        taken = list(itertools.islice(it, chunk))
-        if not taken:
-            return
-        yield from taken
-        if len(taken) < chunk:
-            return
-        consume(itertools.islice(it, skip_after + skip_before))
-
-
-class ToIterableDataset(data.IterableDataset):
-    """Run a sampler inside the DataLoader: an IterableDataset over ``dataset[i]`` for i in it.
-
-    With ``num_workers = N`` each worker iterates the whole sampler and keeps every N-th chunk
-    of ``shard_chunk_size`` indices, so the DataLoader, which takes batches from its workers
-    in turn, yields exactly the sequence of 0 workers when its ``batch_size`` equals
-    ``shard_chunk_size`` (use 1 with ``batch_size=1`` or ``batch_size=None``). The sampler
-    must yield the same sequence in every worker (seeded, not drawing from global state).
-
-    Args:
-        dataset: a map-style dataset.
-        sampler: an iterable of indices (finite or infinite).
-        shard_chunk_size: how many consecutive indices a worker takes at a time.
-
-    Example:
-        >>> ds = ToIterableDataset(["a", "b", "c"], [2, 0, 1])
-        >>> list(ds)
-        ['c', 'a', 'b']
-    """
-
-    def __init__(self, dataset: Any, sampler: Iterable[int], shard_chunk_size: int = 1) -> None:
-        if isinstance(dataset, data.IterableDataset):
-            raise TypeError("ToIterableDataset: dataset must be map-style, got an IterableDataset")
-        if (
-            isinstance(shard_chunk_size, bool)
-            or not isinstance(shard_chunk_size, int)
-            or shard_chunk_size < 1
-        ):
-            raise ValueError(
-                f"ToIterableDataset: shard_chunk_size must be an int >= 1, got {shard_chunk_size!r}"
-            )
-        self.dataset = dataset
-        self.sampler = sampler
-        self.shard_chunk_size = shard_chunk_size
-
-    def __iter__(self) -> Iterator[Any]:
-        info = data.get_worker_info()
-        indices: Iterable[int] = iter(self.sampler)
-        if info is not None and info.num_workers > 1:
-            indices = _shard_chunks(indices, info.id, info.num_workers, self.shard_chunk_size)
-        dataset = self.dataset
-        for index in indices:
-            yield dataset[index]
-
-    def __len__(self) -> int:
-        return len(self.sampler)  # type: ignore[arg-type]
-
-    def __repr__(self) -> str:
-        return (
-            f"ToIterableDataset({self.dataset!r}, sampler={self.sampler!r}, "
-            f"shard_chunk_size={self.shard_chunk_size})"
-        )

@@ -41,7 +41,6 @@ from functools import lru_cache
 import numpy as np
 
 from .errors import (
-    ImageNotFoundError,
     ImageReadError,
     ImageSizeMismatchError,
     UnsupportedImageFormatError,
@@ -56,6 +55,7 @@ from .image_header import (
     png_header,
 )
 from .image_pillow import apply_exif_orientation, decode_with_pillow, to_format
+from .image_source import DEFAULT_MAX_IMAGE_BYTES, read_image_bytes
 from .opencv_threads import get_cv2
 
 __all__ = [
@@ -384,11 +384,14 @@ def read_image(
     expected_size: tuple[int, int] | None = None,
     max_pixels: int | None | object = _UNSET,
     keep_16bit: bool = False,
+    max_bytes: int | None = DEFAULT_MAX_IMAGE_BYTES,
 ) -> np.ndarray:
     """Read an image file into an HWC uint8 array with its EXIF orientation applied.
 
     Args:
-        file_name: path of the image.
+        file_name: path of the image, or a URL (``s3://``, ``https://``, ``file://`` ...)
+            read through fsspec (the optional extra ``catmap[remote]``, see
+            :mod:`mappers.image_source`); the same byte bound and pixel limit apply.
         format: "RGB" (default, also for None), "BGR", or "L" (grayscale, shape HxWx1).
         min_size: (height, width) the caller will shrink the image to, in the oriented image's
             coordinates. When the image is at least 2x larger in both sides, a JPEG may be
@@ -401,6 +404,7 @@ def read_image(
         max_pixels: pixel limit for this call (None: no limit); default
             :func:`~mappers.image_header.get_max_image_pixels`.
         keep_16bit: return uint16 samples for 16-bit images instead of scaling to 8 bits.
+        max_bytes: the most bytes read from the file (default 1 GiB; None: no bound).
 
     Returns:
         A C-contiguous, writable array of shape (H, W, 3) or (H, W, 1); uint8 (uint16 for a
@@ -408,7 +412,9 @@ def read_image(
 
     Raises:
         ImageNotFoundError: (a FileNotFoundError) the file does not exist.
-        ImageTooLargeError: (an ImageReadError) the header declares more pixels than allowed.
+        ImageTooLargeError: (an ImageReadError) the header declares more pixels than allowed,
+            or the file holds more than ``max_bytes`` bytes.
+        MissingDependencyError: (an ImportError) a URL, and fsspec is not installed.
         ImageReadError: (an OSError) the file cannot be read or decoded; names the path.
         ImageSizeMismatchError: (a ValueError) the size differs from ``expected_size``.
         UnsupportedImageFormatError: (a ValueError) ``format`` is not RGB, BGR or L.
@@ -419,14 +425,7 @@ def read_image(
         ((480, 640, 3), dtype('uint8'))
     """
     _check_format(format)
-    path = os.fspath(file_name)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError as exc:
-        raise ImageNotFoundError(f"image file not found: {path}", path) from exc
-    except OSError as exc:
-        raise ImageReadError(f"cannot read image file {path}: {exc}", path) from exc
+    data, path = read_image_bytes(file_name, max_bytes)
     return decode_image(
         data,
         format,

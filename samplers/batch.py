@@ -8,7 +8,7 @@ from typing import Any
 
 from torch.utils.data import Sampler
 
-from .errors import NotResumableError
+from .errors import NotResumableError, SamplerConfigError
 from .sample_seed import StreamPositions
 from .state import check_state, is_legacy_state, is_stateful, make_state
 from .state_fields import LEGACY_NOTE, LoadNotes, check_config, prepare_nested
@@ -19,11 +19,17 @@ logger = logging.getLogger(__name__)
 
 
 def check_batch_size(batch_size: Any, owner: str) -> int:
-    """Validate a batch size (a positive int)."""
+    """Validate a batch size (a positive int).
+
+    Raises:
+        SamplerConfigError: (a TypeError and ValueError) not an int, or below 1.
+    """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-        raise TypeError(f"{owner}: batch_size must be an int, got {type(batch_size).__name__}")
+        raise SamplerConfigError(
+            f"{owner}: batch_size must be an int, got {type(batch_size).__name__}"
+        )
     if batch_size < 1:
-        raise ValueError(f"{owner}: batch_size must be >= 1, got {batch_size}")
+        raise SamplerConfigError(f"{owner}: batch_size must be >= 1, got {batch_size}")
     return batch_size
 
 
@@ -52,6 +58,7 @@ class ResumableBatchSampler(Sampler[list[int]]):
         self.batch_size = check_batch_size(batch_size, "ResumableBatchSampler")
         self.drop_last = bool(drop_last)
         self._positions = StreamPositions(sampler)
+        self._origin: int | None = None  # the position iter() restarts from (see iter_with_...)
 
     def __iter__(self) -> Iterator[list[int]]:
         for batch in self.iter_with_positions():
@@ -60,12 +67,19 @@ class ResumableBatchSampler(Sampler[list[int]]):
     def iter_with_positions(self) -> Iterator[list[tuple[int, int]]]:
         """Batches of ``(index, global stream position)`` pairs; ``iter()`` without positions.
 
+        Each iteration starts from the origin, as the catmap samplers do: where the batch
+        sampler was constructed or last loaded (:meth:`load_state_dict`).
+
         Example:
             >>> from samplers import TrainingSampler
             >>> s = TrainingSampler(5, shuffle=False, rank=1, world_size=2)
             >>> next(ResumableBatchSampler(s, 2).iter_with_positions())
             [(1, 1), (3, 3)]
         """
+        if self._origin is None:
+            self._origin = self._positions.next
+        else:
+            self._positions.next = self._origin
         batch: list[tuple[int, int]] = []
         size = self.batch_size
         for pair in self._positions.draw(self.sampler):
@@ -157,5 +171,6 @@ class ResumableBatchSampler(Sampler[list[int]]):
         def commit() -> None:
             load_sampler()
             self._positions = positions
+            self._origin = None  # the next iteration starts here
 
         return commit

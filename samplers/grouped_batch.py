@@ -88,16 +88,24 @@ class GroupedBatchSampler(Sampler[list[int]]):
     """Batches of ``batch_size`` indices from ``sampler`` where every index has the same group.
 
     Indices are buffered per group until a group holds a full batch, which is yielded at once;
-    batches therefore come in roughly the sampler's order. At the end of a finite sampler the
-    partial batches left are yielded (or dropped with ``drop_last=True``). The global stream
-    position of every index is kept with it while it waits (:meth:`iter_with_positions`), so
-    the loaders can seed each sample's augmentations from it.
+    batches therefore come in roughly the sampler's order. As in detectron2, only full batches
+    are yielded: the partial groups left when a finite sampler ends are dropped
+    (``drop_last=True``, the default); ``drop_last=False`` yields them too, group by group
+    (e.g. so that grouped evaluation sees every record). The global stream position of every
+    index is kept with it while it waits (:meth:`iter_with_positions`), so the loaders can
+    seed each sample's augmentations from it.
+
+    Each ``iter()`` starts from the origin: where the sampler was constructed (empty groups)
+    or last loaded (:meth:`load_state_dict`: the saved pending indices), and the wrapped
+    catmap sampler restarts likewise. (detectron2 restarts the sampler but keeps the indices
+    a previous iteration left pending; here a second ``iter()`` repeats the first exactly.)
 
     Args:
         sampler: yields dataset indices (a catmap training sampler for exact resume).
         group_ids: the group of every dataset index (ints >= 0).
         batch_size: indices per batch.
-        drop_last: drop the partial batches left when a finite sampler ends.
+        drop_last: drop the partial batches left when a finite sampler ends (detectron2's
+            behaviour, the default); False yields them at the end.
 
     Raises:
         TypeError / ValueError: malformed ``group_ids`` or ``batch_size``.
@@ -112,7 +120,7 @@ class GroupedBatchSampler(Sampler[list[int]]):
     """
 
     def __init__(
-        self, sampler: Any, group_ids: Any, batch_size: int, drop_last: bool = False
+        self, sampler: Any, group_ids: Any, batch_size: int, drop_last: bool = True
     ) -> None:
         self.sampler = sampler
         self.batch_size = check_batch_size(batch_size, "GroupedBatchSampler")
@@ -140,6 +148,8 @@ class GroupedBatchSampler(Sampler[list[int]]):
         # pending (index, global stream position) pairs per group
         self._buckets: list[list[tuple[int, int]]] = [[] for _ in range(self.num_groups)]
         self._positions = StreamPositions(sampler)
+        # what iter() restarts from: (next position, pending pairs per group); None = now
+        self._origin: tuple[int, list[list[tuple[int, int]]]] | None = None
 
     def __iter__(self) -> Iterator[list[int]]:
         for batch in self.iter_with_positions():
@@ -154,6 +164,11 @@ class GroupedBatchSampler(Sampler[list[int]]):
             >>> next(GroupedBatchSampler(s, [0, 1, 0, 1], 2).iter_with_positions())
             [(0, 0), (2, 2)]
         """
+        if self._origin is None:
+            self._origin = (self._positions.next, [list(b) for b in self._buckets])
+        else:
+            self._positions.next = self._origin[0]
+            self._buckets = [list(b) for b in self._origin[1]]
         group_ids = self.group_ids
         buckets = self._buckets
         size = self.batch_size
@@ -291,6 +306,7 @@ class GroupedBatchSampler(Sampler[list[int]]):
             load_sampler()
             self._buckets = regrouped
             self._positions = positions
+            self._origin = None  # the next iteration starts here
 
         return commit
 

@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from torch.utils.data import BatchSampler, Dataset, IterableDataset
+from torch.utils.data import BatchSampler, IterableDataset
 
-from catalog.serialized_list import SerializedList
-
+from .aspect_ratio_grouped import build_iterable_loader
 from .batch import ResumableBatchSampler, check_batch_size
 from .distributed import get_rank, get_world_size, shared_random_seed
 from .grouped_batch import GroupedBatchSampler, aspect_ratio_group_ids
 from .inference import InferenceSampler
+from .loader_config import (
+    LoaderCallError,
+    configurable,
+    inference_loader_from_config,
+    train_loader_from_config,
+)
+from .loader_inputs import find_records, resolve_dataset
 from .resumable_loader import ResumableLoader
 from .stream import check_seed
 from .training import TrainingSampler
@@ -29,9 +35,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Attributes looked through to find the records under wrapped datasets.
-_WRAPPED_ATTRIBUTES = ("records", "dataset", "_dataset", "_lst")
-
 
 def trivial_batch_collator(batch: list[Any]) -> list[Any]:
     """A ``collate_fn`` that returns the batch as the list of samples it is.
@@ -43,24 +46,6 @@ def trivial_batch_collator(batch: list[Any]) -> list[Any]:
     return batch
 
 
-def _find_records(dataset: Any) -> Sequence[dict] | None:
-    """The record list under a (possibly wrapped) dataset, or None when there is none."""
-    current = dataset
-    for _ in range(8):
-        if isinstance(current, SerializedList):
-            return current
-        if isinstance(current, list) and (not current or isinstance(current[0], dict)):
-            return current
-        for attribute in _WRAPPED_ATTRIBUTES:
-            inner = getattr(current, attribute, None)
-            if inner is not None and inner is not current:
-                current = inner
-                break
-        else:
-            return None
-    return None
-
-
 def _sampler_world_size(sampler: Any) -> tuple[int, int]:
     world = getattr(sampler, "world_size", None)
     rank = getattr(sampler, "rank", None)
@@ -68,6 +53,15 @@ def _sampler_world_size(sampler: Any) -> tuple[int, int]:
         get_rank() if not isinstance(rank, int) else rank,
         get_world_size() if not isinstance(world, int) else world,
     )
+
+
+def _no_sampler(dataset: Any, sampler: Any, owner: str) -> None:
+    if sampler is not None:
+        raise LoaderCallError(
+            f"{owner}: sampler must be None for the IterableDataset {type(dataset).__name__} "
+            f"(it decides its own order), got {type(sampler).__name__}",
+            argument="sampler",
+        )
 
 
 def _per_rank_batch_size(total_batch_size: Any, world_size: int) -> int:
@@ -97,11 +91,14 @@ def build_batch_data_loader(
     timeout: float | None = None,
     worker_init_fn: Callable[[int], Any] | None = None,
     transport: str = "auto",
-) -> ResumableLoader:
+) -> ResumableLoader | Iterable[Any]:
     """Batches of ``total_batch_size / world_size`` samples per rank, resumable.
 
     Args:
-        dataset: a map-style dataset (usually a mapped one).
+        dataset: a map-style dataset (usually a mapped one), or an ``IterableDataset``: then
+            ``sampler`` must be None and the batches come from a plain DataLoader (grouped by
+            :class:`~samplers.aspect_ratio_grouped.AspectRatioGroupedDataset` with
+            ``aspect_ratio_grouping``), as in detectron2; such a loader is not resumable.
         sampler: yields dataset indices for this rank (a catmap training sampler for resume).
         total_batch_size: the batch size summed over all ranks; must divide by world size.
         aspect_ratio_grouping: batch records of the same orientation together; the groups come
@@ -132,7 +129,7 @@ def build_batch_data_loader(
     Raises:
         ValueError: ``total_batch_size`` does not divide by the world size, or grouping was
             asked for a dataset without width/height records.
-        TypeError: ``dataset`` is an IterableDataset.
+        LoaderCallError: (a TypeError) a sampler was given with an IterableDataset.
 
     Example:
         >>> loader = build_batch_data_loader(
@@ -140,15 +137,26 @@ def build_batch_data_loader(
         >>> len(next(iter(loader)))
         4
     """
-    if isinstance(dataset, IterableDataset):
-        raise TypeError(
-            "build_batch_data_loader needs a map-style dataset (the sampler picks indices); "
-            f"got the IterableDataset {type(dataset).__name__}"
-        )
     rank, world_size = _sampler_world_size(sampler)
     batch_size = _per_rank_batch_size(total_batch_size, world_size)
+    if isinstance(dataset, IterableDataset):
+        _no_sampler(dataset, sampler, "build_batch_data_loader")
+        return build_iterable_loader(
+            dataset,
+            batch_size,
+            aspect_ratio_grouping=aspect_ratio_grouping or group_ids is not None,
+            drop_last=drop_last,
+            num_workers=num_workers,
+            collate_fn=collate_fn,
+            seed=shared_random_seed(),
+            rank=rank,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers and num_workers > 0,
+            prefetch_factor=prefetch_factor,
+            multiprocessing_context=multiprocessing_context,
+        )
     if group_ids is None and aspect_ratio_grouping:
-        records = _find_records(dataset)
+        records = find_records(dataset)
         if records is None:
             raise ValueError(
                 f"aspect_ratio_grouping needs the records' width and height, but none were found "
@@ -183,53 +191,7 @@ def build_batch_data_loader(
     )
 
 
-def _resolve_dataset(
-    dataset: Any, mapper: Callable[[Any], Any] | None, *, seed: int, for_training: bool
-) -> tuple[Any, Sequence[dict] | None]:
-    """(mapped dataset, records or None) from a name, names, records or a torch Dataset."""
-    from mappers.datasets import DatasetFromList, MapDataset
-
-    records: Sequence[dict] | None
-    if isinstance(dataset, str) or (
-        isinstance(dataset, (list, tuple))
-        and dataset
-        and all(isinstance(name, str) for name in dataset)
-    ):
-        from catalog.detection_dicts import get_detection_dataset_dicts
-
-        records = get_detection_dataset_dicts(dataset, filter_empty=for_training)
-    elif isinstance(dataset, SerializedList):
-        records = dataset
-    elif isinstance(dataset, (list, tuple)):
-        if not dataset:
-            raise ValueError("the dataset is an empty list: nothing to load")
-        bad = next((i for i, r in enumerate(dataset) if not isinstance(r, dict)), None)
-        if bad is not None:
-            raise TypeError(
-                f"dataset must be a name, a list of names, a list of record dicts or a torch "
-                f"Dataset; element {bad} is a {type(dataset[bad]).__name__}"
-            )
-        records = list(dataset)
-    elif isinstance(dataset, Dataset) or (
-        hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
-    ):
-        records = None
-    else:
-        raise TypeError(
-            "dataset must be a name, a list of names, a list of record dicts or a torch "
-            f"Dataset, got {type(dataset).__name__}"
-        )
-    if records is not None:
-        base = DatasetFromList(records, copy=False)
-        # a list is serialized by DatasetFromList: read group ids from its columns instead
-        records = base.records if isinstance(base.records, SerializedList) else records
-    else:
-        base = dataset
-        records = _find_records(dataset)
-    mapped = MapDataset(base, mapper, seed=seed) if mapper is not None else base
-    return mapped, records
-
-
+@configurable(train_loader_from_config)
 def build_detection_train_loader(
     dataset: Any,
     *,
@@ -247,13 +209,19 @@ def build_detection_train_loader(
     timeout: float | None = None,
     worker_init_fn: Callable[[int], Any] | None = None,
     transport: str = "auto",
-) -> ResumableLoader:
+) -> ResumableLoader | Iterable[Any]:
     """An endless, resumable loader of training batches (lists of mapped samples).
+
+    Also callable as detectron2's ``build_detection_train_loader(cfg, mapper=None, *,
+    dataset=None, sampler=None, **overrides)`` with a detectron2-style config (yacs, OmegaConf
+    or a nested mapping; see :mod:`samplers.loader_config` for the keys read).
 
     Args:
         dataset: a registered dataset name, a list of names (joined with
-            ``get_detection_dataset_dicts``), a list of record dicts, a SerializedList or a
-            map-style torch Dataset.
+            ``get_detection_dataset_dicts``), a list of records (dicts, or any items as in
+            detectron2), a SerializedList, a map-style torch Dataset, or an
+            ``IterableDataset`` (no sampler; batches as :func:`build_batch_data_loader` makes
+            them for one, not resumable).
         mapper: ``record -> sample or None`` (None results are replaced by other records, see
             ``mappers.MapDataset``); None yields the records as they are.
         sampler: default ``TrainingSampler(len(dataset), seed=seed)``.
@@ -284,7 +252,24 @@ def build_detection_train_loader(
     seed = check_seed(seed, "seed", "build_detection_train_loader")
     if seed is None:
         seed = shared_random_seed()
-    mapped, records = _resolve_dataset(dataset, mapper, seed=seed, for_training=True)
+    mapped, records = resolve_dataset(dataset, mapper, seed=seed, for_training=True)
+    if isinstance(mapped, IterableDataset):
+        _no_sampler(mapped, sampler, "build_detection_train_loader")
+        rank, world_size = _sampler_world_size(None)
+        return build_iterable_loader(
+            mapped,
+            _per_rank_batch_size(total_batch_size, world_size),
+            aspect_ratio_grouping=aspect_ratio_grouping,
+            drop_last=True,
+            num_workers=num_workers,
+            collate_fn=collate_fn,
+            seed=seed,
+            rank=rank,
+            multiprocessing_context=multiprocessing_context,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers and num_workers > 0,
+            prefetch_factor=prefetch_factor,
+        )
     if sampler is None:
         sampler = TrainingSampler(len(mapped), seed=seed)
     size = getattr(sampler, "dataset_size", None)
@@ -320,6 +305,7 @@ def build_detection_train_loader(
     )
 
 
+@configurable(inference_loader_from_config)
 def build_detection_test_loader(
     dataset: Any,
     *,
@@ -335,8 +321,11 @@ def build_detection_test_loader(
     timeout: float | None = None,
     worker_init_fn: Callable[[int], Any] | None = None,
     transport: str = "auto",
-) -> ResumableLoader:
+) -> ResumableLoader | Iterable[Any]:
     """A finite loader that gives each record exactly once over all ranks.
+
+    Also callable as detectron2's ``build_detection_test_loader(cfg, dataset_name,
+    mapper=None, **overrides)`` (see :mod:`samplers.loader_config`).
 
     Args:
         dataset: as for :func:`build_detection_train_loader` (names are not filtered).
@@ -361,7 +350,23 @@ def build_detection_test_loader(
         3
     """
     batch_size = check_batch_size(batch_size, "build_detection_test_loader")
-    mapped, _ = _resolve_dataset(dataset, mapper, seed=0, for_training=False)
+    mapped, _ = resolve_dataset(dataset, mapper, seed=0, for_training=False)
+    if isinstance(mapped, IterableDataset):
+        _no_sampler(mapped, sampler, "build_detection_test_loader")
+        return build_iterable_loader(
+            mapped,
+            batch_size,
+            aspect_ratio_grouping=False,
+            drop_last=False,
+            num_workers=num_workers,
+            collate_fn=collate_fn,
+            seed=0,
+            rank=get_rank(),
+            multiprocessing_context=multiprocessing_context,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers and num_workers > 0,
+            prefetch_factor=prefetch_factor,
+        )
     if sampler is None:
         sampler = InferenceSampler(len(mapped))
     rank = getattr(sampler, "rank", None)

@@ -225,9 +225,10 @@ class ResumableLoader:
         if self._resumable:
             if self._delivered is None:
                 self._delivered = self.batch_sampler.state_dict()
-            elif self._tracker.pending:
-                # A previous iterator prefetched batches nobody received: go back to the last
-                # delivered batch so that none is skipped.
+            else:
+                # Continue after the last delivered batch: a batch sampler's iter() restarts
+                # from its origin, and a previous iterator may have prefetched batches nobody
+                # received.
                 self.batch_sampler.load_state_dict(self._delivered)
             self._tracker.pending.clear()
         self._iteration += 1

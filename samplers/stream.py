@@ -24,7 +24,6 @@ The pass order algorithm is part of the configuration fingerprint (``config["ord
 from __future__ import annotations
 
 import logging
-import operator
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -45,8 +44,9 @@ from .state_fields import (
     check_int,
     check_world_size,
 )
+from .stream_parts import LiveChunk, SupersededIteratorError, check_seed, nothing
 
-__all__ = ["ORDER", "PassSampler", "check_seed"]
+__all__ = ["ORDER", "PassSampler", "SupersededIteratorError", "check_seed"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,36 +59,6 @@ ORDER = "keyed-feistel-1"
 _OLD_ORDER = "torch.randperm passes (catmap before the keyed pass order)"
 
 
-def check_seed(seed: Any, what: str, owner: str) -> int | None:
-    """Validate an optional seed (None or an int in ``[0, 2**64)``)."""
-    if seed is None:
-        return None
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"{owner}: {what} must be an int or None, got {type(seed).__name__}")
-    if not 0 <= seed < MAX_SEED:
-        raise ValueError(f"{owner}: {what} must be in [0, 2**64), got {seed}")
-    return int(seed)
-
-
-def _nothing() -> None:
-    """The restore step of a state part that has nothing to restore."""
-
-
-class _LiveChunk:
-    """The chunk an iterator is yielding from, to read the exact position at any time."""
-
-    __slots__ = ("iterator", "length", "pass_index", "offset")
-
-    def __init__(self, iterator: Iterator[int], length: int, pass_index: int, offset: int) -> None:
-        self.iterator = iterator
-        self.length = length
-        self.pass_index = pass_index
-        self.offset = offset
-
-    def consumed(self) -> int:
-        return self.length - operator.length_hint(self.iterator)
-
-
 class PassSampler(Sampler[int]):
     """Base class: an endless, resumable, rank-sharded stream of passes.
 
@@ -98,8 +68,13 @@ class PassSampler(Sampler[int]):
     :meth:`_apply_extra` for their own state keys. Loading a state checks everything first
     and changes the sampler only when the whole state is valid.
 
-    ``iter()`` continues from the current position; the position advances as indices are
-    yielded. Use one iterator at a time: a new ``iter()`` takes over from the old one.
+    ``iter()`` starts from the sampler's *origin*, as detectron2's samplers do: the seed's
+    first index after construction, or the position of the last :meth:`load_state_dict`.
+    So a second ``iter()`` yields the same stream again, and ``load_state_dict(state)``
+    followed by ``iter()`` resumes at the saved position. The position advances as indices
+    are yielded and is what :meth:`state_dict` saves. A sampler yields one stream at a time:
+    a new ``iter()`` supersedes the previous iterator, whose next ``next()`` raises
+    :class:`SupersededIteratorError` instead of mixing two streams.
     """
 
     def __init__(self, *, seed: int | None, rank: int | None, world_size: int | None) -> None:
@@ -111,8 +86,12 @@ class PassSampler(Sampler[int]):
         self._cursor_offset = 0
         self._orders: dict[int, PassOrder] = {}
         self._pass_starts: dict[int, Any] = {}
-        self._live: _LiveChunk | None = None
+        self._live: LiveChunk | None = None
         self._side_orders: dict[Any, PassOrder] = {}  # passes read by a ConcatSampler
+        # where iter() starts: None = the current position (nothing iterated since
+        # construction or the last load); else the state saved when the first iterator began
+        self._origin: dict[str, Any] | None = None
+        self._generation = 0  # incremented by each iter(); older iterators stop
 
     # ------------------------------------------------------------------ to override
     def _make_pass(self, pass_index: int) -> PassOrder | np.ndarray:
@@ -162,7 +141,7 @@ class PassSampler(Sampler[int]):
                 f"{type(self).__name__}.load_state_dict: 'pass_start' must be None for this "
                 f"sampler, got {type(saved).__name__}"
             )
-        return _nothing
+        return nothing
 
     # ------------------------------------------------------------------ properties
     @property
@@ -234,11 +213,20 @@ class PassSampler(Sampler[int]):
     # ------------------------------------------------------------------ iteration
     def __iter__(self) -> Iterator[int]:
         self._sync_live()
-        return self._generate()
+        origin = self._origin
+        if origin is None:
+            self._origin = self.state_dict()
+        else:  # restart: the saved origin is this sampler's own state
+            self._prepare_load(origin, strict=True, notes=LoadNotes())()
+            self._origin = origin
+        self._generation += 1
+        return self._generate(self._generation)
 
-    def _generate(self) -> Iterator[int]:
+    def _generate(self, generation: int) -> Iterator[int]:
         rank, world = self._rank, self._world_size
         while True:
+            if generation != self._generation:
+                self._superseded()
             self._normalize_cursor()
             pass_index, offset = self._cursor_pass, self._cursor_offset
             order = self._order(pass_index)
@@ -247,8 +235,13 @@ class PassSampler(Sampler[int]):
                 stop = min(len(order), start + world * CHUNK)
                 chunk = order.slice(start, stop, world).tolist()
                 iterator = iter(chunk)
-                self._live = _LiveChunk(iterator, len(chunk), pass_index, offset)
-                yield from iterator
+                self._live = live = LiveChunk(iterator, len(chunk), pass_index, offset)
+                for value in iterator:
+                    yield value
+                    if live is not self._live:  # a new iter() or load_state_dict
+                        if generation != self._generation:
+                            self._superseded()
+                        break
             else:
                 # This rank's next index lies in a later pass (a round crosses a pass boundary).
                 q, t = pass_index, start
@@ -258,6 +251,13 @@ class PassSampler(Sampler[int]):
                 value = self._order(q).item(t)
                 self._cursor_offset = offset + world
                 yield value
+
+    def _superseded(self) -> None:
+        raise SupersededIteratorError(
+            f"{type(self).__name__}: this iterator was superseded by a newer iter() of the "
+            f"same sampler (each iter() restarts from the origin; a sampler yields one stream "
+            f"at a time)"
+        )
 
     def _stream_config(self) -> dict[str, Any]:
         """The saved fingerprint: the pass order algorithm and :meth:`_config`."""
@@ -418,6 +418,7 @@ class PassSampler(Sampler[int]):
             )
 
         def commit() -> None:
+            self._origin = None  # the next iter() starts here
             self._apply_extra(extra)
             restore_parts()
             self._seed = seed

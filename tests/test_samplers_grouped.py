@@ -38,14 +38,15 @@ def test_every_batch_is_from_one_group():
     assert all(len({int(groups[i]) for i in b}) == 1 for b in batches)
 
 
-def test_finite_sampler_leftovers_are_yielded_or_dropped():
+def test_finite_sampler_leftovers_are_dropped_by_default_or_yielded():
+    # detectron2 yields full groups only (the default); drop_last=False keeps the leftovers
     groups = [0, 1, 0, 1, 0]
-    kept = list(GroupedBatchSampler(InferenceSampler(5, rank=0, world_size=1), groups, 2))
-    assert kept == [[0, 2], [1, 3], [4]]
-    dropped = list(
-        GroupedBatchSampler(InferenceSampler(5, rank=0, world_size=1), groups, 2, drop_last=True)
-    )
+    dropped = list(GroupedBatchSampler(InferenceSampler(5, rank=0, world_size=1), groups, 2))
     assert dropped == [[0, 2], [1, 3]]
+    kept = list(
+        GroupedBatchSampler(InferenceSampler(5, rank=0, world_size=1), groups, 2, drop_last=False)
+    )
+    assert kept == [[0, 2], [1, 3], [4]]
 
 
 def test_grouped_errors():

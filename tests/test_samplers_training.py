@@ -71,10 +71,16 @@ def test_seed_none_is_drawn_from_torch_default_generator():
     assert TrainingSampler(30, rank=0, world_size=1).seed != a.seed
 
 
-def test_second_iter_continues_the_stream():
+def test_second_iter_restarts_from_the_seed_and_load_resumes():
+    # detectron2 semantics: each iter() starts the stream afresh; resume is load_state_dict
     s = TrainingSampler(10, seed=2, rank=1, world_size=2)
     full = take(TrainingSampler(10, seed=2, rank=1, world_size=2), 12)
-    assert take(s, 5) + take(s, 7) == full
+    assert take(s, 5) == full[:5]
+    state = s.state_dict()
+    assert take(s, 7) == full[:7]
+    s.load_state_dict(state)
+    assert take(s, 7) == full[5:]
+    assert take(s, 7) == full[5:]  # the loaded position is the new origin
 
 
 def test_large_pass_is_chunked_consistently():
