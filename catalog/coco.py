@@ -21,6 +21,7 @@ from . import coco_typed
 from .coco_common import SkipCounts
 from .coco_generic import convert_generic
 from .coco_json import PARSERS, parse_json_bytes, read_json_file
+from .config_values import plain_container
 from .dataset_catalog import DatasetCatalog
 from .metadata import MetadataCatalog
 from .version import __version__
@@ -154,7 +155,7 @@ def load_coco_json(
         # A missing or null name becomes the id as a string.
         thing_classes = [c["name"] if c["name"] is not None else str(c["id"]) for c in categories]
         id_map = {c["id"]: i for i, c in enumerate(categories)}
-        MetadataCatalog.get(dataset_name).set(
+        MetadataCatalog.get(dataset_name, warn_unregistered=False).set(
             thing_classes=thing_classes, thing_dataset_id_to_contiguous_id=id_map
         )
     logger.info(
@@ -314,6 +315,7 @@ def register_coco_instances(
     image_root = os.fspath(image_root)
     if not isinstance(name, str):
         raise TypeError(f"a dataset name must be a str, got {type(name).__name__}: {name!r}")
+    metadata = plain_container(metadata)  # a DictConfig or any Mapping: a dict
     if metadata is not None and not isinstance(metadata, dict):
         raise TypeError(
             f"metadata of dataset {name!r} must be a dict, got {type(metadata).__name__}"

@@ -3,6 +3,8 @@
 A loader is any zero-argument callable returning a list of record dicts. The first
 ``DatasetCatalog.get(name)`` runs it and keeps the result as a :class:`SerializedList` (one
 compact buffer instead of millions of Python objects); later calls return the cached list.
+Names, ``list`` / ``remove`` / ``pop`` / ``clear`` / ``in`` and the "did you mean" of an unknown
+name come from :class:`~catalog.named_container.NamedContainer`, shared with MetadataCatalog.
 
 Extension hook (on-disk cache, sharing across local ranks):
     Every registration is stored as a :class:`DatasetEntry`. Loaders that read files fill in
@@ -16,21 +18,34 @@ Extension hook (on-disk cache, sharing across local ranks):
 
 from __future__ import annotations
 
-import difflib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .entry_loading import apply_loader_metadata, load_entry
 from .errors import DatasetAlreadyRegisteredError, DatasetNotRegisteredError
-from .local_share import share_across_local_ranks
+from .local_share import share_across_local_ranks, this_rank_only_active
+from .named_container import NamedContainer
+from .registry import check_name
 from .serialized_list import SerializedList
 
-__all__ = ["DatasetCatalog", "DatasetEntry"]
+__all__ = ["DatasetCatalog", "DatasetEntry", "LazyProvider"]
 
 logger = logging.getLogger(__name__)
+
+_MISSING: Any = object()
+
+
+class LazyProvider(Protocol):
+    """Names registered on first use (the builtin datasets): :meth:`names` lists them and
+    :meth:`materialize` registers one (returns whether it did). Installed with
+    ``DatasetCatalog._set_lazy_provider``; :mod:`catalog.builtin_datasets` is the one user."""
+
+    def names(self) -> list[str]: ...
+
+    def materialize(self, name: str) -> bool: ...
 
 
 @dataclass
@@ -61,7 +76,7 @@ class DatasetEntry:
     load_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
 
-class _DatasetCatalog:
+class _DatasetCatalog(NamedContainer[DatasetEntry]):
     """The dataset registry; use the module-level singleton :data:`DatasetCatalog`.
 
     Thread-safe: registration, removal and lookups take a lock, and concurrent ``get`` calls
@@ -76,9 +91,16 @@ class _DatasetCatalog:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[str, DatasetEntry] = {}
+        super().__init__(
+            "dataset",
+            missing_error=DatasetNotRegisteredError,
+            duplicate_error=DatasetAlreadyRegisteredError,
+            owner="DatasetCatalog",
+        )
         self._cache: dict[str, SerializedList] = {}
-        self._lock = threading.RLock()
+        # Names registered on first use, and those of them removed / cleared since.
+        self._lazy: LazyProvider | None = None
+        self._suppressed: set[str] = set()
 
     # ------------------------------------------------------------------ registration
     def register(
@@ -105,10 +127,7 @@ class _DatasetCatalog:
             ValueError: name is empty.
             DatasetAlreadyRegisteredError: (a ValueError) the name is already registered.
         """
-        if not isinstance(name, str):
-            raise TypeError(f"a dataset name must be a str, got {type(name).__name__}: {name!r}")
-        if not name:
-            raise ValueError("a dataset name must not be empty")
+        check_name(name, "dataset")
         if not callable(func):
             raise TypeError(
                 f"the loader of dataset {name!r} must be callable (a function returning a list "
@@ -121,26 +140,41 @@ class _DatasetCatalog:
             cache_key=dict(cache_key) if cache_key is not None else None,
             options=dict(options or {}),
         )
-        with self._lock:
-            if name in self._entries:
-                raise DatasetAlreadyRegisteredError(
-                    f"dataset {name!r} is already registered; call DatasetCatalog.remove({name!r}) "
-                    "first to replace it"
-                )
-            self._entries[name] = entry
+        self._registry.add(name, entry)  # checks the name; DatasetAlreadyRegisteredError
         logger.debug("registered dataset %r", name)
 
     def entry(self, name: str) -> DatasetEntry:
         """The :class:`DatasetEntry` registered under ``name``.
 
         Raises:
-            DatasetNotRegisteredError: (a KeyError) the name is unknown.
+            DatasetNotRegisteredError: (a KeyError) the name is unknown; the message lists the
+                registered names and the closest matches.
         """
+        return self._lookup(name)
+
+    def _set_lazy_provider(self, provider: LazyProvider | None) -> None:
+        """Install the provider of names registered on first use (None removes it)."""
         with self._lock:
-            entry = self._entries.get(name)
-            if entry is None:
-                raise self._not_registered(name)
-            return entry
+            self._lazy = provider
+
+    def _lazy_names(self) -> list[str]:
+        """Provider names not registered yet and not removed: what ``list()`` adds."""
+        provider = self._lazy
+        if provider is None:
+            return []
+        return [
+            n for n in provider.names() if n not in self._registry and n not in self._suppressed
+        ]
+
+    def _materialize(self, name: object) -> bool:
+        """Register ``name`` through the lazy provider if it is one of its names."""
+        provider = self._lazy
+        if provider is None or not isinstance(name, str):
+            return False
+        with self._lock:
+            if name in self._registry or name in self._suppressed:
+                return False
+        return provider.materialize(name)
 
     # ------------------------------------------------------------------ lookup
     def get(self, name: str) -> SerializedList:
@@ -165,14 +199,14 @@ class _DatasetCatalog:
         with entry.load_lock:
             with self._lock:
                 cached = self._cache.get(name)
-                if self._entries.get(name) is not entry:
+                if self._registry.find(name) is not entry:
                     # Removed (or replaced) while we waited for the lock.
-                    raise self._not_registered(name)
+                    raise self._unknown(name)
             if cached is not None:
                 return cached
             records = self._load(entry)
             with self._lock:
-                if self._entries.get(name) is entry:
+                if self._registry.find(name) is entry and not this_rank_only_active():
                     self._cache[name] = records
             return records
 
@@ -204,9 +238,9 @@ class _DatasetCatalog:
 
     # ------------------------------------------------------------------ management
     def list(self) -> list[str]:
-        """The registered dataset names, in registration order."""
-        with self._lock:
-            return list(self._entries)
+        """The registered dataset names, in registration order, then the builtin names not
+        used yet (they are registered on first use)."""
+        return super().list()
 
     def remove(self, name: str) -> None:
         """Unregister dataset ``name`` and drop its cached records.
@@ -214,52 +248,56 @@ class _DatasetCatalog:
         Raises:
             DatasetNotRegisteredError: (a KeyError) the name is unknown.
         """
-        with self._lock:
-            if name not in self._entries:
-                raise self._not_registered(name)
-            del self._entries[name]
-            self._cache.pop(name, None)
+        self.pop(name)
+
+    def pop(self, name: str, default: Any = _MISSING) -> Any:
+        """Unregister dataset ``name`` and return its loader function (as ``dict.pop``).
+
+        Args:
+            name: the dataset name.
+            default: returned when the name is unknown (else the error below).
+
+        Raises:
+            DatasetNotRegisteredError: (a KeyError) the name is unknown and no default is given.
+
+        Example:
+            >>> DatasetCatalog.register("doc_pop", list)
+            >>> DatasetCatalog.pop("doc_pop") is list, "doc_pop" in DatasetCatalog
+            (True, False)
+        """
+        entry = super().pop(name, _MISSING)
+        if entry is not _MISSING:
+            return entry.func
+        if default is not _MISSING:
+            return default
+        raise self._unknown(name)
+
+    def _on_removed(self, name: str, entry: DatasetEntry) -> None:
+        self._cache.pop(name, None)
+        if self._lazy is not None and name in self._lazy.names():
+            self._suppressed.add(name)
 
     def clear(self) -> None:
-        """Unregister every dataset and drop every cached record list."""
-        with self._lock:
-            self._entries.clear()
-            self._cache.clear()
+        """Unregister every dataset (the builtin ones included) and drop every cached list."""
+        super().clear()
+
+    def _on_cleared(self) -> None:
+        self._cache.clear()
+        if self._lazy is not None:
+            self._suppressed.update(self._lazy.names())
 
     def is_loaded(self, name: str) -> bool:
         """Whether dataset ``name`` has been loaded (and cached) in this process."""
         return name in self._cache
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
+    def _extra_state(self) -> Any:
+        return dict(self._cache), set(self._suppressed), self._lazy
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.list())
-
-    def __repr__(self) -> str:
-        return f"DatasetCatalog({', '.join(self.list())})"
-
-    # ------------------------------------------------------------------ state (tests)
-    def _snapshot(self) -> tuple[dict[str, DatasetEntry], dict[str, SerializedList]]:
-        with self._lock:
-            return dict(self._entries), dict(self._cache)
-
-    def _restore(self, state: tuple[dict[str, DatasetEntry], dict[str, SerializedList]]) -> None:
-        with self._lock:
-            self._entries = dict(state[0])
-            self._cache = dict(state[1])
-
-    def _not_registered(self, name: object) -> DatasetNotRegisteredError:
-        names = list(self._entries)
-        close = difflib.get_close_matches(str(name), names, n=3, cutoff=0.5)
-        hint = f" Did you mean: {', '.join(repr(c) for c in close)}?" if close else ""
-        listed = ", ".join(names) if names else "(none)"
-        return DatasetNotRegisteredError(
-            f"dataset {name!r} is not registered.{hint} Registered datasets: {listed}"
-        )
+    def _set_extra_state(self, state: Any) -> None:
+        cache, suppressed, lazy = state
+        self._cache = dict(cache)
+        self._suppressed = set(suppressed)
+        self._lazy = lazy
 
 
 def as_serialized_list(result: Any, name: str) -> SerializedList:

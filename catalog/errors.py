@@ -17,6 +17,7 @@ __all__ = [
     "CacheError",
     "SharedAttachError",
     "NestedLoadError",
+    "DatasetFileNotFoundError",
 ]
 
 
@@ -77,3 +78,37 @@ class SharedAttachError(CatmapError, RuntimeError):
 class NestedLoadError(CatmapError, RuntimeError):
     """``DatasetCatalog.get`` was called inside a dataset loader while the local ranks share
     records: the other ranks wait for the outer dataset and cannot load the inner one with it."""
+
+
+class DatasetFileNotFoundError(CatmapError, FileNotFoundError):
+    """A file or directory a registered dataset needs does not exist (e.g. a builtin dataset
+    whose files are not under the dataset root).
+
+    Args:
+        message: the full message (names the dataset, the expected path and what to set).
+        path: the expected path.
+        dataset: the dataset name.
+        env_var: the environment variable that chooses the dataset root, when there is one.
+
+    Example:
+        >>> err = DatasetFileNotFoundError("not found", path="/d/coco", dataset="coco_2017_val")
+        >>> isinstance(err, FileNotFoundError), err.path, str(err)
+        (True, '/d/coco', 'not found')
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        path: str | None = None,
+        dataset: str | None = None,
+        env_var: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.dataset = dataset
+        self.env_var = env_var
+        # FileNotFoundError's own fields (filename, strerror) stay None: str(self) is the message.
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

@@ -58,8 +58,8 @@ def load_lvis_json(
     ``coco_url`` uses its ``file_name`` under ``image_root``.
 
     Every value is checked with the policy of :func:`catalog.coco.load_coco_json`; in
-    addition: ``coco_url`` not a str, or whose last two components are empty, ``.``, ``..`` or
-    hold a NUL or backslash; ``not_exhaustive_category_ids`` / ``neg_category_ids`` not a list
+    addition: ``coco_url`` not a str, holding a query or fragment (``?``, ``#``), or whose
+    last two components are empty, ``.``, ``..`` or hold a NUL or backslash; ``not_exhaustive_category_ids`` / ``neg_category_ids`` not a list
     of ids among the file's categories; a category's ``synonyms`` not a non-empty list of str,
     ``frequency`` not one of ``r``, ``c``, ``f``, or ``image_count`` / ``instance_count`` not
     an int >= 0: :class:`AnnotationFormatError` naming the file, the image or category (id and
@@ -190,7 +190,12 @@ def _file_name_from_url(url: Any, where: str) -> str:
         raise AnnotationFormatError(f"{where}: 'coco_url' is a {type(url).__name__}, not a str")
     parts = url.rsplit("/", 2)
     tail = parts[-2:] if len(parts) == 3 else []
-    if len(tail) != 2 or any(p in _BAD_PARTS or "\x00" in p or "\\" in p for p in tail):
+    if (
+        len(tail) != 2
+        or any(p in _BAD_PARTS or "\x00" in p or "\\" in p for p in tail)
+        or "?" in url
+        or "#" in url  # a query or fragment: the last components would not name the file
+    ):
         raise AnnotationFormatError(
             f"{where}: 'coco_url' {short_repr(url)} does not end in '<split folder>/<file>' "
             "(needed to find the image under image_root)"
@@ -229,7 +234,7 @@ def _class_name(cat: dict) -> str:
 
 
 def _set_metadata(dataset_name: str, categories: list[dict]) -> None:
-    meta = MetadataCatalog.get(dataset_name)
+    meta = MetadataCatalog.get(dataset_name, warn_unregistered=False)
     values: dict[str, Any] = {
         "thing_classes": [_class_name(c) for c in categories],
         "thing_dataset_id_to_contiguous_id": {c["id"]: i for i, c in enumerate(categories)},

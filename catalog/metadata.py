@@ -8,16 +8,19 @@ nested containers compared by value) is a no-op.
 from __future__ import annotations
 
 import copy
-import difflib
 import logging
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
+from .config_values import plain_value
 from .errors import MetadataConflictError
+from .log_limits import warn_limited
+from .named_container import NamedContainer
+from .registry import check_name, did_you_mean
 
 __all__ = ["Metadata", "MetadataCatalog", "LEGACY_KEYS", "values_equal"]
 
@@ -141,10 +144,8 @@ class Metadata:
             self._warn_legacy(key, new_key)
             return getattr(self, new_key)
         keys = self._keys()
-        close = difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
-        hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise AttributeError(
-            f"metadata of dataset {self._label()} has no key {key!r}.{hint} "
+            f"metadata of dataset {self._label()} has no key {key!r}.{did_you_mean(key, keys)} "
             f"Keys present: {', '.join(keys) if keys else '(none)'}"
         )
 
@@ -183,6 +184,7 @@ class Metadata:
             if key.startswith("_"):
                 raise AttributeError(f"metadata keys must not start with '_': {key!r}")
             new_key = self._resolve(key, warn=True)
+            value = plain_value(value)  # OmegaConf containers are stored as lists / dicts
             if new_key in resolved and not values_equal(resolved[new_key], value):
                 raise MetadataConflictError(
                     f"metadata of dataset {self._label()}: {key!r} and {new_key!r} given "
@@ -255,72 +257,98 @@ class Metadata:
         return new
 
 
-class _MetadataCatalog:
+class _MetadataCatalog(NamedContainer[Metadata]):
     """The per-dataset metadata registry; use the singleton :data:`MetadataCatalog`.
 
+    ``list`` / ``remove`` (a no-op for a name without metadata) / ``pop`` / ``clear`` / ``in``
+    come from :class:`~catalog.named_container.NamedContainer`, shared with DatasetCatalog.
+
     Example:
+        >>> from catalog import DatasetCatalog
+        >>> DatasetCatalog.register("doc_meta", list)
         >>> meta = MetadataCatalog.get("doc_meta")   # created on first use
         >>> meta.thing_classes = ["person"]
         >>> MetadataCatalog.get("doc_meta").thing_classes
         ['person']
-        >>> MetadataCatalog.remove("doc_meta")
+        >>> MetadataCatalog.remove("doc_meta"); DatasetCatalog.remove("doc_meta")
     """
 
     def __init__(self) -> None:
-        self._entries: dict[str, Metadata] = {}
-        self._lock = threading.RLock()
+        super().__init__("metadata", remove_missing_ok=True, owner="MetadataCatalog")
+        # Called with a name that has no Metadata yet: registers a builtin dataset (and its
+        # metadata) on first use. Installed by catalog.builtin_datasets.
+        self._on_missing: Callable[[str], bool] | None = None
 
-    def get(self, name: str) -> Metadata:
-        """The Metadata of dataset ``name``, created (holding only ``name``) on first use.
+    def get(self, name: str, *, warn_unregistered: bool = True) -> Metadata:
+        """The Metadata of dataset ``name``, created (holding only ``name``) on first use; for a
+        builtin dataset name, first use registers the dataset with its metadata.
+
+        Creating the Metadata of a name that is not a registered dataset logs a warning with
+        the close matches among the registered names (a typo no longer passes silently; the
+        warnings are rate-limited by :func:`~catalog.log_limits.warn_limited`, kind
+        ``"MetadataCatalog.get"``). Register the dataset first to avoid it.
+
+        Args:
+            name: the dataset name.
+            warn_unregistered: False for code that attaches metadata to a name on purpose
+                before (or without) registering it, e.g. ``load_coco_json(dataset_name=...)``.
 
         Raises:
             TypeError: name is not a str.
             ValueError: name is empty.
         """
-        if not isinstance(name, str):
-            raise TypeError(f"a dataset name must be a str, got {type(name).__name__}: {name!r}")
-        if not name:
-            raise ValueError("a dataset name must not be empty")
-        with self._lock:
-            meta = self._entries.get(name)
-            if meta is None:
-                meta = self._entries[name] = Metadata(name=name)
+        check_name(name, "dataset")
+        meta = self._registry.find(name)
+        if meta is not None:
             return meta
-
-    def list(self) -> list[str]:
-        """The names that have a Metadata, in creation order."""
+        hook = self._on_missing
+        if hook is not None:
+            hook(name)
         with self._lock:
-            return list(self._entries)
+            meta = self._registry.find(name)
+            if meta is None:
+                meta = self._registry.add(name, Metadata(name=name))
+                created = True
+            else:
+                created = False
+        if created and warn_unregistered:
+            self._warn_if_unregistered(name)
+        return meta
 
-    def remove(self, name: str) -> None:
-        """Drop the Metadata of ``name`` (a no-op when there is none)."""
-        with self._lock:
-            self._entries.pop(name, None)
+    def _warn_if_unregistered(self, name: str) -> None:
+        from .dataset_catalog import DatasetCatalog  # imports this module: import on use
 
-    def clear(self) -> None:
-        """Drop every Metadata."""
-        with self._lock:
-            self._entries.clear()
+        if name in DatasetCatalog:
+            return
+        candidates = [n for n in DatasetCatalog.list() + self.list() if n != name]
+        hint = did_you_mean(name, candidates)
+        warn_limited(
+            logger,
+            "MetadataCatalog.get",
+            "MetadataCatalog.get(%r): no dataset %r is registered; created empty metadata for "
+            "it (a typo?).%s Register the dataset before setting its metadata to silence this.",
+            name,
+            name,
+            hint,
+        )
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
+    def pop(self, name: str, *default: Any) -> Metadata:
+        """Drop the Metadata of ``name`` and return it (as ``dict.pop``).
 
-    def __len__(self) -> int:
-        return len(self._entries)
+        Raises:
+            KeyError: ``name`` has no Metadata and no default is given.
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.list())
+        Example:
+            >>> MetadataCatalog.get("doc_pop").thing_classes = ["a"]
+            >>> MetadataCatalog.pop("doc_pop").thing_classes, "doc_pop" in MetadataCatalog
+            (['a'], False)
+        """
+        return super().pop(name, *default)
 
-    def __repr__(self) -> str:
-        return f"MetadataCatalog({', '.join(self.list())})"
-
-    def _snapshot(self) -> dict[str, Metadata]:
-        with self._lock:
-            return {name: copy.copy(meta) for name, meta in self._entries.items()}
-
-    def _restore(self, state: dict[str, Metadata]) -> None:
-        with self._lock:
-            self._entries = dict(state)
+    def snapshot(self) -> tuple[dict[str, Metadata], Any]:
+        """Copies of every Metadata (keys set later are dropped by :meth:`restore`)."""
+        entries, extra = super().snapshot()
+        return {name: copy.copy(meta) for name, meta in entries.items()}, extra
 
 
 #: The process-wide metadata registry.

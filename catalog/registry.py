@@ -1,107 +1,300 @@
-"""A small name → object registry used for transforms and samplers chosen from configs."""
+"""Registry: the one name → object lookup of catmap, with the one "did you mean".
+
+Everything looked up by name goes through a :class:`Registry`: the datasets of
+:data:`~catalog.DatasetCatalog` and the metadata of :data:`~catalog.MetadataCatalog` (through
+:class:`~catalog.named_container.NamedContainer`), the Compose steps (``TRANSFORMS``), the
+augmentations a config names (a registry backed by the ``mappers.transforms`` module, so a new
+transform is found once it is listed in that module's ``__all__``) and the training samplers
+(``SAMPLERS``). An unknown name raises one error message shape, built by
+:func:`unknown_name_message` with the close matches of :func:`close_matches`.
+
+Example:
+    >>> STEPS = Registry("step")
+    >>> @STEPS.register()
+    ... class Identity:
+    ...     def __call__(self, x):
+    ...         return x
+    >>> STEPS.get("Identity")()(1)
+    1
+    >>> STEPS.get("Identty")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    catalog.registry.RegistryKeyError: step 'Identty' is not registered. Did you mean: Identity?...
+"""
 
 from __future__ import annotations
 
 import difflib
-import logging
 import threading
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar, overload
+import types
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Generic, TypeVar, overload
 
-__all__ = ["Registry", "RegistryKeyError"]
+from .errors import CatmapError
 
-logger = logging.getLogger(__name__)
+__all__ = [
+    "Registry",
+    "RegistryKeyError",
+    "check_name",
+    "close_matches",
+    "did_you_mean",
+    "unknown_name_message",
+]
 
 T = TypeVar("T")
+V = TypeVar("V")
+
+#: How alike a registered name must be to a wrong one to be suggested (difflib ratio).
+MATCH_CUTOFF = 0.6
+
+_MISSING: Any = object()
 
 
-class RegistryKeyError(KeyError):
-    """A name was looked up that is not registered; the message lists close matches."""
+class RegistryKeyError(CatmapError, KeyError):
+    """A name was looked up that is not registered; the message lists close matches.
 
-    def __str__(self) -> str:
+    Attributes:
+        name: the name looked up.
+        kind: what was looked up ("sampler", "transform", ...).
+    """
+
+    def __init__(self, message: str = "", *, name: object = None, kind: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.kind = kind
+
+    def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable.
         return str(self.args[0]) if self.args else ""
 
 
-class Registry:
-    """Maps names to classes or functions.
+def close_matches(name: object, candidates: Iterable[str], n: int = 3) -> list[str]:
+    """The (at most ``n``) candidates most like ``name``, best first.
 
     Example:
-        >>> TRANSFORMS = Registry("transform")
-        >>> @TRANSFORMS.register()
-        ... class Identity:
-        ...     def __call__(self, x):
-        ...         return x
-        >>> TRANSFORMS.get("Identity")().__call__(1)
-        1
+        >>> close_matches("coco_2017_trian", ["coco_2017_train", "voc_2007", "coco_2017_val"])
+        ['coco_2017_train', 'coco_2017_val']
+    """
+    return difflib.get_close_matches(str(name), list(candidates), n=n, cutoff=MATCH_CUTOFF)
+
+
+def did_you_mean(name: object, candidates: Iterable[str]) -> str:
+    """``" Did you mean: a, b?"`` for the close matches of ``name``, or ``""`` when none.
+
+    Example:
+        >>> did_you_mean("RandomFlp", ["RandomFlip", "Resize"])
+        ' Did you mean: RandomFlip?'
+    """
+    close = close_matches(name, candidates)
+    return f" Did you mean: {', '.join(close)}?" if close else ""
+
+
+def unknown_name_message(kind: str, name: object, candidates: Iterable[str]) -> str:
+    """The message for an unknown ``name``: the close matches, then every candidate.
+
+    Example:
+        >>> print(unknown_name_message("dataset", "toy_trian", ["toy_train", "voc"]))
+        dataset 'toy_trian' is not registered. Did you mean: toy_train? Registered: toy_train, voc
+    """
+    names = list(candidates)
+    listed = ", ".join(names) if names else "(none)"
+    hint = did_you_mean(name, names)
+    return f"{kind} {name!r} is not registered.{hint} Registered: {listed}"
+
+
+class Registry(Generic[V]):
+    """Maps names to objects (classes, functions, catalog entries); thread-safe.
+
+    Args:
+        kind: what the names name, used in messages ("sampler", "dataset").
+        module: optional module whose ``__all__`` names are found as well (looked up with
+            ``getattr`` on first use); registered names take precedence.
+        missing_error: the KeyError subclass raised for an unknown name (built from the
+            message alone).
+        duplicate_error: the ValueError subclass raised when a name is registered twice.
+        replace_same: registering the very same object again under its name is a no-op
+            (False: it is an error like any other duplicate).
+        owner: the public name of what holds this registry (``"DatasetCatalog"``), named in
+            the duplicate-name message as the object to call ``remove`` on.
+
+    Example:
+        >>> import json
+        >>> CODECS = Registry("codec", module=json)  # the names in json.__all__
+        >>> CODECS.get("dumps")([1]), "loads" in CODECS, "scanner" in CODECS
+        ('[1]', True, False)
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(
+        self,
+        kind: str,
+        *,
+        module: types.ModuleType | None = None,
+        missing_error: Callable[[str], KeyError] | None = None,
+        duplicate_error: Callable[[str], ValueError] = ValueError,
+        replace_same: bool = True,
+        owner: str | None = None,
+    ) -> None:
         self.kind = kind
-        self._items: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        self._owner = owner
+        self._module = module
+        self._missing_error = missing_error
+        self._duplicate_error = duplicate_error
+        self._replace_same = replace_same
+        self._items: dict[str, V] = {}
+        self._lock = threading.RLock()
 
+    # ------------------------------------------------------------------ registration
     @overload
     def register(self, name: str | None = None) -> Callable[[T], T]: ...
 
-    def register(self, name: str | None = None, obj: Any = None) -> Any:
+    @overload
+    def register(self, name: str, obj: T) -> T: ...
+
+    def register(self, name: Any = None, obj: Any = _MISSING) -> Any:
         """Register ``obj`` under ``name`` (its ``__name__`` when omitted).
 
-        Usable as ``@REG.register()``, ``@REG.register("Name")`` or ``REG.register("Name", obj)``.
+        Usable as ``@REG.register()``, ``@REG.register``, ``@REG.register("Name")`` or
+        ``REG.register("Name", obj)``.
 
         Raises:
             TypeError: name is not a str.
-            ValueError: the name is already registered to another object.
+            ValueError: the name is empty, or already registered to another object (the
+                ``duplicate_error`` given to the constructor).
         """
         if name is not None and not isinstance(name, str):
-            if callable(name) and obj is None:
-                # @REG.register without parentheses.
-                return self._add(name.__name__, name)
-            raise TypeError(f"{self.kind} registry: name must be a str, got {type(name).__name__}")
+            if callable(name) and obj is _MISSING:  # @REG.register without parentheses
+                return self.add(name.__name__, name)
+            raise TypeError(f"a {self.kind} name must be a str, got {type(name).__name__}: {name!r}")
 
         def decorator(target: T) -> T:
-            return self._add(name or target.__name__, target)  # type: ignore[attr-defined]
+            return self.add(name or target.__name__, target)  # type: ignore[attr-defined]
 
-        if obj is not None:
-            return decorator(obj)
-        return decorator
+        return decorator if obj is _MISSING else decorator(obj)
 
-    def _add(self, name: str, target: Any) -> Any:
-        with self._lock:
-            existing = self._items.get(name)
-            if existing is not None and existing is not target:
-                raise ValueError(
-                    f"{self.kind} registry: name {name!r} is already registered to {existing!r}"
-                )
-            self._items[name] = target
-        return target
-
-    def get(self, name: str) -> Any:
-        """Return the object registered under ``name``.
+    def add(self, name: str, obj: Any) -> Any:
+        """Register ``obj`` under ``name`` and return ``obj``.
 
         Raises:
-            RegistryKeyError: (a KeyError) the name is unknown; lists close matches.
+            TypeError: name is not a str.
+            ValueError: name is empty, or already registered (see :meth:`register`).
         """
-        try:
-            return self._items[name]
-        except KeyError:
-            close = difflib.get_close_matches(str(name), list(self._items), n=3, cutoff=0.5)
-            hint = f" Did you mean: {', '.join(close)}?" if close else ""
-            raise RegistryKeyError(
-                f"no {self.kind} named {name!r}.{hint} Registered: {', '.join(sorted(self._items))}"
-            ) from None
+        check_name(name, self.kind)
+        with self._lock:
+            existing = self._items.get(name, _MISSING)
+            if existing is not _MISSING and not (self._replace_same and existing is obj):
+                if self._owner:
+                    remedy = f"; call {self._owner}.remove({name!r}) first to replace it"
+                else:
+                    remedy = f" to {_short(existing)}; pop it first to replace it"
+                raise self._duplicate_error(f"{self.kind} {name!r} is already registered{remedy}")
+            self._items[name] = obj
+        return obj
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._items
+    # ------------------------------------------------------------------ lookup
+    def get(self, name: str) -> V:
+        """The object registered under ``name`` (or found in the backing module).
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(sorted(self._items))
+        Raises:
+            RegistryKeyError: (a KeyError; or the constructor's ``missing_error``) the name is
+                unknown; the message lists close matches and the registered names.
+        """
+        found = self.find(name, _MISSING)
+        if found is _MISSING:
+            raise self.unknown(name)
+        return found
 
-    def __len__(self) -> int:
-        return len(self._items)
+    def find(self, name: object, default: Any = None) -> Any:
+        """The object registered under ``name``, or ``default`` (no error)."""
+        with self._lock:
+            found = self._items.get(name, _MISSING) if isinstance(name, str) else _MISSING
+        if found is _MISSING and isinstance(name, str) and name in self._module_names():
+            found = getattr(self._module, name, _MISSING)
+        return default if found is _MISSING else found
+
+    def unknown(self, name: object, candidates: Iterable[str] | None = None) -> KeyError:
+        """The error for an unknown ``name`` (close matches among ``candidates``, by default
+        the registered names)."""
+        names = self.names() if candidates is None else list(candidates)
+        message = unknown_name_message(self.kind, name, names)
+        if self._missing_error is not None:
+            return self._missing_error(message)
+        return RegistryKeyError(message, name=name, kind=self.kind)
+
+    def _module_names(self) -> list[str]:
+        if self._module is None:
+            return []
+        return [n for n in getattr(self._module, "__all__", ()) if isinstance(n, str)]
 
     def names(self) -> list[str]:
-        """Return the registered names, sorted."""
-        return sorted(self._items)
+        """The names, in registration order, then those of the backing module not shadowed."""
+        with self._lock:
+            own = list(self._items)
+        return own + [n for n in self._module_names() if n not in self._items]
+
+    def __contains__(self, name: object) -> bool:
+        return self.find(name, _MISSING) is not _MISSING
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+    def items(self) -> list[tuple[str, V]]:
+        """``(name, object)`` pairs of the registered names (the backing module's excluded)."""
+        with self._lock:
+            return list(self._items.items())
+
+    # ------------------------------------------------------------------ removal, state
+    def pop(self, name: str, default: Any = _MISSING) -> Any:
+        """Unregister ``name`` and return its object (as ``dict.pop``).
+
+        Raises:
+            RegistryKeyError: (or ``missing_error``) the name is not registered and no default
+                is given. Names of the backing module cannot be removed.
+        """
+        with self._lock:
+            found = self._items.pop(name, _MISSING) if isinstance(name, str) else _MISSING
+        if found is not _MISSING:
+            return found
+        if default is not _MISSING:
+            return default
+        raise self.unknown(name)
+
+    def clear(self) -> None:
+        """Unregister every name (the backing module's names stay)."""
+        with self._lock:
+            self._items.clear()
+
+    def snapshot(self) -> dict[str, V]:
+        """A copy of the registrations, for :meth:`restore`."""
+        with self._lock:
+            return dict(self._items)
+
+    def restore(self, state: dict[str, V]) -> None:
+        """Put back the registrations of a :meth:`snapshot`."""
+        with self._lock:
+            self._items = dict(state)
 
     def __repr__(self) -> str:
-        return f"Registry({self.kind!r}, [{', '.join(sorted(self._items))}])"
+        return f"Registry({self.kind!r}, [{', '.join(self.names())}])"
+
+
+def _short(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_name(name: object, kind: str) -> None:
+    """Raise unless ``name`` is a non-empty str.
+
+    Raises:
+        TypeError: name is not a str.
+        ValueError: name is empty.
+
+    Example:
+        >>> check_name("coco_2017_val", "dataset")
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"a {kind} name must be a str, got {type(name).__name__}: {name!r}")
+    if not name:
+        raise ValueError(f"a {kind} name must not be empty")

@@ -15,6 +15,15 @@ decoder allocates its pixels:
   is refused here, so that every decoder (OpenCV included) refuses the same files;
 * :func:`png_header` reads a PNG's IHDR (size, bit depth).
 
+Why a marker walker and not Pillow's lazy ``Image.open`` (measured with
+``python tools/bench_image_header.py``, Pillow 13.0, 2-core machine under load, µs per call
+on 34-214 KiB photos): for size + orientation the walker takes 5-8 µs without EXIF against
+43-60 µs for ``Image.open`` + ``size`` + ``getexif()``, and 52-105 µs against 105-194 µs with
+a camera-like EXIF block (whose parsing it leaves to Pillow's own ``Image.Exif``, so the
+orientation is Pillow's). It wins clearly, 6-10x without EXIF and 1.7-3.7x with it; and Pillow
+has no equivalent of the scan check, which is what makes every decoder refuse the same
+truncated or corrupt files. Both are small next to a decode (0.8-7.5 ms for these images).
+
 Example:
     >>> check_pixel_limit(100, 100, "a.jpg", limit=20_000)
     >>> parse_jpeg(b"\\xff\\xd8\\xff\\xd9", "x.jpg")
@@ -29,6 +38,8 @@ import os
 import re
 import struct
 from dataclasses import dataclass
+
+from catalog.validation import check_int, is_int
 
 from .errors import ImageReadError, ImageTooLargeError
 
@@ -85,11 +96,9 @@ def set_max_image_pixels(limit: int | None) -> None:
 
 
 def _checked_limit(limit: object, where: str) -> int | None:
-    if limit is None:
-        return None
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-        raise ValueError(f"{where}: the pixel limit must be a positive int or None, got {limit!r}")
-    return limit
+    return check_int(
+        limit, "the pixel limit", minimum=1, optional=True, error=ValueError, where=where
+    )
 
 
 def get_max_image_pixels() -> int | None:
@@ -176,8 +185,8 @@ def exif_orientation(exif: bytes | None, xmp: bytes | None = None) -> int:
         match = _XMP_ORIENTATION.search(xmp)
         if match:
             value = int(match[2])
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 8:
-        return value
+    if is_int(value) and 1 <= value <= 8:
+        return int(value)
     return 1
 
 

@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from catalog.dataset_catalog import DatasetCatalog
-from catalog.metadata import MetadataCatalog
+from catalog.testing import isolated_catalogs
 
 __all__ = ["isolated_cache_dir", "restore_catalogs"]
 
@@ -27,12 +26,8 @@ def isolated_cache_dir(
 
 @pytest.fixture(autouse=True)
 def restore_catalogs() -> Iterator[None]:
-    """Snapshot DatasetCatalog and MetadataCatalog before a test and restore them after it,
-    so that registrations made by one test never leak into another."""
-    datasets = DatasetCatalog._snapshot()
-    metadata = MetadataCatalog._snapshot()
-    try:
+    """Snapshot DatasetCatalog and MetadataCatalog before a test and restore them after it
+    (:func:`catalog.testing.isolated_catalogs`), so that registrations made by one test never
+    leak into another."""
+    with isolated_catalogs():
         yield
-    finally:
-        DatasetCatalog._restore(datasets)
-        MetadataCatalog._restore(metadata)

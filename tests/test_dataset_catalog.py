@@ -90,7 +90,8 @@ def test_missing_name_lists_registered_and_close_matches():
     message = str(info.value)
     assert isinstance(info.value, KeyError)
     assert "'coco_2017_trian'" in message
-    assert "Did you mean: 'coco_2017_train'" in message
+    # one "did you mean" format for every name lookup (catalog.registry), best match first
+    assert "Did you mean: coco_2017_train," in message
     assert "coco_2017_val" in message  # the registered names are listed
 
 
@@ -217,3 +218,27 @@ def test_conftest_restores_catalog_part1():
 
 def test_conftest_restores_catalog_part2():
     assert "leak_probe" not in DatasetCatalog
+
+
+def test_both_catalogs_share_one_container_implementation():
+    from catalog import MetadataCatalog
+    from catalog.named_container import NamedContainer
+
+    for catalog, add in (
+        (DatasetCatalog, lambda name: DatasetCatalog.register(name, list)),
+        (MetadataCatalog, lambda name: MetadataCatalog.get(name, warn_unregistered=False)),
+    ):
+        assert isinstance(catalog, NamedContainer)
+        state = catalog.snapshot()
+        add("shared_a")
+        add("shared_b")
+        names = catalog.list()
+        assert names.index("shared_a") + 1 == names.index("shared_b")  # registration order
+        assert catalog.pop("shared_a") is not None and "shared_a" not in catalog
+        assert catalog.pop("shared_a", "default") == "default"
+        with pytest.raises(KeyError, match="Did you mean: shared_b"):
+            catalog.pop("shared_a")
+        catalog.clear()
+        assert catalog.list() == [] and len(catalog) == 0
+        catalog.restore(state)
+        assert "shared_b" not in catalog

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import copy
+import logging
 import pickle
 
 import numpy as np
 import pytest
 import torch
 
-from catalog import Metadata, MetadataCatalog, MetadataConflictError
+from catalog import DatasetCatalog, Metadata, MetadataCatalog, MetadataConflictError
+from catalog.log_limits import counts
 from catalog.metadata import values_equal
 
 
@@ -154,3 +156,61 @@ def test_values_equal_edge_cases():
     assert not values_equal([1, 2], [1, 3])
     assert values_equal(np.array(["a", "b"]), ["a", "b"])
     assert not values_equal(1, "1")
+
+
+# ---------------------------------------------------------------- MetadataCatalog.get warnings
+@pytest.fixture
+def unregistered_warnings(caplog, monkeypatch):
+    """The warnings MetadataCatalog.get logs (the rate limit lifted for this test)."""
+    monkeypatch.setenv("CATMAP_WARNINGS_PER_KIND", "1000000")
+    caplog.set_level(logging.WARNING, logger="catalog.metadata")
+
+    def messages() -> list[str]:
+        found = [r.getMessage() for r in caplog.records if r.name == "catalog.metadata"]
+        caplog.clear()
+        return found
+
+    return messages
+
+
+def test_get_of_an_unregistered_name_warns_with_close_matches(unregistered_warnings):
+    DatasetCatalog.register("my_coco_train", list)
+    MetadataCatalog.get("my_coco_train").thing_classes = ["a"]
+    assert unregistered_warnings() == []  # a registered dataset: silent
+    meta = MetadataCatalog.get("my_coco_trian")  # a typo
+    assert meta.name == "my_coco_trian" and "my_coco_trian" in MetadataCatalog  # still created
+    (message,) = unregistered_warnings()
+    assert "'my_coco_trian'" in message and "Did you mean: my_coco_train" in message
+    MetadataCatalog.get("my_coco_trian")  # it has metadata now: no second warning
+    assert unregistered_warnings() == []
+
+
+def test_get_warns_for_names_that_are_not_datasets(unregistered_warnings):
+    MetadataCatalog.get("metadata_only_name")
+    (message,) = unregistered_warnings()
+    assert "no dataset 'metadata_only_name' is registered" in message
+    assert "Did you mean" not in message  # nothing alike registered
+
+
+def test_get_of_builtin_name_does_not_warn(unregistered_warnings):
+    assert len(MetadataCatalog.get("coco_2017_val").thing_classes) == 80
+    assert unregistered_warnings() == []
+    MetadataCatalog.get("coco_2017_vall")
+    (message,) = unregistered_warnings()
+    assert "Did you mean: coco_2017_val" in message
+
+
+def test_get_warnings_are_rate_limited(caplog, monkeypatch):
+    monkeypatch.setenv("CATMAP_WARNINGS_PER_KIND", "0")  # only counted, summarized at exit
+    caplog.set_level(logging.WARNING, logger="catalog.metadata")
+    before = counts().get("MetadataCatalog.get", 0)
+    for i in range(5):
+        MetadataCatalog.get(f"rate_limited_{i}")
+    assert counts()["MetadataCatalog.get"] == before + 5
+    assert not [r for r in caplog.records if r.name == "catalog.metadata"]
+
+
+def test_get_without_the_warning_for_metadata_set_on_purpose(unregistered_warnings):
+    MetadataCatalog.get("attached_on_purpose", warn_unregistered=False).thing_classes = ["a"]
+    assert unregistered_warnings() == []
+    assert MetadataCatalog.get("attached_on_purpose").thing_classes == ["a"]
