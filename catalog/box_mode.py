@@ -8,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BoxMode"]
+from .errors import CatmapError
+
+__all__ = ["BoxMode", "BoxModeError"]
 
 
 class BoxMode(IntEnum):
@@ -16,7 +18,7 @@ class BoxMode(IntEnum):
 
     Example:
         >>> BoxMode.convert([10, 20, 30, 40], BoxMode.XYWH_ABS, BoxMode.XYXY_ABS)
-        [10.0, 20.0, 40.0, 60.0]
+        [10, 20, 40, 60]
     """
 
     XYXY_ABS = 0
@@ -34,22 +36,33 @@ class BoxMode(IntEnum):
     def convert(box: Any, from_mode: BoxMode | int, to_mode: BoxMode | int) -> Any:
         """Convert one box (4 or 5 numbers) or an Nx4 / Nx5 array or tensor between modes.
 
-        The result has the input's kind: a list (or tuple) gives a list of floats, a numpy
-        array a numpy array, a tensor a tensor.
+        The result has the input's container and dtype, as in detectron2: a list gives a list,
+        a tuple a tuple (integers stay integers), a numpy array a numpy array of the same
+        dtype, a tensor a tensor of the same dtype and device. The input is never modified.
+        Conversions that involve the angle (XYWHA_ABS) are computed in float64 and cast back,
+        so integer inputs are truncated toward zero there.
+
+        XYWHA_ABS → XYXY_ABS / XYWH_ABS gives the axis-aligned box enclosing the rotated
+        one; XYXY_ABS / XYWH_ABS → XYWHA_ABS gives the same box with angle 0.
 
         Args:
-            box: a sequence of 4 (5 for XYWHA_ABS) numbers, or an (N, 4) / (N, 5) array or tensor.
+            box: a list or tuple of 4 (5 for XYWHA_ABS) numbers (one box), or a (4,) / (5,) /
+                (N, 4) / (N, 5) numpy array or tensor.
             from_mode: the mode ``box`` is in.
             to_mode: the mode wanted.
 
         Raises:
-            ValueError: a relative mode (XYXY_REL, XYWH_REL) is involved: converting it needs
-                the image size, which a box alone does not carry; or the shape is wrong.
+            BoxModeError: a relative mode (XYXY_REL, XYWH_REL) is involved (converting it needs
+                the image size, which a box alone does not carry), the shape is wrong, or the
+                values are not real numbers.
+            ValueError: ``from_mode`` / ``to_mode`` is not a BoxMode value.
 
         Example:
             >>> import numpy as np
             >>> BoxMode.convert(np.array([[0, 0, 10, 10]]), BoxMode.XYXY_ABS, BoxMode.XYWH_ABS)
-            array([[ 0.,  0., 10., 10.]])
+            array([[ 0,  0, 10, 10]])
+            >>> BoxMode.convert((8.0, 9.0, 4.0, 2.0), BoxMode.XYWH_ABS, BoxMode.XYWHA_ABS)
+            (10.0, 10.0, 4.0, 2.0, 0.0)
         """
         from_mode = BoxMode(from_mode)
         to_mode = BoxMode(to_mode)
@@ -57,73 +70,120 @@ class BoxMode(IntEnum):
             return box
         relative = {BoxMode.XYXY_REL, BoxMode.XYWH_REL}
         if from_mode in relative or to_mode in relative:
-            raise ValueError(
+            raise BoxModeError(
                 f"cannot convert a box from {from_mode.name} to {to_mode.name}: relative modes "
                 "need the image size; scale by (width, height) first"
             )
-
-        kind = "list"
+        expected = 5 if from_mode == BoxMode.XYWHA_ABS else 4
+        torch = _torch_if_tensor(box)
+        if torch is not None:
+            if box.dtype == torch.bool or box.is_complex():
+                raise BoxModeError(
+                    f"a {from_mode.name} box must hold real numbers, got {box.dtype}"
+                )
+            _check_shape(tuple(box.shape), expected, from_mode)
+            return _convert_tensor(box, from_mode, to_mode)
         if isinstance(box, np.ndarray):
-            kind = "numpy"
             arr = box
         else:
             try:
-                import torch
-
-                if isinstance(box, torch.Tensor):
-                    kind = "torch"
-                    arr = box.detach().cpu().numpy()
-                else:
-                    arr = np.asarray(box)
-            except ImportError:  # pragma: no cover - torch is a dependency
                 arr = np.asarray(box)
-        single = arr.ndim == 1
-        arr2 = np.atleast_2d(arr).astype(np.float64, copy=True)
-        expected = 5 if from_mode == BoxMode.XYWHA_ABS else 4
-        if arr2.shape[-1] != expected:
-            raise ValueError(
-                f"a {from_mode.name} box has {expected} numbers, got shape {tuple(np.shape(box))}"
+            except (TypeError, ValueError) as exc:
+                raise BoxModeError(
+                    f"a {from_mode.name} box must be {expected} numbers, got {box!r} ({exc})"
+                ) from None
+        if arr.dtype.kind not in "iuf":
+            raise BoxModeError(
+                f"a {from_mode.name} box must hold {expected} numbers, got dtype {arr.dtype}"
             )
-
-        if from_mode == BoxMode.XYWHA_ABS and to_mode == BoxMode.XYXY_ABS:
-            out = _xywha_to_xyxy(arr2)
-        elif from_mode == BoxMode.XYWHA_ABS and to_mode == BoxMode.XYWH_ABS:
-            xyxy = _xywha_to_xyxy(arr2)
-            out = xyxy.copy()
-            out[:, 2:] = xyxy[:, 2:] - xyxy[:, :2]
-        elif to_mode == BoxMode.XYWHA_ABS:
-            if from_mode == BoxMode.XYXY_ABS:
-                w = arr2[:, 2] - arr2[:, 0]
-                h = arr2[:, 3] - arr2[:, 1]
-                x0, y0 = arr2[:, 0], arr2[:, 1]
-            else:  # XYWH_ABS
-                x0, y0, w, h = arr2[:, 0], arr2[:, 1], arr2[:, 2], arr2[:, 3]
-            out = np.stack([x0 + w / 2, y0 + h / 2, w, h, np.zeros_like(w)], axis=1)
-        elif from_mode == BoxMode.XYWH_ABS and to_mode == BoxMode.XYXY_ABS:
-            out = arr2.copy()
-            out[:, 2:] = arr2[:, :2] + arr2[:, 2:]
-        else:  # XYXY_ABS -> XYWH_ABS, the last pair of distinct absolute modes
-            out = arr2.copy()
-            out[:, 2:] = arr2[:, 2:] - arr2[:, :2]
-
-        if single:
-            out = out[0]
-        if kind == "numpy":
-            return out.astype(box.dtype) if np.issubdtype(box.dtype, np.floating) else out
-        if kind == "torch":
-            import torch
-
-            dtype = box.dtype if box.is_floating_point() else torch.float32
-            return torch.as_tensor(out, dtype=dtype, device=box.device)
-        return out.tolist()
+        if not isinstance(box, np.ndarray) and arr.ndim != 1:
+            raise BoxModeError(
+                f"a list or tuple is one {from_mode.name} box of {expected} numbers (as in "
+                f"detectron2); got shape {arr.shape}: pass several boxes as an array or tensor"
+            )
+        _check_shape(arr.shape, expected, from_mode)
+        out = _convert_numpy(arr, from_mode, to_mode)
+        if isinstance(box, np.ndarray):
+            return out
+        return tuple(out.tolist()) if isinstance(box, tuple) else out.tolist()
 
 
-def _xywha_to_xyxy(arr: np.ndarray) -> np.ndarray:
-    """Axis-aligned bounding box of rotated boxes (xc, yc, w, h, angle in degrees)."""
-    theta = arr[:, 4] * math.pi / 180.0
-    c = np.abs(np.cos(theta))
-    s = np.abs(np.sin(theta))
-    new_w = c * arr[:, 2] + s * arr[:, 3]
-    new_h = c * arr[:, 3] + s * arr[:, 2]
-    xc, yc = arr[:, 0], arr[:, 1]
-    return np.stack([xc - new_w / 2, yc - new_h / 2, xc + new_w / 2, yc + new_h / 2], axis=1)
+class BoxModeError(CatmapError, ValueError):
+    """A box cannot be converted between modes: a relative mode, a wrong shape, no numbers."""
+
+
+def _torch_if_tensor(box: Any) -> Any:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return None
+    return torch if isinstance(box, torch.Tensor) else None
+
+
+def _check_shape(shape: tuple[int, ...], expected: int, mode: BoxMode) -> None:
+    if len(shape) not in (1, 2) or shape[-1] != expected:
+        raise BoxModeError(
+            f"a {mode.name} box has {expected} numbers (shape ({expected},) or (N, {expected})), "
+            f"got shape {shape}"
+        )
+
+
+def _convert_numpy(arr: np.ndarray, from_mode: BoxMode, to_mode: BoxMode) -> np.ndarray:
+    """Convert between absolute modes in numpy, keeping ``arr``'s dtype."""
+    if from_mode == BoxMode.XYXY_ABS and to_mode == BoxMode.XYWH_ABS:
+        out = arr.copy()
+        out[..., 2:] = arr[..., 2:] - arr[..., :2]
+        return out
+    if from_mode == BoxMode.XYWH_ABS and to_mode == BoxMode.XYXY_ABS:
+        out = arr.copy()
+        out[..., 2:] = arr[..., 2:] + arr[..., :2]
+        return out
+    work = arr.astype(np.float64)
+    if from_mode == BoxMode.XYWHA_ABS:
+        xyxy = _enclosing_xyxy(work, np)
+        if to_mode == BoxMode.XYWH_ABS:
+            xyxy[..., 2:] -= xyxy[..., :2]
+        return xyxy.astype(arr.dtype)
+    return _to_rotated(work, from_mode, np).astype(arr.dtype)
+
+
+def _convert_tensor(box: Any, from_mode: BoxMode, to_mode: BoxMode) -> Any:
+    """Convert between absolute modes in torch, keeping ``box``'s dtype and device."""
+    import torch
+
+    if from_mode == BoxMode.XYXY_ABS and to_mode == BoxMode.XYWH_ABS:
+        out = box.clone()
+        out[..., 2:] = box[..., 2:] - box[..., :2]
+        return out
+    if from_mode == BoxMode.XYWH_ABS and to_mode == BoxMode.XYXY_ABS:
+        out = box.clone()
+        out[..., 2:] = box[..., 2:] + box[..., :2]
+        return out
+    work = box.to(torch.float64)
+    if from_mode == BoxMode.XYWHA_ABS:
+        xyxy = _enclosing_xyxy(work, torch)
+        if to_mode == BoxMode.XYWH_ABS:
+            xyxy[..., 2:] -= xyxy[..., :2].clone()
+        return xyxy.to(box.dtype)
+    return _to_rotated(work, from_mode, torch).to(box.dtype)
+
+
+def _enclosing_xyxy(arr: Any, xp: Any) -> Any:
+    """Axis-aligned box enclosing rotated boxes (xc, yc, w, h, angle in degrees), float64."""
+    theta = arr[..., 4] * (math.pi / 180.0)
+    c = xp.abs(xp.cos(theta))
+    s = xp.abs(xp.sin(theta))
+    new_w = c * arr[..., 2] + s * arr[..., 3]
+    new_h = c * arr[..., 3] + s * arr[..., 2]
+    xc, yc = arr[..., 0], arr[..., 1]
+    return xp.stack([xc - new_w / 2, yc - new_h / 2, xc + new_w / 2, yc + new_h / 2], -1)
+
+
+def _to_rotated(arr: Any, from_mode: BoxMode, xp: Any) -> Any:
+    """XYXY_ABS or XYWH_ABS (float64) to (xc, yc, w, h, 0)."""
+    x0, y0 = arr[..., 0], arr[..., 1]
+    if from_mode == BoxMode.XYXY_ABS:
+        w, h = arr[..., 2] - x0, arr[..., 3] - y0
+    else:
+        w, h = arr[..., 2], arr[..., 3]
+    return xp.stack([x0 + w / 2, y0 + h / 2, w, h, xp.zeros_like(w)], -1)

@@ -1,7 +1,10 @@
 """Instances: the per-image set of objects (boxes, classes, masks, ...) as aligned fields.
 
 Every field holds one entry per instance: a torch tensor, a numpy array, a list, or any
-object supporting ``len`` and indexing (and, for :meth:`Instances.cat`, a ``cat`` classmethod).
+object supporting ``len`` and indexing (and, for :meth:`Instances.cat`, a ``cat`` classmethod;
+for :meth:`Instances.to`, a ``to`` method) — in particular the detectron2 structures of
+:mod:`mappers.structures` (``Boxes``, ``RotatedBoxes``, ``BitMasks``, ``PolygonMasks``,
+``ROIMasks``, ``Keypoints``), which :func:`~mappers.annotations_to_instances` fills.
 
 Example:
     >>> import torch

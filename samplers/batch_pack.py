@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from mappers.instances import Instances
+from mappers.structures import TRANSPORTABLE_STRUCTURES
 
 __all__ = ["BatchPlan", "Region", "plan_batch", "unpack_batch", "write_batch"]
 
@@ -86,6 +87,23 @@ class _InstancesNode:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_InstancesNode, (self.image_size, self.fields))
+
+
+class _StructureNode:
+    """Stands in the skeleton for a structure (``Boxes``, ``BitMasks``, ``PolygonMasks`` ...):
+    its class and its attributes, packed like a dict; rebuilt without calling the constructor."""
+
+    __slots__ = ("cls", "state")
+
+    def __init__(self, cls: type, state: dict[str, Any]) -> None:
+        self.cls = cls
+        self.state = state
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_StructureNode, (self.cls, self.state))
+
+
+_STRUCTURES = frozenset(TRANSPORTABLE_STRUCTURES)
 
 
 class Region(NamedTuple):
@@ -199,6 +217,12 @@ class _Planner:
                 for name, v in value.get_fields().items()
             }
             return _InstancesNode(value.image_size, fields)
+        if kind in _STRUCTURES:
+            state = {
+                name: self.walk(v, (*path, kind.__name__, name), depth + 1)
+                for name, v in vars(value).items()
+            }
+            return _StructureNode(kind, state)
         return value
 
 
@@ -299,6 +323,10 @@ def _fill(node: Any, views: _Views) -> Any:
         for name, value in node.fields.items():
             fields[name] = _fill(value, views)
         return instances
+    if kind is _StructureNode and node.cls in _STRUCTURES:
+        structure = node.cls.__new__(node.cls)
+        structure.__dict__.update({k: _fill(v, views) for k, v in node.state.items()})
+        return structure
     return node
 
 

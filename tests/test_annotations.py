@@ -11,7 +11,7 @@ import torch
 
 from catalog import BoxMode, RecordFormatError
 from catalog.metadata import Metadata
-from mappers.annotations import (
+from mappers import (
     KeypointFlipError,
     MissingDependencyError,
     annotations_to_instances,
@@ -24,6 +24,7 @@ from mappers.annotations import (
     transform_keypoint_annotations,
 )
 from mappers.instances import Instances
+from mappers.structures import BitMasks, Boxes, Keypoints, PolygonMasks
 from mappers.transforms import (
     AugInput,
     AugmentationList,
@@ -314,14 +315,17 @@ def test_annotations_to_instances_fields_and_dtypes():
     ]
     inst = annotations_to_instances(annos, (300, 400))
     assert inst.image_size == (300, 400)
-    assert inst.gt_boxes.dtype == torch.float32 and inst.gt_boxes.tolist() == [
+    assert isinstance(inst.gt_boxes, Boxes)  # detectron2's structures
+    assert inst.gt_boxes.tensor.dtype == torch.float32 and inst.gt_boxes.tensor.tolist() == [
         [10, 10, 200, 300],
         [0, 0, 5, 6],
     ]
     assert inst.gt_classes.dtype == torch.int64 and inst.gt_classes.tolist() == [1, 4]
-    assert isinstance(inst.gt_masks, list) and len(inst.gt_masks[1]) == 2
-    assert inst.gt_masks[0][0].tolist() == [10, 10, 50, 10, 50, 50]
-    assert inst.gt_keypoints.shape == (2, 5, 3) and inst.gt_keypoints.dtype == torch.float32
+    assert isinstance(inst.gt_masks, PolygonMasks) and len(inst.gt_masks.polygons[1]) == 2
+    assert inst.gt_masks.polygons[0][0].tolist() == [10, 10, 50, 10, 50, 50]
+    assert isinstance(inst.gt_keypoints, Keypoints)
+    kps = inst.gt_keypoints.tensor
+    assert kps.shape == (2, 5, 3) and kps.dtype == torch.float32
 
 
 def test_annotations_to_instances_bitmask():
@@ -338,10 +342,12 @@ def test_annotations_to_instances_bitmask():
         {"bbox": [0, 0, 10, 10], "bbox_mode": 0, "category_id": 2, "segmentation": mask * 7},
     ]
     inst = annotations_to_instances(annos, (30, 40), mask_format="bitmask")
-    assert inst.gt_masks.dtype == torch.uint8 and inst.gt_masks.shape == (3, 30, 40)
-    assert int(inst.gt_masks[0].sum()) == 100
-    assert torch.equal(inst.gt_masks[1], torch.from_numpy(mask))
-    assert torch.equal(inst.gt_masks[2], torch.from_numpy(mask))
+    assert isinstance(inst.gt_masks, BitMasks)
+    masks = inst.gt_masks.tensor
+    assert masks.dtype == torch.bool and masks.shape == (3, 30, 40)
+    assert int(masks[0].sum()) == 100
+    assert torch.equal(masks[1], torch.from_numpy(mask != 0))
+    assert torch.equal(masks[2], torch.from_numpy(mask != 0))
     with pytest.raises(RecordFormatError, match="instance 1.*mask_format='bitmask'"):
         annotations_to_instances(annos, (30, 40), mask_format="polygon")
     with pytest.raises(RecordFormatError, match=r"shape \(30, 40\)"):
@@ -350,10 +356,10 @@ def test_annotations_to_instances_bitmask():
 
 def test_annotations_to_instances_empty():
     inst = annotations_to_instances([], (30, 40))
-    assert inst.gt_boxes.shape == (0, 4) and inst.gt_classes.shape == (0,)
+    assert inst.gt_boxes.tensor.shape == (0, 4) and inst.gt_classes.shape == (0,)
     assert len(inst) == 0
     inst = annotations_to_instances([], (30, 40), mask_format="bitmask")
-    assert inst.gt_masks.shape == (0, 30, 40)
+    assert inst.gt_masks.tensor.shape == (0, 30, 40)
     assert len(filter_empty_instances(inst)) == 0
 
 

@@ -23,7 +23,7 @@ def test_list_roundtrip_and_int_modes():
     xyxy = BoxMode.convert([10, 20, 30, 60], BoxMode.XYWH_ABS, BoxMode.XYXY_ABS)
     assert xyxy == [10.0, 20.0, 40.0, 80.0]
     assert BoxMode.convert(xyxy, 0, 1) == [10.0, 20.0, 30.0, 60.0]
-    assert BoxMode.convert((1, 2, 3, 4), BoxMode.XYWH_ABS, BoxMode.XYXY_ABS) == [1.0, 2.0, 4.0, 6.0]
+    assert BoxMode.convert((1, 2, 3, 4), BoxMode.XYWH_ABS, BoxMode.XYXY_ABS) == (1, 2, 4, 6)
 
 
 def test_same_mode_returns_input_unchanged():
@@ -39,9 +39,9 @@ def test_numpy_batch_keeps_float_dtype():
     assert boxes[1, 2] == 6  # input untouched
 
 
-def test_numpy_int_input_gives_float_output():
+def test_numpy_int_input_keeps_int_dtype():  # detectron2 keeps the input's dtype
     out = BoxMode.convert(np.array([[0, 0, 3, 4]]), BoxMode.XYWH_ABS, BoxMode.XYXY_ABS)
-    assert np.issubdtype(out.dtype, np.floating)
+    assert out.dtype == np.int64
     np.testing.assert_allclose(out, [[0, 0, 3, 4]])
 
 
@@ -51,7 +51,7 @@ def test_tensor_input_gives_tensor():
     assert isinstance(out, torch.Tensor) and out.dtype == torch.float64
     assert out.tolist() == [[1.0, 2.0, 4.0, 6.0]]
     ints = BoxMode.convert(torch.tensor([1, 2, 3, 4]), BoxMode.XYWH_ABS, BoxMode.XYXY_ABS)
-    assert ints.dtype == torch.float32 and ints.tolist() == [1.0, 2.0, 4.0, 6.0]
+    assert ints.dtype == torch.int64 and ints.tolist() == [1, 2, 4, 6]
 
 
 def test_rotated_boxes():

@@ -11,7 +11,7 @@ import pytest
 
 from catalog import BoxMode
 from catalog.errors import RecordFormatError
-from mappers.annotations import (
+from mappers import (
     annotations_to_instances,
     polygons_to_bitmask,
     rle_to_bitmask,
@@ -53,7 +53,7 @@ def test_huge_polygon_coordinate_is_a_typed_error_not_a_crash():
         """
         from catalog import BoxMode
         from catalog.errors import RecordFormatError
-        from mappers.annotations import annotations_to_instances
+        from mappers import annotations_to_instances
         anno = {"bbox": [0, 0, 9, 9], "bbox_mode": BoxMode.XYXY_ABS, "category_id": 0, "id": 5,
                 "segmentation": [[0, 0, 1e9, 0, 1e9, 1e9]]}
         try:
@@ -72,7 +72,7 @@ def test_rle_runs_past_the_mask_are_refused_in_a_subprocess():
     result = _run_isolated(
         """
         from catalog.errors import RecordFormatError
-        from mappers.annotations import rle_to_bitmask
+        from mappers import rle_to_bitmask
         for rle in ({"size": [5, 6], "counts": [1, 2, 100000]},
                     {"size": [5, 6], "counts": "0" + "Z" * 6 + "1"}):
             try:

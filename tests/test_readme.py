@@ -39,4 +39,4 @@ def test_training_script_example_runs_and_resumes(tmp_path):
     assert [s["image_id"] for s in resumed] == [s["image_id"] for s in expected]
     for got, want in zip(resumed, expected, strict=True):
         assert torch.equal(got["image"], want["image"])
-        assert torch.equal(got["instances"].gt_boxes, want["instances"].gt_boxes)
+        assert torch.equal(got["instances"].gt_boxes.tensor, want["instances"].gt_boxes.tensor)

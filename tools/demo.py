@@ -200,6 +200,8 @@ def _batch_signature(batch: list[dict]) -> list[tuple]:
 
 def _same_polygons(a: Any, b: Any) -> bool:
     """Per-instance polygon lists (or bitmask arrays) equal."""
+    a = getattr(a, "polygons", getattr(a, "tensor", a))  # PolygonMasks / BitMasks
+    b = getattr(b, "polygons", getattr(b, "tensor", b))
     if hasattr(a, "shape") or hasattr(b, "shape"):
         return np.array_equal(_as_numpy(a), _as_numpy(b))
     a, b = list(a), list(b)

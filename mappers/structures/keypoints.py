@@ -1,0 +1,156 @@
+"""Keypoints: N instances x K keypoints as an NxKx3 float32 tensor of (x, y, visibility).
+
+Coordinates are continuous image coordinates (pixel (i, j) covers [j, j + 1) x [i, i + 1)),
+visibility follows COCO (0: not labelled, 1: labelled but hidden, 2: visible).
+
+Example:
+    >>> kps = Keypoints([[[1.5, 2.5, 2], [9.0, 9.0, 0]]])
+    >>> heatmaps, valid = kps.to_heatmap(torch.tensor([[0.0, 0.0, 4.0, 4.0]]), 4)
+    >>> heatmaps.tolist(), valid.tolist()
+    ([[9, 0]], [[1, 0]])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ._indexing import as_index
+from .boxes import Boxes
+from .errors import StructureShapeError
+
+__all__ = ["Keypoints", "keypoints_to_heatmap"]
+
+
+def keypoints_to_heatmap(
+    keypoints: torch.Tensor, rois: torch.Tensor, heatmap_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Map keypoints into the cells of a ``heatmap_size`` x ``heatmap_size`` grid over each box.
+
+    A keypoint at continuous x in [x0, x1) goes to cell ``floor((x - x0) * S / (x1 - x0))``
+    (Heckbert's convention: continuous c lies in discrete cell floor(c)); one exactly on the
+    right / bottom edge goes to the last cell S - 1. The heatmap index is ``y * S + x``.
+
+    Args:
+        keypoints: N x K x 3 tensor (x, y, visibility).
+        rois: N x 4 boxes (x0, y0, x1, y1).
+        heatmap_size: S.
+
+    Returns:
+        ``(heatmaps, valid)``: both N x K int64; ``valid`` is 1 where the keypoint is
+        labelled (v > 0) and inside its box, and ``heatmaps`` is 0 where it is not valid.
+    """
+    if rois.numel() == 0:
+        empty = torch.zeros((0, keypoints.shape[1] if keypoints.dim() == 3 else 0))
+        return empty.long(), empty.long()
+    x0, y0 = rois[:, 0][:, None], rois[:, 1][:, None]
+    scale_x = heatmap_size / (rois[:, 2] - rois[:, 0])[:, None]
+    scale_y = heatmap_size / (rois[:, 3] - rois[:, 1])[:, None]
+    x, y = keypoints[..., 0], keypoints[..., 1]
+    on_right = x == rois[:, 2][:, None]
+    on_bottom = y == rois[:, 3][:, None]
+    cell_x = ((x - x0) * scale_x).floor().long()
+    cell_y = ((y - y0) * scale_y).floor().long()
+    cell_x[on_right] = heatmap_size - 1
+    cell_y[on_bottom] = heatmap_size - 1
+    inside = (cell_x >= 0) & (cell_y >= 0) & (cell_x < heatmap_size) & (cell_y < heatmap_size)
+    valid = (inside & (keypoints[..., 2] > 0)).long()
+    return (cell_y * heatmap_size + cell_x) * valid, valid
+
+
+class Keypoints:
+    """Keypoints of N instances stored in ``tensor``, an NxKx3 float32 tensor.
+
+    Args:
+        keypoints: an NxKx3 tensor, array or nested list of (x, y, visibility). Tensors keep
+            their device.
+
+    Raises:
+        StructureShapeError: the input is not NxKx3.
+
+    Example:
+        >>> Keypoints(torch.zeros(2, 17, 3)).tensor.shape
+        torch.Size([2, 17, 3])
+    """
+
+    def __init__(self, keypoints: Any) -> None:
+        if isinstance(keypoints, torch.Tensor):
+            tensor = keypoints.to(torch.float32)
+        else:
+            try:
+                tensor = torch.as_tensor(keypoints, dtype=torch.float32, device="cpu")
+            except (TypeError, ValueError, RuntimeError) as exc:
+                raise StructureShapeError(
+                    f"Keypoints needs an (N, K, 3) array, got {type(keypoints).__name__} ({exc})"
+                ) from None
+        if tensor.dim() != 3 or tensor.shape[2] != 3:
+            raise StructureShapeError(
+                f"Keypoints needs an (N, K, 3) tensor, got {tuple(tensor.shape)}"
+            )
+        self.tensor: torch.Tensor = tensor
+
+    def __len__(self) -> int:
+        return int(self.tensor.shape[0])
+
+    def to(self, *args: Any, **kwargs: Any) -> Keypoints:
+        """Return the keypoints moved as ``Tensor.to`` would (they stay float32)."""
+        return Keypoints(self.tensor.to(*args, **kwargs))
+
+    @property
+    def device(self) -> torch.device:
+        """The device of ``tensor``."""
+        return self.tensor.device
+
+    def to_heatmap(
+        self, boxes: torch.Tensor | Boxes, heatmap_size: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Heatmap targets of the keypoints in their boxes; see :func:`keypoints_to_heatmap`.
+
+        Raises:
+            StructureShapeError: the boxes are not N x 4 for N instances.
+        """
+        rois = boxes.tensor if isinstance(boxes, Boxes) else torch.as_tensor(boxes)
+        if rois.dim() != 2 or rois.shape != (len(self), 4):
+            raise StructureShapeError(
+                f"Keypoints.to_heatmap needs ({len(self)}, 4) boxes, got {tuple(rois.shape)}"
+            )
+        return keypoints_to_heatmap(self.tensor, rois.to(self.tensor.device), heatmap_size)
+
+    def __getitem__(self, item: Any) -> Keypoints:
+        """Select instances: an int gives a 1xKx3 Keypoints; a slice, mask or indices too.
+
+        Raises:
+            StructureIndexError: out of range, a mask of the wrong length, or no index.
+        """
+        index = as_index(item, len(self), "Keypoints")
+        if isinstance(index, int):
+            return Keypoints(self.tensor[index].unsqueeze(0))
+        if isinstance(index, torch.Tensor):
+            index = index.to(self.tensor.device)
+        return Keypoints(self.tensor[index])
+
+    def __repr__(self) -> str:
+        return f"Keypoints(num_instances={len(self)})"
+
+    @staticmethod
+    def cat(keypoints_list: Sequence[Keypoints]) -> Keypoints:
+        """Concatenate Keypoints with the same K.
+
+        Raises:
+            StructureShapeError: not a non-empty list of Keypoints, or K differs.
+
+        Example:
+            >>> k = Keypoints(torch.zeros(1, 2, 3)); len(Keypoints.cat([k, k]))
+            2
+        """
+        if not isinstance(keypoints_list, (list, tuple)) or len(keypoints_list) == 0:
+            raise StructureShapeError("Keypoints.cat needs a non-empty list of Keypoints")
+        for i, kps in enumerate(keypoints_list):
+            if not isinstance(kps, Keypoints):
+                raise StructureShapeError(f"Keypoints.cat: element {i} is a {type(kps).__name__}")
+        try:
+            return Keypoints(torch.cat([k.tensor for k in keypoints_list], dim=0))
+        except RuntimeError as exc:
+            raise StructureShapeError(f"Keypoints.cat: shapes differ ({exc})") from None
