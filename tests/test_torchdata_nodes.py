@@ -5,6 +5,10 @@ imported lazily on such a thread (numpy.random, formerly imported on first use b
 ``catalog.seeding.derive_seed``) leaves a forked child holding the import lock forever. The
 graph runs in a fresh interpreter (where nothing has imported numpy.random yet), bounded by a
 timeout, so a deadlock fails the test instead of hanging it.
+
+The second test resumes such a graph (``samplers.torchdata_support.SampleKeysNode`` +
+``MapKeys`` in process workers) from ``Loader.state_dict()`` and checks that the samples,
+replacements for rejected records and random draws included, equal the uninterrupted run.
 """
 
 from __future__ import annotations
@@ -54,5 +58,54 @@ def test_catmap_in_a_torchdata_nodes_graph_with_fork_process_workers():
                               capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail("the torchdata.nodes graph with fork workers deadlocked (60 s)")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("OK")
+
+
+RESUME_SCRIPT = """
+import itertools
+import torchdata.nodes as tn
+from mappers.datasets import MapDataset
+from mappers.random_state import get_generator
+from samplers import ResumableBatchSampler, TrainingSampler
+from samplers.torchdata_support import MapKeys, SampleKeysNode, SeededBatchSampler
+
+def mapper(record):  # rejects some records, augments the rest from the sample's generator
+    return None if record % 5 == 2 else (record, float(get_generator().random()))
+
+def batches():
+    return ResumableBatchSampler(TrainingSampler(40, seed=3, rank=0, world_size=1), 4)
+
+dataset = MapDataset(list(range(40)), mapper, seed=3)
+expected = [MapKeys(dataset)(keys) for keys in
+            itertools.islice(SeededBatchSampler(batches(), seed=3), 9)]
+
+def graph():
+    node = SampleKeysNode(batches(), seed=3)
+    node = tn.ParallelMapper(node, map_fn=MapKeys(dataset), num_workers=2, method="process",
+                             multiprocessing_context="fork")
+    return tn.Loader(tn.Prefetcher(node, prefetch_factor=2))
+
+loader = graph()
+it = iter(loader)
+first = [next(it) for _ in range(4)]
+state = loader.state_dict()
+resumed = graph()
+resumed.load_state_dict(state)
+rest = list(itertools.islice(resumed, 5))
+assert first + rest == expected, (first + rest, expected)
+assert all(value % 5 != 2 for batch in expected for value, _ in batch)
+print("OK", rest[0])
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="fork start method")
+def test_torchdata_nodes_process_workers_resume_with_the_same_samples():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    try:
+        done = subprocess.run([sys.executable, "-c", RESUME_SCRIPT], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the torchdata.nodes graph with process workers did not finish in 90 s")
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("OK")
