@@ -11,8 +11,10 @@ The counters live in shared memory created by the first process that warns or ca
 forked workers inherit the mapping and spawned workers attach to it by the name the creator put
 in ``CATMAP_WARNING_COUNTERS``, so "the first few" holds across all workers of a run. Two
 workers racing on the same counter may log one line more than the limit; nothing is lost. The
-counters are a 16 KiB file in ``/dev/shm`` (0600), removed when the creating process exits
-normally.
+counters are a 16 KiB anonymous memory file (``memfd``), which spawned processes open through
+``/proc/<creator pid>/fd/<fd>``; the kernel frees it when the last process using it exits, so
+nothing is left behind however the run ends. Without memfd, a 0600 file in ``/dev/shm`` is used
+and removed when the creating process exits normally.
 
 Example:
     >>> import logging
@@ -31,6 +33,7 @@ import logging
 import mmap
 import os
 import secrets
+import stat
 import tempfile
 import threading
 import zlib
@@ -74,18 +77,35 @@ def _slot(kind: str) -> int:
 
 
 def _attach(path: str) -> int | None:
+    """Open the counters another process of this run created, or None if ``path`` is not one
+    (only a catmap memfd or a ``catmap-warnings-*`` file of ours, of the exact size)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        if path.startswith("/proc/"):
+            if not os.readlink(path).startswith("/memfd:catmap-warnings"):
+                return None
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        elif os.path.basename(path).startswith("catmap-warnings-"):
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        else:
+            return None
     except OSError:
         return None
     info = os.fstat(fd)
-    if info.st_size != _SIZE or info.st_uid != os.getuid():
+    if not stat.S_ISREG(info.st_mode) or info.st_size != _SIZE or info.st_uid != os.getuid():
         os.close(fd)
         return None
     return fd
 
 
 def _create() -> tuple[int, str]:
+    """A new zeroed counters file: (fd, the path other processes open it by)."""
+    if hasattr(os, "memfd_create") and os.path.isdir(f"/proc/{os.getpid()}/fd"):
+        try:
+            fd = os.memfd_create("catmap-warnings", os.MFD_CLOEXEC)
+            os.ftruncate(fd, _SIZE)
+            return fd, f"/proc/{os.getpid()}/fd/{fd}"
+        except OSError:
+            pass
     directory = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
     path = os.path.join(directory, f"catmap-warnings-{os.getpid()}-{secrets.token_hex(6)}")
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -201,9 +221,10 @@ def _close_owner() -> None:
         log_summary()
     finally:
         _counters = _names = None
-        try:
-            os.unlink(_owner[1])
-        except OSError:
-            pass
+        if not _owner[1].startswith("/proc/"):  # a memfd needs no removal
+            try:
+                os.unlink(_owner[1])
+            except OSError:
+                pass
         if os.environ.get(_ENV) == _owner[1]:
             del os.environ[_ENV]
