@@ -31,6 +31,7 @@ from torch.utils import data
 
 from catalog.seeding import derive_seed
 from catalog.serialized_list import SerializedList
+from catalog.validation import check_int
 
 from ._function_pickle import unwrap, wrap_for_pickling
 from .errors import RefetchExhaustedError
@@ -196,8 +197,9 @@ class _MapBase:
         """
         if not callable(map_func):
             raise TypeError(f"MapDataset: map_func must be callable, got {type(map_func).__name__}")
-        if isinstance(max_refetch, bool) or not isinstance(max_refetch, int) or max_refetch < 0:
-            raise ValueError(f"MapDataset: max_refetch must be an int >= 0, got {max_refetch!r}")
+        max_refetch = check_int(
+            max_refetch, "max_refetch", minimum=0, error=ValueError, where="MapDataset"
+        )
         self._dataset = dataset
         self._map_func = wrap_for_pickling(map_func)
         self.max_refetch = max_refetch

@@ -25,13 +25,13 @@ Example:
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from catalog.errors import RecordFormatError
+from catalog.validation import is_int
 
 from .image_header import get_max_image_pixels
 from .transforms.transform import (
@@ -133,10 +133,7 @@ def check_keypoints(keypoints: np.ndarray, where: str) -> None:
 
 
 def _positive_int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        return None
-    value = int(value)
-    return value if value > 0 else None
+    return int(value) if is_int(value) and value > 0 else None
 
 
 def decode_rle_counts(counts: bytes, where: str) -> np.ndarray:
@@ -234,7 +231,7 @@ def check_rle(
         runs = decode_rle_counts(counts, where).tolist()
     elif isinstance(counts, (list, tuple)):
         if len(counts) > total + 1 or not all(
-            isinstance(c, numbers.Integral) and not isinstance(c, bool) for c in counts
+            is_int(c) for c in counts
         ):
             raise RecordFormatError(
                 f"{where}: key 'segmentation' RLE counts must be a list of at most h*w+1 ints"

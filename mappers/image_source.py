@@ -15,6 +15,8 @@ import os
 import re
 from typing import Any
 
+from catalog.validation import check_int, is_int
+
 from .errors import ImageNotFoundError, ImageReadError, ImageTooLargeError
 
 __all__ = ["DEFAULT_MAX_IMAGE_BYTES", "is_remote_path", "read_image_bytes"]
@@ -37,11 +39,9 @@ def is_remote_path(path: str) -> bool:
 
 
 def _check_max_bytes(max_bytes: Any) -> int | None:
-    if max_bytes is None:
-        return None
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-        raise ValueError(f"read_image: max_bytes must be an int >= 1 or None, got {max_bytes!r}")
-    return max_bytes
+    return check_int(
+        max_bytes, "max_bytes", minimum=1, optional=True, error=ValueError, where="read_image"
+    )
 
 
 def _too_large(path: str, size: int | None, limit: int) -> ImageTooLargeError:
@@ -88,7 +88,7 @@ def _read_remote(path: str, limit: int | None) -> bytes:
         raise ImageNotFoundError(f"image file not found: {path}", path) from exc
     except (OSError, NotImplementedError, ValueError):
         size = None  # the size is unknown: the bounded read below still holds
-    size = size if isinstance(size, int) and not isinstance(size, bool) else None
+    size = int(size) if is_int(size) else None
     try:
         with fs.open(inner, "rb") as handle:
             return _read_bounded(handle, path, limit, size)

@@ -77,6 +77,7 @@ from typing import Any
 import numpy as np
 
 from catalog.seeding import derive_seed
+from catalog.validation import check_int, check_seed
 
 __all__ = [
     "SampleRandomness",
@@ -190,11 +191,8 @@ def seed_generator(seed: int) -> None:
         >>> bool(x == get_generator().integers(100))
         True
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed_generator: seed must be an int, got {type(seed).__name__}")
-    if seed < 0:
-        raise ValueError(f"seed_generator: seed must be non-negative, got {seed}")
-    _state.generator = np.random.default_rng(int(seed))
+    seed = check_int(seed, "seed", minimum=0, where="seed_generator")
+    _state.generator = np.random.default_rng(seed)
     _state.pid = os.getpid()
     _state.torch_seed = _torch_initial_seed()
 
@@ -232,14 +230,6 @@ def use_generator(rng: np.random.Generator | None) -> Iterator[np.random.Generat
 
 
 # ----------------------------------------------------------------------- per-sample derivation
-
-
-def _check_seed(seed: Any, what: str) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"{what}: a seed must be an int, got {type(seed).__name__}")
-    if not 0 <= seed <= _MASK64:
-        raise ValueError(f"{what}: a seed must be an int in [0, 2**64), got {seed}")
-    return int(seed)
 
 
 def sample_seed(seed: int, position: int) -> int:
@@ -313,7 +303,7 @@ def seed_global_rngs(seed: int, *, all_torch_devices: bool = False) -> None:
         >>> a == random.random()
         True
     """
-    seed = _check_seed(seed, "seed_global_rngs")
+    seed = check_seed(seed, optional=False, where="seed_global_rngs")
     random.seed(_mix64(seed ^ 0x52414E44))
     np.random.seed(_mix64(seed ^ 0x4E554D50) & 0xFFFFFFFF)
     import torch
@@ -366,7 +356,7 @@ class SampleRandomness:
     __slots__ = ("seed", "attempt", "generator", "seed_globals")
 
     def __init__(self, seed: int, *, seed_globals: bool = True) -> None:
-        self.seed = _check_seed(seed, "SampleRandomness")
+        self.seed = check_seed(seed, optional=False, where="SampleRandomness")
         self.seed_globals = bool(seed_globals)
         self.attempt = -1
         self.generator: np.random.Generator = self.next_attempt()

@@ -15,11 +15,11 @@ Example:
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping
 from typing import Any
 
 from catalog.errors import RecordFormatError
+from catalog.validation import check_int
 
 from .image_header import get_max_image_pixels
 
@@ -38,19 +38,14 @@ def _describe(record: Mapping[str, Any]) -> str:
 
 
 def _side(record: Mapping[str, Any], key: str) -> int:
-    value = record[key]
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise RecordFormatError(
-            f"{_describe(record)}: key {key!r} must be a positive integer, got "
-            f"{type(value).__name__} {value!r}"
-        )
-    side = int(value)
-    if not 1 <= side <= MAX_IMAGE_SIDE:
-        raise RecordFormatError(
-            f"{_describe(record)}: key {key!r} is {side}; it must be between 1 and "
-            f"{MAX_IMAGE_SIDE}"
-        )
-    return side
+    return check_int(
+        record[key],
+        f"key {key!r}",
+        minimum=1,
+        maximum=MAX_IMAGE_SIDE,
+        error=RecordFormatError,
+        where=_describe(record),
+    )
 
 
 def record_image_size(record: Mapping[str, Any]) -> tuple[int, int] | None:
@@ -65,7 +60,7 @@ def record_image_size(record: Mapping[str, Any]) -> tuple[int, int] | None:
         >>> record_image_size({"file_name": "a.jpg", "height": 0, "width": 5})
         Traceback (most recent call last):
         ...
-        catalog.errors.RecordFormatError: record (file_name='a.jpg'): key 'height' is 0; it must be between 1 and 1048576
+        catalog.errors.RecordFormatError: record (file_name='a.jpg'): key 'height' must be in [1, 2**20], got 0
     """
     if record.get("height") is None or record.get("width") is None:
         return None

@@ -14,10 +14,10 @@ import operator
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import numpy as np
 from torch.utils.data import DataLoader, IterableDataset
 
 from catalog.seeding import torch_generator
+from catalog.validation import is_number
 
 from .batch import check_batch_size
 from .errors import SamplerConfigError, SamplerError
@@ -61,7 +61,7 @@ def _size(item: Any, key: str, position: int) -> int | float:
             key=key,
         )
     value = item[key]
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if not is_number(value):
         raise ImageSizeKeyError(
             f"AspectRatioGroupedDataset: item {position} of the stream has {key}="
             f"{repr(value)[:40]}, not a number",

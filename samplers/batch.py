@@ -8,6 +8,8 @@ from typing import Any
 
 from torch.utils.data import Sampler
 
+from catalog.validation import check_positive_size
+
 from .errors import NotResumableError, SamplerConfigError
 from .sample_seed import StreamPositions
 from .state import check_state, is_legacy_state, is_stateful, make_state
@@ -24,13 +26,7 @@ def check_batch_size(batch_size: Any, owner: str) -> int:
     Raises:
         SamplerConfigError: (a TypeError and ValueError) not an int, or below 1.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
-        raise SamplerConfigError(
-            f"{owner}: batch_size must be an int, got {type(batch_size).__name__}"
-        )
-    if batch_size < 1:
-        raise SamplerConfigError(f"{owner}: batch_size must be >= 1, got {batch_size}")
-    return batch_size
+    return check_positive_size(batch_size, "batch_size", error=SamplerConfigError, where=owner)
 
 
 class ResumableBatchSampler(Sampler[list[int]]):

@@ -8,20 +8,20 @@ draws), so a pass is never materialized and resuming costs a few milliseconds at
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from catalog.seeding import derive_seed
+from catalog.validation import check_float, check_list, check_positive_size
 
 from .concat_order import ConcatOrder, advance
 from .errors import SamplerStateError, StateMismatchError
 from .pass_order import PassOrder
 from .state_fields import LoadNotes
 from .stream import PassSampler
-from .training import TrainingSampler, check_size
+from .training import TrainingSampler
 
 __all__ = ["ConcatSampler"]
 
@@ -29,25 +29,21 @@ logger = logging.getLogger(__name__)
 
 
 def _check_sizes(sizes: Any) -> list[int]:
-    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence) or len(sizes) == 0:
-        raise TypeError(f"ConcatSampler: sizes must be a non-empty list of ints, got {sizes!r}")
-    return [check_size(s, f"ConcatSampler (part {j})") for j, s in enumerate(sizes)]
+    values = check_list(
+        sizes, "sizes", check_positive_size, what="ints", element="of part", where="ConcatSampler"
+    )
+    if not values:
+        raise TypeError("ConcatSampler: sizes must be a non-empty list of ints, got []")
+    return values
 
 
 def _check_weights(weights: Any, count: int) -> np.ndarray:
-    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
-        raise TypeError(f"ConcatSampler: weights must be a list of numbers, got {weights!r}")
-    if len(weights) != count:
-        raise ValueError(f"ConcatSampler: {len(weights)} weights for {count} parts")
-    values = []
-    for j, w in enumerate(weights):
-        if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating)):
-            raise TypeError(f"ConcatSampler: weight of part {j} must be a number, got {w!r}")
-        if not (float(w) > 0 and math.isfinite(float(w))):
-            raise ValueError(
-                f"ConcatSampler: weight of part {j} is {w}; weights must be positive and finite"
-            )
-        values.append(float(w))
+    values = check_list(
+        weights, "weights", check_float, what="numbers", element="of part", above=0,
+        where="ConcatSampler",
+    )
+    if len(values) != count:
+        raise ValueError(f"ConcatSampler: {len(values)} weights for {count} parts")
     array = np.asarray(values, dtype=np.float64)
     return array / array.sum()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-import numpy as np
+from catalog.validation import check_int
 
 __all__ = [
     "is_distributed",
@@ -45,12 +45,6 @@ def get_world_size() -> int:
     return int(dist.get_world_size()) if is_distributed() else 1
 
 
-def _check_int(value: object, what: str, owner: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{owner}: {what} must be an int, got {type(value).__name__} {value!r}")
-    return int(value)
-
-
 def resolve_rank_and_world_size(
     rank: int | None, world_size: int | None, owner: str = "sampler"
 ) -> tuple[int, int]:
@@ -75,12 +69,8 @@ def resolve_rank_and_world_size(
     """
     world_size = get_world_size() if world_size is None else world_size
     rank = get_rank() if rank is None else rank
-    world_size = _check_int(world_size, "world_size", owner)
-    rank = _check_int(rank, "rank", owner)
-    if not 1 <= world_size <= MAX_WORLD_SIZE:
-        raise ValueError(f"{owner}: world_size must be in [1, 2**20], got {world_size}")
-    if not 0 <= rank < world_size:
-        raise ValueError(f"{owner}: rank must be in [0, {world_size}), got {rank}")
+    world_size = check_int(world_size, "world_size", minimum=1, maximum=MAX_WORLD_SIZE, where=owner)
+    rank = check_int(rank, "rank", minimum=0, maximum=world_size - 1, where=owner)
     return rank, world_size
 
 

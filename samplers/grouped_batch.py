@@ -68,8 +68,8 @@ def aspect_ratio_group_ids(dataset_dicts: Any) -> np.ndarray:
         for i, record in enumerate(dataset_dicts):
             w = record.get("width", -1) if isinstance(record, dict) else -1
             h = record.get("height", -1) if isinstance(record, dict) else -1
-            widths[i] = w if isinstance(w, (int, np.integer)) and not isinstance(w, bool) else -1
-            heights[i] = h if isinstance(h, (int, np.integer)) and not isinstance(h, bool) else -1
+            widths[i] = w if is_int(w) else -1
+            heights[i] = h if is_int(h) else -1
     groups = np.where(widths > heights, 0, 1).astype(np.int64)
     unknown = (widths <= 0) | (heights <= 0)
     if unknown.any():

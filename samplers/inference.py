@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 from torch.utils.data import Sampler
 
+from catalog.validation import check_positive_size
+
 from .distributed import resolve_rank_and_world_size
-from .training import check_size
 
 __all__ = ["InferenceSampler", "shard_bounds"]
 
@@ -47,7 +48,7 @@ class InferenceSampler(Sampler[int]):
     def __init__(
         self, size: int, *, rank: int | None = None, world_size: int | None = None
     ) -> None:
-        self._size = check_size(size, "InferenceSampler", allow_zero=True)
+        self._size = check_positive_size(size, allow_zero=True, where="InferenceSampler")
         self._rank, self._world_size = resolve_rank_and_world_size(
             rank, world_size, "InferenceSampler"
         )

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from catalog.validation import check_int
+
 __all__ = ["KeyedPermutation", "ROUNDS", "keyed_bits53", "keyed_uniform", "round_keys"]
 
 #: Feistel rounds (an even number, so the output has the input's ``A x B`` shape).
@@ -52,9 +54,8 @@ def _key_bytes(purpose: str, parts: tuple[int, ...]) -> bytes:
         raise TypeError(f"keyed permutation: purpose must be a short str, got {purpose!r}")
     out = [purpose.encode("utf-8"), len(parts).to_bytes(2, "little")]
     for part in parts:
-        value = operator.index(part)
-        if not 0 <= value < _MAX_KEY_PART:
-            raise ValueError(f"keyed permutation: key part {value} outside [0, 2**64)")
+        value = check_int(part, "key part", minimum=0, maximum=_MAX_KEY_PART - 1,
+                          where="keyed permutation")
         out.append(value.to_bytes(8, "little"))
     return b"\x00".join(out)
 
@@ -144,11 +145,7 @@ class KeyedPermutation:
     __slots__ = ("_size", "_a", "_b", "_keys")
 
     def __init__(self, size: int, purpose: str, *parts: int) -> None:
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
-            raise TypeError(f"KeyedPermutation: size must be an int, got {type(size).__name__}")
-        size = int(size)
-        if not 1 <= size < 2**62:
-            raise ValueError(f"KeyedPermutation: size must be in [1, 2**62), got {size}")
+        size = check_int(size, "size", minimum=1, maximum=2**62 - 1, where="KeyedPermutation")
         self._size = size
         a = math.isqrt(size - 1) + 1  # ceil(sqrt(size))
         b = -(-size // a)

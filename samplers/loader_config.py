@@ -33,6 +33,7 @@ from torch.utils.data import IterableDataset
 
 from catalog.config_access import ConfigKeyError, config_value, is_detectron2_config
 from catalog.errors import CatmapError
+from catalog.validation import check_bool, check_float, check_int, check_str
 
 from .errors import SamplerConfigError
 from .inference import InferenceSampler
@@ -148,29 +149,23 @@ def _check_names(value: Any, what: str, argument: str) -> list[str]:
     return list(names)
 
 
-def _typed(cfg: Any, key: str, default: Any, kind: type | tuple[type, ...], what: str) -> Any:
+def _typed(cfg: Any, key: str, default: Any, check: Callable[..., Any], **options: Any) -> Any:
+    """The config value at ``key`` (or ``default``), passed through a ``catalog.validation``
+    check; a bad value raises LoaderCallError naming the key."""
     value = config_value(cfg, key, default)
-    if isinstance(value, bool) and kind is not bool:
-        ok = False
-    else:
-        ok = isinstance(value, kind)
-    if not ok:
-        raise LoaderCallError(
-            f"config key {key} must be {what}, got {type(value).__name__} {repr(value)[:60]}",
-            argument=key,
-        )
-    return value
+    error = functools.partial(LoaderCallError, argument=key)
+    return check(value, f"config key {key}", error=error, **options)
 
 
 def _seed(cfg: Any) -> int | None:
-    seed = _typed(cfg, "SEED", -1, int, "an int (negative: a random shared seed)")
+    seed = _typed(cfg, "SEED", -1, check_int)  # negative: a random shared seed
     return seed if seed >= 0 else None
 
 
 def _refuse_proposal_files(cfg: Any, key: str) -> None:
     """With ``MODEL.LOAD_PROPOSALS``, proposals must already be in the records: the files
     detectron2 reads for them are pickles, which catmap never loads because a config says so."""
-    if not _typed(cfg, "MODEL.LOAD_PROPOSALS", False, bool, "a bool"):
+    if not _typed(cfg, "MODEL.LOAD_PROPOSALS", False, check_bool):
         return
     files = config_value(cfg, key, ())
     if files:
@@ -202,25 +197,26 @@ def _dataset_mapper(cfg: Any, is_train: bool) -> Any:
 
 
 def _train_sampler(cfg: Any, dataset: Any) -> Any:
-    name = _typed(cfg, "DATALOADER.SAMPLER_TRAIN", "TrainingSampler", str, "a sampler name")
+    name = _typed(cfg, "DATALOADER.SAMPLER_TRAIN", "TrainingSampler", check_str)
     seed = _seed(cfg)
     logger.info("building the training sampler %s from the config", name)
     if name == "TrainingSampler":
         return TrainingSampler(len(dataset), seed=seed)
     if name == "RepeatFactorTrainingSampler":
-        threshold = _typed(cfg, "DATALOADER.REPEAT_THRESHOLD", 0.0, (int, float), "a number")
-        sqrt = _typed(cfg, "DATALOADER.REPEAT_SQRT", True, bool, "a bool")
+        threshold = _typed(cfg, "DATALOADER.REPEAT_THRESHOLD", 0.0, check_float)
+        sqrt = _typed(cfg, "DATALOADER.REPEAT_SQRT", True, check_bool)
         factors = repeat_factors_from_category_frequency(dataset, float(threshold), sqrt=sqrt)
         return RepeatFactorTrainingSampler(factors, seed=seed)
     if name == "RandomSubsetTrainingSampler":
-        ratio = config_value(cfg, "DATALOADER.RANDOM_SUBSET_RATIO")
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
-            raise LoaderCallError(
-                f"config key DATALOADER.RANDOM_SUBSET_RATIO must be a number in (0, 1], got "
-                f"{repr(ratio)[:60]}",
-                argument="DATALOADER.RANDOM_SUBSET_RATIO",
-            )
-        return RandomSubsetTrainingSampler(len(dataset), float(ratio), seed_shuffle=seed)
+        key = "DATALOADER.RANDOM_SUBSET_RATIO"  # no default: a missing key is a ConfigKeyError
+        ratio = check_float(
+            config_value(cfg, key),
+            f"config key {key}",
+            above=0,
+            maximum=1,
+            error=functools.partial(LoaderCallError, argument=key),
+        )
+        return RandomSubsetTrainingSampler(len(dataset), ratio, seed_shuffle=seed)
     return build_train_sampler(name, dataset)  # any other registered name
 
 
@@ -260,15 +256,15 @@ def train_loader_from_config(
         _refuse_proposal_files(cfg, "DATASETS.PROPOSAL_FILES_TRAIN")
         from catalog.detection_dicts import get_detection_dataset_dicts
 
-        keypoints = _typed(cfg, "MODEL.KEYPOINT_ON", False, bool, "a bool")
+        keypoints = _typed(cfg, "MODEL.KEYPOINT_ON", False, check_bool)
         min_keypoints = (
-            _typed(cfg, "MODEL.ROI_KEYPOINT_HEAD.MIN_KEYPOINTS_PER_IMAGE", 1, int, "an int")
+            _typed(cfg, "MODEL.ROI_KEYPOINT_HEAD.MIN_KEYPOINTS_PER_IMAGE", 1, check_int)
             if keypoints
             else 0
         )
         dataset = get_detection_dataset_dicts(
             _names(cfg, "DATASETS.TRAIN"),
-            filter_empty=_typed(cfg, "DATALOADER.FILTER_EMPTY_ANNOTATIONS", True, bool, "a bool"),
+            filter_empty=_typed(cfg, "DATALOADER.FILTER_EMPTY_ANNOTATIONS", True, check_bool),
             min_keypoints=min_keypoints,
         )
     if mapper is None:
@@ -279,11 +275,9 @@ def train_loader_from_config(
         "dataset": dataset,
         "sampler": sampler,
         "mapper": mapper,
-        "total_batch_size": _typed(cfg, "SOLVER.IMS_PER_BATCH", 16, int, "an int"),
-        "aspect_ratio_grouping": _typed(
-            cfg, "DATALOADER.ASPECT_RATIO_GROUPING", True, bool, "a bool"
-        ),
-        "num_workers": _typed(cfg, "DATALOADER.NUM_WORKERS", 4, int, "an int"),
+        "total_batch_size": _typed(cfg, "SOLVER.IMS_PER_BATCH", 16, check_int),
+        "aspect_ratio_grouping": _typed(cfg, "DATALOADER.ASPECT_RATIO_GROUPING", True, check_bool),
+        "num_workers": _typed(cfg, "DATALOADER.NUM_WORKERS", 4, check_int),
         "seed": getattr(sampler, "seed", None) if sampler is not None else _seed(cfg),
     }
 
@@ -316,6 +310,6 @@ def inference_loader_from_config(cfg: Any, dataset_name: Any, mapper: Any = None
     return {
         "dataset": dataset,
         "mapper": mapper,
-        "num_workers": _typed(cfg, "DATALOADER.NUM_WORKERS", 4, int, "an int"),
+        "num_workers": _typed(cfg, "DATALOADER.NUM_WORKERS", 4, check_int),
         "sampler": InferenceSampler(len(dataset)),
     }

@@ -15,12 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from catalog.validation import check_float, check_positive_size
+
 from .distributed import shared_random_seed
 from .keyed_permutation import KeyedPermutation
 from .pass_order import MappedOrder, PassOrder, PermutedOrder, RangeOrder
 from .state_fields import MAX_SEED, LoadNotes, check_int
 from .stream import PassSampler, check_seed
-from .training import check_size
 
 __all__ = ["RandomSubsetTrainingSampler"]
 
@@ -65,14 +66,8 @@ class RandomSubsetTrainingSampler(PassSampler):
         world_size: int | None = None,
     ) -> None:
         owner = "RandomSubsetTrainingSampler"
-        self._size = check_size(size, owner)
-        if isinstance(subset_ratio, bool) or not isinstance(
-            subset_ratio, (int, float, np.integer, np.floating)
-        ):
-            raise TypeError(f"{owner}: subset_ratio must be a number, got {subset_ratio!r}")
-        ratio = float(subset_ratio)
-        if not 0.0 < ratio <= 1.0:
-            raise ValueError(f"{owner}: subset_ratio must be in (0, 1], got {subset_ratio}")
+        self._size = check_positive_size(size, where=owner)
+        ratio = check_float(subset_ratio, "subset_ratio", above=0, maximum=1, where=owner)
         self._ratio = ratio
         self._subset_size = int(self._size * ratio)
         if self._subset_size < 1:

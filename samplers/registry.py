@@ -15,14 +15,22 @@ from __future__ import annotations
 
 import inspect
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import attrs
 from torch.utils.data import Sampler
 
+from catalog.config_values import plain_container
 from catalog.registry import Registry
+from catalog.validation import (
+    check_bool,
+    check_float,
+    check_list,
+    check_positive_size,
+    check_seed,
+    validator,
+)
 
 from .concat import ConcatSampler
 from .errors import SamplerConfigError
@@ -46,57 +54,23 @@ SAMPLERS = Registry("sampler")
 
 
 # ---------------------------------------------------------------------- validators
-def _optional_seed(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SamplerConfigError(
-            f"option {attribute.name!r} must be a non-negative int or null, got {value!r}"
-        )
-
-
-def _boolean(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise SamplerConfigError(
-            f"option {attribute.name!r} must be true or false, got {type(value).__name__} {value!r}"
-        )
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _positive_number(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is None and attribute.default is None:
-        return
-    if not _is_number(value):
-        raise SamplerConfigError(
-            f"option {attribute.name!r} must be a number, got {type(value).__name__} {value!r}"
-        )
-    if not (value > 0 and math.isfinite(value)):
-        raise SamplerConfigError(f"option {attribute.name!r} must be positive, got {value!r}")
-
-
-def _list_of(kind: str):
-    def check(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-        if value is None and attribute.default is None:
-            return
-        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
-            raise SamplerConfigError(
-                f"option {attribute.name!r} must be a list of {kind}s, got {value!r}"
-            )
-        for i, item in enumerate(value):
-            ok = (
-                isinstance(item, int) and not isinstance(item, bool)
-                if kind == "int"
-                else _is_number(item)
-            )
-            if not ok:
-                raise SamplerConfigError(
-                    f"option {attribute.name!r}: element {i} must be a {kind}, got {item!r}"
-                )
-
-    return check
+# The constructors' own checks (catalog.validation), raising SamplerConfigError.
+_boolean = validator(check_bool, error=SamplerConfigError)
+_optional_seed = validator(check_seed, error=SamplerConfigError)
+_optional_positive_number = validator(check_float, above=0, optional=True, error=SamplerConfigError)
+_subset_ratio = validator(check_float, above=0, maximum=1, error=SamplerConfigError)
+_sizes = validator(
+    check_list, check=check_positive_size, what="ints", element="of part", error=SamplerConfigError
+)
+_optional_weights = validator(
+    check_list,
+    check=check_float,
+    what="numbers",
+    element="of part",
+    above=0,
+    optional=True,
+    error=SamplerConfigError,
+)
 
 
 # ---------------------------------------------------------------------- built-in options
@@ -126,16 +100,10 @@ class RandomSubsetTrainingSamplerOptions:
     """Options of ``RandomSubsetTrainingSampler``: ``subset_ratio`` (required, in (0, 1]),
     ``shuffle``, ``seed_shuffle``, ``seed_subset``."""
 
-    subset_ratio: float = attrs.field(validator=_positive_number)
+    subset_ratio: float = attrs.field(validator=_subset_ratio)
     shuffle: bool = attrs.field(default=True, validator=_boolean)
     seed_shuffle: int | None = attrs.field(default=None, validator=_optional_seed)
     seed_subset: int | None = attrs.field(default=None, validator=_optional_seed)
-
-    def __attrs_post_init__(self) -> None:
-        if self.subset_ratio > 1:
-            raise SamplerConfigError(
-                f"option 'subset_ratio' must be in (0, 1], got {self.subset_ratio}"
-            )
 
     def build(
         self, dataset_dicts: Sequence[Any], *, rank: int | None, world_size: int | None
@@ -158,8 +126,10 @@ class RepeatFactorTrainingSamplerOptions:
     from category frequency, with ``sqrt``) and ``times`` (one constant factor, as
     RepeatDataset); ``shuffle``, ``seed``."""
 
-    repeat_threshold: float | None = attrs.field(default=None, validator=_positive_number)
-    times: float | None = attrs.field(default=None, validator=_positive_number)
+    repeat_threshold: float | None = attrs.field(
+        default=None, validator=_optional_positive_number
+    )
+    times: float | None = attrs.field(default=None, validator=_optional_positive_number)
     sqrt: bool = attrs.field(default=True, validator=_boolean)
     shuffle: bool = attrs.field(default=True, validator=_boolean)
     seed: int | None = attrs.field(default=None, validator=_optional_seed)
@@ -202,8 +172,8 @@ class ConcatSamplerOptions:
     dataset length), ``weights``, ``samplers`` (one sampler config or null per part, built on
     that part's records), ``shuffle``, ``seed``."""
 
-    sizes: list[int] = attrs.field(validator=_list_of("int"))
-    weights: list[float] | None = attrs.field(default=None, validator=_list_of("number"))
+    sizes: list[int] = attrs.field(validator=_sizes)
+    weights: list[float] | None = attrs.field(default=None, validator=_optional_weights)
     samplers: list[Any] | None = attrs.field(default=None, validator=_optional_part_configs)
     shuffle: bool = attrs.field(default=True, validator=_boolean)
     seed: int | None = attrs.field(default=None, validator=_optional_seed)
@@ -254,7 +224,7 @@ def _split_config(cfg: Any) -> tuple[str, dict[str, Any]]:
         raise SamplerConfigError(
             f"a sampler config is a name or a mapping with a 'name' key, got {type(cfg).__name__}"
         )
-    options = dict(cfg)
+    options = plain_container(cfg)  # a DictConfig / any Mapping, nested values plain
     keys = [k for k in ("name", "type") if k in options]
     if len(keys) != 1:
         raise SamplerConfigError(

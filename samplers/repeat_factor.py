@@ -22,6 +22,7 @@ import torch
 
 from catalog.errors import RecordFormatError
 from catalog.serialized_list import RecordColumns
+from catalog.validation import check_float, check_int
 
 from .keyed_permutation import KeyedPermutation, keyed_bits53
 from .pass_order import ExpandedOrder, PassOrder, PermutedOrder, RangeOrder
@@ -39,20 +40,9 @@ _COUNTS_CACHE = 3
 
 
 def _check_threshold(repeat_thresh: Any) -> float:
-    if isinstance(repeat_thresh, bool) or not isinstance(
-        repeat_thresh, (int, float, np.integer, np.floating)
-    ):
-        raise TypeError(
-            f"repeat_factors_from_category_frequency: repeat_thresh must be a number, "
-            f"got {type(repeat_thresh).__name__}"
-        )
-    value = float(repeat_thresh)
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(
-            f"repeat_factors_from_category_frequency: repeat_thresh must be a positive finite "
-            f"number, got {repeat_thresh}"
-        )
-    return value
+    return check_float(
+        repeat_thresh, "repeat_thresh", above=0, where="repeat_factors_from_category_frequency"
+    )
 
 
 def _dataset_label(dataset_dicts: Any) -> str:
@@ -109,12 +99,8 @@ def _factors_from_records(
         categories: set[int] = set()
         for position, anno in enumerate(record.get("annotations") or ()):
             category = anno.get("category_id") if isinstance(anno, dict) else None
-            if isinstance(category, bool) or not isinstance(category, (int, np.integer)):
-                raise RecordFormatError(
-                    f"record {index}{label}: annotation {position} has no integer "
-                    f"'category_id' (got {category!r})"
-                )
-            categories.add(int(category))
+            where = f"record {index}{label}: annotation {position}"
+            categories.add(check_int(category, "'category_id'", error=RecordFormatError, where=where))
         per_record.append(categories)
     n = len(per_record)
     image_count: dict[int, int] = {}

@@ -22,6 +22,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Sampler
 
+from catalog import validation
 from catalog.seeding import torch_generator
 from mappers.opencv_threads import limit_opencv_threads
 
@@ -160,10 +161,9 @@ class ResumableLoader:
         slab_bytes: int = DEFAULT_SLAB_BYTES,
         reseed_each_pass: bool = True,
     ) -> None:
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(
-                f"ResumableLoader: num_workers must be an int >= 0, got {num_workers!r}"
-            )
+        validation.check_int(
+            num_workers, "num_workers", minimum=0, error=ValueError, where="ResumableLoader"
+        )
         positioned = callable(getattr(batch_sampler, "iter_with_positions", None))
         if sample_seeds and not positioned:
             raise TypeError(

@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from catalog.validation import check_int
+
 from .batch_pack import plan_batch, unpack_batch, write_batch
 from .errors import SamplerError
 
@@ -206,10 +208,10 @@ class SlabPool:
                  pin_memory: bool = False) -> None:
         if not transport_supported():
             raise TransportError("the slab transport needs os.memfd_create (Linux)")
-        if isinstance(num_slabs, bool) or not isinstance(num_slabs, int) or num_slabs < 1:
-            raise ValueError(f"SlabPool: num_slabs must be an int >= 1, got {num_slabs!r}")
-        if isinstance(slab_bytes, bool) or not isinstance(slab_bytes, int) or slab_bytes < _PAGE:
-            raise ValueError(f"SlabPool: slab_bytes must be an int >= {_PAGE}, got {slab_bytes!r}")
+        num_slabs = check_int(num_slabs, "num_slabs", minimum=1, error=ValueError, where="SlabPool")
+        slab_bytes = check_int(
+            slab_bytes, "slab_bytes", minimum=_PAGE, error=ValueError, where="SlabPool"
+        )
         self.token = secrets.token_hex(8)
         self.slab_bytes = -(-slab_bytes // _PAGE) * _PAGE
         # re-entrant: a batch freed by the garbage collector inside a locked section

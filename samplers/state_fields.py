@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from catalog.validation import is_int
+
 from .distributed import MAX_WORLD_SIZE
 from .errors import SamplerStateError, StateMismatchError
 
@@ -71,11 +73,6 @@ def _bound_text(value: int) -> str:
 def _short(value: Any, limit: int = 80) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def is_int(value: Any) -> bool:
-    """True for a Python or numpy int (not a bool, not a float)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def check_int(

@@ -6,10 +6,9 @@ import operator
 from collections.abc import Iterator
 from typing import Any
 
-import numpy as np
+from catalog import validation
 
 from .errors import SamplerConfigError, SamplerError
-from .state_fields import MAX_SEED
 
 __all__ = ["LiveChunk", "SupersededIteratorError", "check_seed", "nothing"]
 
@@ -19,16 +18,12 @@ class SupersededIteratorError(SamplerError, RuntimeError):
 
 
 def check_seed(seed: Any, what: str, owner: str) -> int | None:
-    """Validate an optional seed (None or an int in ``[0, 2**64)``)."""
-    if seed is None:
-        return None
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise SamplerConfigError(
-            f"{owner}: {what} must be an int or None, got {type(seed).__name__}"
-        )
-    if not 0 <= seed < MAX_SEED:
-        raise SamplerConfigError(f"{owner}: {what} must be in [0, 2**64), got {seed}")
-    return int(seed)
+    """Validate an optional seed (None or an int in ``[0, 2**64)``).
+
+    Raises:
+        SamplerConfigError: (a TypeError and ValueError) not None nor an int in range.
+    """
+    return validation.check_seed(seed, what, error=SamplerConfigError, where=owner)
 
 
 def nothing() -> None:

@@ -10,26 +10,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import numpy as np
+from catalog.validation import check_positive_size
 
 from .keyed_permutation import KeyedPermutation
 from .pass_order import PassOrder, PermutedOrder, RangeOrder
 from .stream import PassSampler
 
-__all__ = ["TrainingSampler", "check_size"]
+__all__ = ["TrainingSampler"]
 
 logger = logging.getLogger(__name__)
-
-
-def check_size(size: Any, owner: str, *, allow_zero: bool = False) -> int:
-    """Validate a dataset size: an int, positive (or non-negative with ``allow_zero``)."""
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
-        raise TypeError(f"{owner}: size must be an int, got {type(size).__name__} {size!r}")
-    size = int(size)
-    if size < 0 or (size == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{owner}: size must be {bound}, got {size}")
-    return size
 
 
 class TrainingSampler(PassSampler):
@@ -64,7 +53,7 @@ class TrainingSampler(PassSampler):
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
-        self._size = check_size(size, "TrainingSampler")
+        self._size = check_positive_size(size, where="TrainingSampler")
         self._shuffle = bool(shuffle)
         super().__init__(seed=seed, rank=rank, world_size=world_size)
 

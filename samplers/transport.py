@@ -32,6 +32,8 @@ from typing import Any
 from torch.utils.data import Sampler, get_worker_info
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_batch
 
+from catalog.validation import check_float
+
 from .errors import SamplerConfigError
 from .sample_seed import sample_seed
 from .slab_pool import (
@@ -100,9 +102,10 @@ def check_timeout(timeout: Any, num_workers: int) -> float:
     """
     if timeout is None:
         return DEFAULT_TIMEOUT if num_workers > 0 else 0.0
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
-        raise SamplerConfigError(f"loader: timeout must be a number >= 0 (seconds), got {timeout!r}")
-    return float(timeout)
+    return check_float(
+        timeout, "timeout (seconds)", minimum=0, finite=False, error=SamplerConfigError,
+        where="loader",
+    )
 
 
 class ChainedWorkerInit:

@@ -1,0 +1,470 @@
+"""One set of argument checks, shared by catalog, mappers and samplers (internal utility).
+
+Every check takes the value, the argument's name, the error to raise and ``where`` (the owner
+named in the message: a class, a function, a record); it returns the value normalized (a numpy
+integer becomes an ``int``, a number a ``float``) or raises with a message that names the
+owner, the argument and the value::
+
+    ResumableBatchSampler: batch_size must be a positive int, got float 2.5
+
+``error`` is one exception class (or any callable ``message -> exception``), used for every
+failure, or a pair ``(for a wrong type, for a wrong value)``; the default is
+``(TypeError, ValueError)``. So the samplers keep raising ``SamplerConfigError`` and the mappers
+their own typed errors. A ``bool`` is never an int or a number here.
+
+:func:`validator` turns any check into an attrs validator, so option classes (e.g. the sampler
+options of ``build_train_sampler``) run the very checks the constructors run.
+
+This module imports nothing of catmap: any package may use it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, TypeVar, overload
+
+import numpy as np
+
+__all__ = [
+    "SEED_LIMIT",
+    "ErrorSpec",
+    "check_bool",
+    "check_float",
+    "check_int",
+    "check_list",
+    "check_positive_size",
+    "check_probability",
+    "check_seed",
+    "check_str",
+    "is_int",
+    "is_number",
+    "validator",
+]
+
+#: Seeds are ints in ``[0, SEED_LIMIT)``: every 64-bit unsigned value (saved states hold them).
+SEED_LIMIT = 2**64
+
+#: An exception class / factory ``message -> exception``, or a pair (wrong type, wrong value).
+ErrorSpec = Callable[[str], BaseException] | tuple[
+    Callable[[str], BaseException], Callable[[str], BaseException]
+]
+
+_DEFAULT_ERROR: ErrorSpec = (TypeError, ValueError)
+_T = TypeVar("_T")
+
+
+# ----------------------------------------------------------------------------- predicates
+def is_int(value: Any) -> bool:
+    """True for a Python or numpy integer; False for a bool (or ``numpy.bool_``) and a float.
+
+    Example:
+        >>> is_int(3), is_int(np.int64(3)), is_int(True), is_int(3.0)
+        (True, True, False, False)
+    """
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_number(value: Any) -> bool:
+    """True for a Python or numpy int or float (finite or not); False for a bool.
+
+    Example:
+        >>> is_number(0.5), is_number(np.float32(2)), is_number(False), is_number("1")
+        (True, True, False, False)
+    """
+    return is_int(value) or isinstance(value, (float, np.floating))
+
+
+# ----------------------------------------------------------------------------- messages
+def _short(value: Any, limit: int = 80) -> str:
+    try:
+        text = repr(value)
+    except ValueError:  # an int past the interpreter's digit limit
+        text = f"<an int of {int(value).bit_length()} bits>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _big_power_of_two(value: float) -> bool:
+    return isinstance(value, int) and value >= 2**16 and value & (value - 1) == 0
+
+
+def _bound(value: float) -> str:
+    if _big_power_of_two(value):
+        return f"2**{int(value).bit_length() - 1}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _errors(error: ErrorSpec) -> tuple[Callable[[str], BaseException], ...]:
+    return tuple(error) if isinstance(error, tuple) else (error, error)
+
+
+def _fail(error: ErrorSpec, wrong_type: bool, where: str, name: str, text: str) -> BaseException:
+    for_type, for_value = _errors(error)
+    prefix = f"{where}: " if where else ""
+    return (for_type if wrong_type else for_value)(f"{prefix}{name} must be {text}")
+
+
+def _int_range(minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        if _big_power_of_two(maximum + 1):
+            return f"in [{minimum}, {_bound(maximum + 1)})"
+        return f"in [{minimum}, {_bound(maximum)}]"
+    if minimum is not None:
+        return f">= {minimum}"
+    return "" if maximum is None else f"<= {_bound(maximum)}"
+
+
+def _int_kind(minimum: int | None, maximum: int | None) -> str:
+    if minimum == 0 and maximum is not None:
+        if _big_power_of_two(maximum + 1):
+            return f"a non-negative int below {_bound(maximum + 1)}"
+        return f"a non-negative int up to {_bound(maximum)}"
+    if minimum == 0:
+        return "a non-negative int"
+    if minimum == 1 and maximum is None:
+        return "a positive int"
+    text = _int_range(minimum, maximum)
+    return f"an int {text}" if text else "an int"
+
+
+def _float_range(
+    minimum: float | None, maximum: float | None, above: float | None, below: float | None
+) -> str:
+    low = f"({_bound(above)}" if above is not None else minimum is not None and f"[{_bound(minimum)}"
+    high = f"{_bound(below)})" if below is not None else maximum is not None and f"{_bound(maximum)}]"
+    if low and high:
+        return f"in {low}, {high}"
+    if above is not None:
+        return "positive" if above == 0 else f"> {_bound(above)}"
+    if minimum is not None:
+        return "non-negative" if minimum == 0 else f">= {_bound(minimum)}"
+    if below is not None:
+        return "negative" if below == 0 else f"< {_bound(below)}"
+    return "" if maximum is None else f"<= {_bound(maximum)}"
+
+
+def _float_kind(span: str, finite: bool) -> str:
+    """The type phrase: "a number in (0, 1]", "a positive finite number", "a finite number"."""
+    if span.startswith("in "):
+        return f"a number {span}"
+    number = "finite number" if finite else "number"
+    if span.startswith(("<", ">")):
+        return f"a {number} {span}"
+    return f"a {span} {number}" if span else f"a {number}"
+
+
+def _float_value(span: str, finite: bool) -> str:
+    """The range phrase: "in (0, 1]", "positive and finite", "finite", "a number (not NaN)"."""
+    if span.startswith("in ") or (span and not finite):
+        return span
+    if finite:
+        return f"{span} and finite" if span else "finite"
+    return "a number (not NaN)"
+
+
+# ----------------------------------------------------------------------------- checks
+@overload
+def check_int(
+    value: Any,
+    name: str,
+    *,
+    minimum: int | None = ...,
+    maximum: int | None = ...,
+    optional: Literal[False] = ...,
+    error: ErrorSpec = ...,
+    where: str = ...,
+) -> int: ...
+@overload
+def check_int(
+    value: Any,
+    name: str,
+    *,
+    minimum: int | None = ...,
+    maximum: int | None = ...,
+    optional: Literal[True],
+    error: ErrorSpec = ...,
+    where: str = ...,
+) -> int | None: ...
+def check_int(
+    value: Any,
+    name: str,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    optional: bool = False,
+    error: ErrorSpec = _DEFAULT_ERROR,
+    where: str = "",
+) -> int | None:
+    """``value`` as an ``int`` in ``[minimum, maximum]`` (both inclusive, both optional).
+
+    Args:
+        value: the value to check: a Python or numpy integer (a bool is refused).
+        name: the argument's name, as the message shows it.
+        minimum, maximum: inclusive bounds; None for none.
+        optional: also accept None (returned as it is).
+        error: the exception to raise (see the module docstring).
+        where: the owner named first in the message (a class or function name).
+
+    Returns:
+        The value as a Python ``int`` (or None when ``optional``).
+
+    Raises:
+        The first error of ``error`` for a wrong type, the second for a value out of range.
+
+    Example:
+        >>> check_int(np.int64(3), "batch_size", minimum=1)
+        3
+        >>> check_int(0, "batch_size", minimum=1, where="Loader")
+        Traceback (most recent call last):
+        ...
+        ValueError: Loader: batch_size must be >= 1, got 0
+    """
+    if value is None and optional:
+        return None
+    if not is_int(value):
+        kind = _int_kind(minimum, maximum) + (" or None" if optional else "")
+        raise _fail(error, True, where, name, f"{kind}, got {type(value).__name__} {_short(value)}")
+    number = int(value)
+    if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
+        raise _fail(
+            error, False, where, name, f"{_int_range(minimum, maximum)}, got {_short(number)}"
+        )
+    return number
+
+
+@overload
+def check_float(
+    value: Any,
+    name: str,
+    *,
+    minimum: float | None = ...,
+    maximum: float | None = ...,
+    above: float | None = ...,
+    below: float | None = ...,
+    finite: bool = ...,
+    optional: Literal[False] = ...,
+    error: ErrorSpec = ...,
+    where: str = ...,
+) -> float: ...
+@overload
+def check_float(
+    value: Any,
+    name: str,
+    *,
+    minimum: float | None = ...,
+    maximum: float | None = ...,
+    above: float | None = ...,
+    below: float | None = ...,
+    finite: bool = ...,
+    optional: Literal[True],
+    error: ErrorSpec = ...,
+    where: str = ...,
+) -> float | None: ...
+def check_float(
+    value: Any,
+    name: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: float | None = None,
+    below: float | None = None,
+    finite: bool = True,
+    optional: bool = False,
+    error: ErrorSpec = _DEFAULT_ERROR,
+    where: str = "",
+) -> float | None:
+    """``value`` as a ``float``: any Python or numpy number (not a bool) within the bounds.
+
+    Args:
+        value: the value to check.
+        name: the argument's name, as the message shows it.
+        minimum, maximum: inclusive bounds (``>=``, ``<=``); None for none.
+        above, below: exclusive bounds (``>``, ``<``); None for none.
+        finite: refuse infinities (NaN is refused always: it is in no range).
+        optional: also accept None (returned as it is).
+        error: the exception to raise (see the module docstring).
+        where: the owner named first in the message.
+
+    Returns:
+        The value as a Python ``float`` (or None when ``optional``).
+
+    Example:
+        >>> check_float(1, "subset_ratio", above=0, maximum=1)
+        1.0
+        >>> check_float(0, "subset_ratio", above=0, maximum=1)
+        Traceback (most recent call last):
+        ...
+        ValueError: subset_ratio must be in (0, 1], got 0
+    """
+    if value is None and optional:
+        return None
+    span = _float_range(minimum, maximum, above, below)
+    if not is_number(value):
+        kind = _float_kind(span, finite) + (" or None" if optional else "")
+        raise _fail(error, True, where, name, f"{kind}, got {type(value).__name__} {_short(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond the float range
+        number = math.inf if value > 0 else -math.inf
+    bad = (
+        math.isnan(number)
+        or (finite and math.isinf(number))
+        or (minimum is not None and not number >= minimum)
+        or (maximum is not None and not number <= maximum)
+        or (above is not None and not number > above)
+        or (below is not None and not number < below)
+    )
+    if bad:
+        raise _fail(error, False, where, name, f"{_float_value(span, finite)}, got {_short(value)}")
+    return number
+
+
+def check_bool(value: Any, name: str, *, error: ErrorSpec = _DEFAULT_ERROR, where: str = "") -> bool:
+    """``value`` as a ``bool``: only ``True``, ``False`` (or a ``numpy.bool_``), never 0 / 1.
+
+    Example:
+        >>> check_bool(np.bool_(True), "shuffle")
+        True
+        >>> check_bool("yes", "shuffle", where="TrainingSampler")
+        Traceback (most recent call last):
+        ...
+        TypeError: TrainingSampler: shuffle must be true or false, got str 'yes'
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise _fail(
+            error, True, where, name, f"true or false, got {type(value).__name__} {_short(value)}"
+        )
+    return bool(value)
+
+
+def check_str(value: Any, name: str, *, error: ErrorSpec = _DEFAULT_ERROR, where: str = "") -> str:
+    """``value`` if it is a ``str``.
+
+    Example:
+        >>> check_str(3, "name", where="config")
+        Traceback (most recent call last):
+        ...
+        TypeError: config: name must be a str, got int 3
+    """
+    if not isinstance(value, str):
+        raise _fail(error, True, where, name, f"a str, got {type(value).__name__} {_short(value)}")
+    return value
+
+
+def check_seed(
+    value: Any,
+    name: str = "seed",
+    *,
+    optional: bool = True,
+    error: ErrorSpec = _DEFAULT_ERROR,
+    where: str = "",
+) -> int | None:
+    """A seed: an int in ``[0, 2**64)``, or None (draw one later) unless ``optional=False``.
+
+    Example:
+        >>> check_seed(None), check_seed(np.uint64(7))
+        (None, 7)
+    """
+    return check_int(
+        value, name, minimum=0, maximum=SEED_LIMIT - 1, optional=optional, error=error, where=where
+    )
+
+
+def check_probability(
+    value: Any, name: str, *, error: ErrorSpec = _DEFAULT_ERROR, where: str = ""
+) -> float:
+    """A probability: a number in ``[0, 1]``, as a float.
+
+    Example:
+        >>> check_probability(1, "prob")
+        1.0
+    """
+    return check_float(value, name, minimum=0.0, maximum=1.0, error=error, where=where)
+
+
+def check_positive_size(
+    value: Any,
+    name: str = "size",
+    *,
+    allow_zero: bool = False,
+    maximum: int | None = None,
+    error: ErrorSpec = _DEFAULT_ERROR,
+    where: str = "",
+) -> int:
+    """A size or count: an int ``>= 1`` (``>= 0`` with ``allow_zero``), up to ``maximum``.
+
+    Example:
+        >>> check_positive_size(np.int32(4), "batch_size")
+        4
+    """
+    return check_int(
+        value, name, minimum=0 if allow_zero else 1, maximum=maximum, error=error, where=where
+    )
+
+
+def check_list(
+    value: Any,
+    name: str,
+    check: Callable[..., _T],
+    *,
+    what: str,
+    element: str = "element",
+    optional: bool = False,
+    error: ErrorSpec = _DEFAULT_ERROR,
+    where: str = "",
+    **options: Any,
+) -> list[_T] | None:
+    """A list (or tuple) whose every element passes ``check(item, ..., **options)``.
+
+    Args:
+        value: the value to check (a str, bytes or mapping is refused).
+        name: the argument's name.
+        check: the element check, e.g. :func:`check_int`.
+        what: the elements, plural, for the message (e.g. ``"ints"``).
+        element: element ``i`` is named ``f"{name} {element} {i}"`` in messages.
+        optional: also accept None (returned as it is).
+        error, where: as for every check; passed to ``check`` too.
+        **options: passed to ``check`` (e.g. ``minimum=0``).
+
+    Example:
+        >>> check_list((1, np.int64(2)), "sizes", check_int, what="ints", minimum=0)
+        [1, 2]
+        >>> check_list([1, 0], "weights", check_float, what="numbers", element="of part", above=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: weights of part 1 must be positive and finite, got 0
+    """
+    if value is None and optional:
+        return None
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        kind = f"a list of {what}" + (" or None" if optional else "")
+        raise _fail(error, True, where, name, f"{kind}, got {type(value).__name__} {_short(value)}")
+    return [
+        check(item, f"{name} {element} {i}", error=error, where=where, **options)
+        for i, item in enumerate(value)
+    ]
+
+
+# ----------------------------------------------------------------------------- attrs
+def validator(
+    check: Callable[..., Any], /, *, error: ErrorSpec = _DEFAULT_ERROR, **options: Any
+) -> Callable[[Any, Any, Any], None]:
+    """An attrs validator that runs ``check(value, f"option {name!r}", error=error, **options)``.
+
+    Example:
+        >>> import attrs
+        >>> @attrs.define
+        ... class Options:
+        ...     seed: int | None = attrs.field(default=None, validator=validator(check_seed))
+        >>> Options(seed=-1)
+        Traceback (most recent call last):
+        ...
+        ValueError: option 'seed' must be in [0, 2**64), got -1
+    """
+
+    def run(instance: Any, attribute: Any, value: Any) -> None:
+        check(value, f"option {attribute.name!r}", error=error, **options)
+
+    run.__name__ = f"validate_{getattr(check, '__name__', 'value')}"
+    run.__qualname__ = run.__name__
+    return run
