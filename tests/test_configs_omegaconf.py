@@ -193,38 +193,31 @@ def test_compose_takes_a_listconfig_of_steps():
 
 
 # ----------------------------------------------------------------------- Hydra instantiate
-README_HYDRA_SNIPPET = """
+README_HYDRA_SNIPPET = '''
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from catalog import register_coco_instances
 
-cfg = OmegaConf.create({
-    "datasets": {"train": ["shapes_a", "shapes_b"]},
-    "dataloader": {
-        "train": {
-            "_target_": "samplers.build_detection_train_loader",
-            "dataset": "${datasets.train}",
-            "mapper": {
-                "_target_": "mappers.DatasetMapper",
-                "is_train": True,
-                "augmentations": [
-                    {"_target_": "mappers.transforms.ResizeShortestEdge",
-                     "short_edge_length": [32, 40], "max_size": 64},
-                    {"_target_": "mappers.transforms.RandomFlip"},
-                ],
-            },
-            "total_batch_size": 4,
-            "seed": 0,
-        },
-    },
-})
+cfg = OmegaConf.create("""
+datasets: {train: [shapes_a, shapes_b]}
+train_loader:
+  _target_: samplers.build_detection_train_loader
+  dataset: ${datasets.train}
+  mapper:
+    _target_: mappers.DatasetMapper
+    is_train: true
+    augmentations:
+      - {_target_: mappers.transforms.ResizeShortestEdge, short_edge_length: [32, 40], max_size: 64}
+      - {_target_: mappers.transforms.RandomFlip}
+  total_batch_size: 4
+  seed: 0
+""")
 for name in cfg.datasets.train:
-    register_coco_instances(name, OmegaConf.create({"source": "shapes"}),
-                            shapes.json_file, shapes.image_root)
-loader = instantiate(cfg.dataloader.train)
+    register_coco_instances(name, {}, shapes.json_file, shapes.image_root)
+loader = instantiate(cfg.train_loader)
 batch = next(iter(loader))
-"""
+'''
 
 
 def test_readme_hydra_snippet_instantiates_the_train_loader(tmp_path):

@@ -185,27 +185,22 @@ import torch
 from torchvision.models.detection import maskrcnn_resnet50_fpn
 
 from catalog import MetadataCatalog
-from mappers import DatasetMapper, transforms as T
+from mappers import DatasetMapper
 from mappers.torchvision_targets import to_torchvision_batch
 from samplers import build_detection_train_loader
 
 classes = MetadataCatalog.get(dataset_name).thing_classes
-model = maskrcnn_resnet50_fpn(weights=None, weights_backbone=None,
-                              num_classes=len(classes) + 1,  # + the background class 0
-                              min_size=64, max_size=96)
+model = maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, min_size=64, max_size=96,
+                              num_classes=len(classes) + 1)  # + the background class 0
 optimizer = torch.optim.SGD(model.parameters(), lr=0.001)
-mapper = DatasetMapper(True, augmentations=[T.RandomFlip()], use_instance_mask=True)
+mapper = DatasetMapper(True, augmentations=[], use_instance_mask=True)
 loader = build_detection_train_loader(dataset_name, mapper=mapper, total_batch_size=2, seed=0)
-
-model.train()
-for step, batch in zip(range(1), loader):
-    # label_offset=1: Mask R-CNN's label 0 is the background (0 for RetinaNet / FCOS)
-    images, targets = to_torchvision_batch(batch, label_offset=1)
-    losses = model(images, targets)
-    loss = sum(losses.values())
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
+images, targets = to_torchvision_batch(next(iter(loader)), label_offset=1)  # 0: background
+losses = model(images, targets)
+loss = sum(losses.values())
+optimizer.zero_grad()
+loss.backward()
+optimizer.step()
 """
 
 
