@@ -40,10 +40,17 @@ import numpy as np
 from .box_mode import BoxMode
 from .cityscapes_labels import ID_TO_LABEL, NAME_TO_LABEL, THING_ID_TO_CONTIGUOUS, CityscapesLabel
 from .coco_json import parse_json_bytes
-from .format_errors import CityscapesFormatError, missing_dependency
+from .errors import missing_dependency
+from .format_errors import CityscapesFormatError
 from .safe_parse import read_bytes
 
-__all__ = ["MAX_JSON_BYTES", "MAX_PIXELS", "load_cityscapes_instances", "load_cityscapes_semantic"]
+__all__ = [
+    "MAX_JSON_BYTES",
+    "MAX_PIXELS",
+    "MAX_RASTER_WORK",
+    "load_cityscapes_instances",
+    "load_cityscapes_semantic",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +58,12 @@ logger = logging.getLogger(__name__)
 MAX_JSON_BYTES = 16 * 1024 * 1024
 #: Largest image (height * width) rasterized or read (Cityscapes' are 2048 x 1024).
 MAX_PIXELS = 1 << 25
+#: Most pixels one polygon file may make the loader rasterize or compare: the sum, over the
+#: drawn objects, of their bounding boxes clipped to the image (instance objects count three
+#: times). Cityscapes' own files need well under
+#: a tenth of it; a file beyond it (e.g. thousands of image-sized objects) is refused rather
+#: than keeping the loader busy for minutes.
+MAX_RASTER_WORK = 1 << 28
 #: Largest absolute polygon coordinate accepted.
 _MAX_COORD = 1 << 20
 _IMAGE_SUFFIX = "leftImg8bit.png"
@@ -130,7 +143,10 @@ def _objects(data: dict[str, Any], path: str) -> list[tuple[CityscapesLabel, boo
             for p in polygon
         ):
             raise fail("polygon", "must be a list of [x, y] number pairs")
-        points = np.asarray(polygon, dtype=np.float64).reshape(-1, 2)
+        try:
+            points = np.asarray(polygon, dtype=np.float64).reshape(-1, 2)
+        except OverflowError:  # an int beyond the float range
+            points = np.full((1, 2), np.inf)
         if not (np.isfinite(points).all() and (np.abs(points) <= _MAX_COORD).all()):
             raise fail("polygon", f"holds a coordinate that is not finite or beyond {_MAX_COORD}")
         if len(points) < 3:
@@ -162,16 +178,30 @@ def _rle(mask: np.ndarray, x0: int, y0: int, height: int, width: int) -> dict[st
         from pycocotools import mask as mask_util
     except ImportError:
         raise missing_dependency("pycocotools", "coco", "Cityscapes instances as RLE") from None
-    full = np.zeros((height, width), np.uint8, order="F")
-    full[y0 : y0 + mask.shape[0], x0 : x0 + mask.shape[1]] = mask
-    rle = mask_util.encode(full)
+    # The runs of the whole image in column-major order, from the crop alone (no image-sized
+    # array per instance). A zero row under the crop ends every run in its column; pixel
+    # (row r, column c) of the padded crop is pixel (x0 + c) * height + y0 + r of the image.
+    h = mask.shape[0]
+    flat = np.zeros(mask.shape[1] * (h + 1) + 1, bool)
+    flat[1:].reshape(mask.shape[1], h + 1)[:, :h] = mask.T
+    starts = np.flatnonzero(flat[1:] > flat[:-1])
+    ends = np.flatnonzero(flat[1:] < flat[:-1])
+    starts = (starts // (h + 1) + x0) * height + starts % (h + 1) + y0
+    ends = (ends // (h + 1) + x0) * height + ends % (h + 1) + y0
+    joined = np.flatnonzero(starts[1:] == ends[:-1])  # runs that meet across two columns
+    starts, ends = np.delete(starts, joined + 1), np.delete(ends, joined)
+    gaps = starts - np.r_[0, ends[:-1]]
+    counts = np.stack([gaps, ends - starts], 1).reshape(-1).tolist()
+    if ends[-1] < height * width:
+        counts.append(height * width - int(ends[-1]))
+    rle = mask_util.frPyObjects({"size": [height, width], "counts": counts}, height, width)
     return {"size": [height, width], "counts": rle["counts"].decode("ascii")}
 
 
 def _mask_annotation(mask: np.ndarray, x0: int, y0: int, height: int, width: int,
                      label: CityscapesLabel, crowd: bool, to_polygons: bool) -> dict | None:
     """The annotation of the visible pixels ``mask`` (a crop whose corner is ``x0, y0``)."""
-    ys, xs = np.nonzero(mask)
+    ys, xs = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
     if not len(ys):
         return None
     if to_polygons:
@@ -202,11 +232,31 @@ def _is_instance(label: CityscapesLabel) -> bool:
     return label.has_instances and not label.ignore_in_eval
 
 
+def _check_work(objects: list[tuple[CityscapesLabel, bool, np.ndarray]], height: int,
+                width: int, to_polygons: bool, path: str) -> None:
+    """Refuse a file whose objects would take more than :data:`MAX_RASTER_WORK` pixels."""
+    work = 0
+    for label, _, points in objects:
+        low, high = np.floor(points.min(0)), np.floor(points.max(0)) + 1
+        w = min(high[0], width) - max(low[0], 0)
+        h = min(high[1], height) - max(low[1], 0)
+        area = int(w * h) if w > 0 and h > 0 else 0
+        if _is_instance(label):
+            area *= 3
+        work += area + 1
+        if work > MAX_RASTER_WORK:
+            raise CityscapesFormatError(
+                f"{path}: its {len(objects)} objects would need more than {MAX_RASTER_WORK} "
+                "pixels of rasterization (too many or too large polygons)",
+                path=path, key="objects")
+
+
 def _record_from_json(files: tuple[str, ...], to_polygons: bool) -> dict[str, Any]:
     image_file, _, _, json_file = files
     data = _read_json(json_file)
     height, width = data["imgHeight"], data["imgWidth"]
     objects = _objects(data, json_file)
+    _check_work(objects, height, width, to_polygons, json_file)
     Image, ImageDraw = _pillow()
     canvas = Image.new("I", (width, height), 0)
     draw = ImageDraw.Draw(canvas)
@@ -250,26 +300,46 @@ def _record_from_png(files: tuple[str, ...], to_polygons: bool) -> dict[str, Any
         raise CityscapesFormatError(f"Cityscapes instance image {instance_file!r} does not "
                                     "exist", path=instance_file)
     Image, _ = _pillow()
-    with Image.open(instance_file) as image:
-        width, height = image.size
-        if width * height > MAX_PIXELS:
-            raise CityscapesFormatError(f"{instance_file}: {width} x {height} pixels is larger "
-                                        f"than the limit ({MAX_PIXELS})", path=instance_file)
-        ids = np.asarray(image, dtype=np.int64)
+    try:
+        with Image.open(instance_file) as image:
+            width, height = image.size
+            if width * height > MAX_PIXELS:
+                raise CityscapesFormatError(f"{instance_file}: {width} x {height} pixels is "
+                                            f"larger than the limit ({MAX_PIXELS})",
+                                            path=instance_file)
+            ids = np.asarray(image, dtype=np.int64)
+    except CityscapesFormatError:
+        raise
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise CityscapesFormatError(f"{instance_file}: not a readable image: {exc}",
+                                    path=instance_file) from None
     if ids.shape != (height, width):
         raise CityscapesFormatError(f"{instance_file}: not a single-channel id image "
                                     f"(shape {ids.shape})", path=instance_file)
-    annotations = []
-    for instance_id in np.unique(ids[ids >= 24]).tolist():
+    # One sort groups the pixels of every instance id (not one whole-image pass per id).
+    flat = ids.reshape(-1)
+    kept = np.flatnonzero(flat >= 24)
+    order = kept[np.argsort(flat[kept], kind="stable")]
+    groups = np.split(order, np.flatnonzero(np.diff(flat[order])) + 1) if len(order) else []
+    annotations, work = [], 0
+    for pixels in groups:
+        instance_id = int(flat[pixels[0]])
         label = ID_TO_LABEL.get(instance_id // 1000 if instance_id >= 1000 else instance_id)
         if label is None:
             raise CityscapesFormatError(f"{instance_file}: pixel value {instance_id} names no "
                                         "Cityscapes label", path=instance_file, key="label")
         if not _is_instance(label):
             continue
-        ys, xs = np.nonzero(ids == instance_id)
+        ys, xs = np.divmod(pixels, width)
         x0, y0 = int(xs.min()), int(ys.min())
-        crop = ids[y0 : int(ys.max()) + 1, x0 : int(xs.max()) + 1] == instance_id
+        crop = np.zeros((int(ys.max()) - y0 + 1, int(xs.max()) - x0 + 1), bool)
+        work += 3 * crop.size
+        if work > MAX_RASTER_WORK:
+            raise CityscapesFormatError(
+                f"{instance_file}: its instances' bounding boxes add up to more than "
+                f"{MAX_RASTER_WORK} pixels (too many or too scattered instance ids)",
+                path=instance_file, key="label")
+        crop[ys - y0, xs - x0] = True
         annotation = _mask_annotation(crop, x0, y0, height, width, label, instance_id < 1000,
                                       to_polygons)
         if annotation is not None:

@@ -28,9 +28,11 @@ import numpy as np
 
 from .coco_export import convert_to_coco_dict, convert_to_coco_json
 from .coco_json import parse_json_bytes
-from .format_errors import CocoEvaluationError, missing_dependency
+from .errors import missing_dependency
+from .format_errors import CocoEvaluationError
 from .metadata import MetadataCatalog
 from .safe_parse import read_bytes
+from .validation import is_int
 
 __all__ = [
     "IOU_TYPES",
@@ -121,7 +123,7 @@ def instances_to_coco_results(
         >>> instances_to_coco_results(preds, 42, {"thing_dataset_id_to_contiguous_id": {7: 0}})
         [{'image_id': 42, 'category_id': 7, 'bbox': [10.0, 20.0, 20.0, 40.0], 'score': 0.5}]
     """
-    if isinstance(image_id, bool) or not isinstance(image_id, (int, np.integer, str)):
+    if not (is_int(image_id) or isinstance(image_id, str)):
         raise CocoEvaluationError(f"image_id must be an int or a str, got {image_id!r}",
                                   image_id=image_id, key="image_id")
     image_id = image_id if isinstance(image_id, str) else int(image_id)

@@ -7,6 +7,8 @@ the record index and the key involved, where they are known.
 from __future__ import annotations
 
 __all__ = [
+    "MissingDependencyError",
+    "missing_dependency",
     "CatmapError",
     "DatasetNotRegisteredError",
     "DatasetAlreadyRegisteredError",
@@ -112,3 +114,35 @@ class DatasetFileNotFoundError(CatmapError, FileNotFoundError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class MissingDependencyError(CatmapError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install.
+
+    Attributes:
+        extra: the catmap extra that installs it (e.g. ``"coco"``).
+        package: the missing package.
+
+    Example:
+        >>> err = missing_dependency("pycocotools", "coco", "COCO evaluation")
+        >>> 'pip install "catmap[coco]"' in str(err)
+        True
+    """
+
+    def __init__(
+        self, message: str = "", *, extra: str | None = None, package: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.extra = extra
+        self.package = package
+
+
+def missing_dependency(package: str, extra: str, purpose: str) -> MissingDependencyError:
+    """The error to raise when ``package`` (installed by the catmap extra ``extra``) is
+    missing for ``purpose``."""
+    return MissingDependencyError(
+        f"{purpose} needs {package}, which is not installed: pip install \"catmap[{extra}]\" "
+        f"(or pip install {package})",
+        extra=extra,
+        package=package,
+    )

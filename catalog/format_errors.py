@@ -18,8 +18,6 @@ __all__ = [
     "CityscapesFormatError",
     "CocoExportError",
     "CocoEvaluationError",
-    "MissingDependencyError",
-    "missing_dependency",
 ]
 
 
@@ -161,35 +159,3 @@ class CocoEvaluationError(CatmapError, ValueError):
         self.dataset = dataset
         self.image_id = image_id
         self.key = key
-
-
-class MissingDependencyError(CatmapError, ImportError):
-    """An optional dependency is not installed; the message names the extra to install.
-
-    Attributes:
-        extra: the catmap extra that installs it (e.g. ``"coco"``).
-        package: the missing package.
-
-    Example:
-        >>> err = missing_dependency("pycocotools", "coco", "COCO evaluation")
-        >>> 'pip install "catmap[coco]"' in str(err)
-        True
-    """
-
-    def __init__(
-        self, message: str = "", *, extra: str | None = None, package: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.extra = extra
-        self.package = package
-
-
-def missing_dependency(package: str, extra: str, purpose: str) -> MissingDependencyError:
-    """The error to raise when ``package`` (installed by the catmap extra ``extra``) is
-    missing for ``purpose``."""
-    return MissingDependencyError(
-        f"{purpose} needs {package}, which is not installed: pip install \"catmap[{extra}]\" "
-        f"(or pip install {package})",
-        extra=extra,
-        package=package,
-    )

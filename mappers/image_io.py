@@ -40,6 +40,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from catalog.errors import MissingDependencyError, missing_dependency
+
 from .errors import (
     ImageReadError,
     ImageSizeMismatchError,
@@ -73,6 +75,9 @@ logger = logging.getLogger(__name__)
 
 #: JPEG decoders read_image knows, fastest first.
 JPEG_DECODERS = ("simplejpeg", "turbojpeg", "opencv", "pillow")
+#: The package and catmap extra that install each decoder.
+_DECODER_PACKAGES = {"simplejpeg": ("simplejpeg", "fast"), "turbojpeg": ("PyTurboJPEG", "fast"),
+                     "opencv": ("opencv-python-headless", "opencv"), "pillow": ("Pillow", "images")}
 
 #: Pixel formats read_image produces.
 SUPPORTED_FORMATS = ("RGB", "BGR", "L")
@@ -227,7 +232,8 @@ def _check_decoder(name: str) -> str:
     if name not in JPEG_DECODERS:
         raise ValueError(f"unknown JPEG decoder {name!r}; choose one of {', '.join(JPEG_DECODERS)}")
     if name not in available_jpeg_decoders():
-        raise ImportError(f"JPEG decoder {name!r} is not installed here")
+        package, extra = _DECODER_PACKAGES[name]
+        raise missing_dependency(package, extra, f"the JPEG decoder {name!r}")
     return name
 
 
@@ -279,8 +285,8 @@ def _decode_jpeg(
                 data, fmt, source=source, limit=limit, reduce=factor, orientation=1,
                 size_checked=True,
             )
-        except ImageReadError:
-            raise
+        except (ImageReadError, MissingDependencyError):
+            raise  # a missing Pillow is not a bad image: skip_bad_images must not hide it
         except Exception as exc:
             detail = f"{type(exc).__name__}: {exc}"
             if fast_error is not None:
@@ -354,7 +360,7 @@ def decode_image(
                 data, fmt, source=source, limit=limit, keep_16bit=keep_16bit,
                 size_checked=png is not None,
             )
-    except (ImageReadError, UnsupportedImageFormatError):
+    except (ImageReadError, UnsupportedImageFormatError, MissingDependencyError):
         raise
     except Exception as exc:
         raise ImageReadError(

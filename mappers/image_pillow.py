@@ -27,10 +27,21 @@ from typing import Any
 
 import numpy as np
 
+from catalog.errors import missing_dependency
+
 from .errors import ImageReadError, ImageTooLargeError, UnsupportedImageFormatError
 from .image_header import check_pixel_limit
 
-__all__ = ["SIXTEEN_BIT_MODES", "apply_exif_orientation", "decode_with_pillow", "to_format"]
+
+def pil_image() -> Any:
+    """``PIL.Image``, or :class:`~catalog.errors.MissingDependencyError` naming the extra."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise missing_dependency("Pillow", "images", "reading this image") from None
+    return Image
+
+__all__ = ["SIXTEEN_BIT_MODES", "apply_exif_orientation", "decode_with_pillow", "pil_image", "to_format"]
 
 #: Pillow modes holding 16-bit samples.
 SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
@@ -88,7 +99,7 @@ def to_format(array: np.ndarray, fmt: str) -> np.ndarray:
 
 
 def _bomb_error(exc: Exception, source: str) -> ImageTooLargeError:
-    from PIL import Image
+    Image = pil_image()
 
     limit = Image.MAX_IMAGE_PIXELS
     return ImageTooLargeError(
@@ -101,7 +112,7 @@ def _bomb_error(exc: Exception, source: str) -> ImageTooLargeError:
 
 def _open(data: bytes, source: str, limit: int | None, size_checked: bool) -> Any:
     """Image.open (header only), the pixel limit checked on the declared size."""
-    from PIL import Image
+    Image = pil_image()
 
     try:
         if size_checked:
@@ -165,7 +176,7 @@ def decode_with_pillow(
         OSError, ValueError, SyntaxError...: whatever Pillow raises for broken data (the
             caller wraps them in ImageReadError).
     """
-    from PIL import Image
+    Image = pil_image()
 
     with _open(data, source, limit, size_checked) as img:
         if img.format == "JPEG" and (reduce > 1 or fmt == "L"):

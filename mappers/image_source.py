@@ -15,6 +15,7 @@ import os
 import re
 from typing import Any
 
+from catalog.errors import missing_dependency
 from catalog.validation import check_int, is_int
 
 from .errors import ImageNotFoundError, ImageReadError, ImageTooLargeError
@@ -67,11 +68,9 @@ def _fsspec() -> Any:
     try:
         import fsspec
     except ImportError:
-        from .mask_rasterize import MissingDependencyError
-
-        raise MissingDependencyError(
-            "read_image: reading a URL or remote path needs fsspec, which is not installed: "
-            "pip install 'catmap[remote]' (and the protocol's package, e.g. s3fs or gcsfs)"
+        raise missing_dependency(
+            "fsspec", "remote",
+            "read_image of a URL or remote path (with the protocol's package, e.g. s3fs)",
         ) from None
     return fsspec
 

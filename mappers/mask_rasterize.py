@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from catalog.errors import CatmapError, RecordFormatError
+from catalog.errors import MissingDependencyError, RecordFormatError, missing_dependency
 
 from ._annotation_fields import polygons_as_arrays as _polygons_as_arrays
 from ._annotation_fields import where as _where
@@ -24,18 +24,11 @@ from .geometry_checks import check_rle, coordinate_bound
 __all__ = ["MissingDependencyError", "polygons_to_bitmask", "rle_to_bitmask"]
 
 
-class MissingDependencyError(CatmapError, ImportError):
-    """An optional dependency is needed for this input; the message names the extra to install."""
-
-
 def _mask_utils(purpose: str) -> Any:
     try:
         from pycocotools import mask as mask_utils
     except ImportError:
-        raise MissingDependencyError(
-            f"{purpose} needs pycocotools, which is not installed: pip install 'catmap[coco]' "
-            "(or pip install pycocotools)"
-        ) from None
+        raise missing_dependency("pycocotools", "coco", purpose) from None
     return mask_utils
 
 

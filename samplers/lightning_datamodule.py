@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from catalog.config_values import is_config_container, plain_container, plain_names
-from catalog.format_errors import missing_dependency
+from catalog.errors import missing_dependency
 from catalog.local_share import this_rank_only
 
 from .distributed import get_rank, get_world_size

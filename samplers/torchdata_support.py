@@ -29,11 +29,10 @@ Example:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from catalog.format_errors import missing_dependency
+from catalog.errors import missing_dependency
 
 from .errors import SamplerStateError
 from .sample_seed import SampleSeededDataset, sample_seed
@@ -51,8 +50,6 @@ try:
     from torchdata.nodes import BaseNode
 except ImportError:  # the optional extra
     raise missing_dependency("torchdata", "torchdata", "samplers.torchdata_support") from None
-
-logger = logging.getLogger(__name__)
 
 _STATE_KEYS = ("batch_sampler", "seed")
 

@@ -15,7 +15,8 @@ import torch
 from catalog import BoxMode, DatasetCatalog, MetadataCatalog
 from catalog.coco import register_coco_instances
 from catalog.coco_evaluation import evaluate_coco, instances_to_coco_results, write_coco_results
-from catalog.format_errors import CocoEvaluationError, MissingDependencyError
+from catalog.errors import MissingDependencyError
+from catalog.format_errors import CocoEvaluationError
 
 mask_util = pytest.importorskip("pycocotools.mask")
 from pycocotools.coco import COCO  # noqa: E402
