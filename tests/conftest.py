@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -9,6 +11,16 @@ import pytest
 from catalog.testing import isolated_catalogs
 
 __all__ = ["isolated_cache_dir", "restore_catalogs"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point the cache and its key at a temporary directory for the whole session, so that the
+    doctests of the library modules (collected outside tests/, where the fixtures below do not
+    apply) never write to ~/.cache/catmap or ~/.config/catmap either."""
+    session_dir = tempfile.mkdtemp(prefix="catmap-pytest-")
+    os.environ["CATMAP_CACHE_DIR"] = os.path.join(session_dir, "cache")
+    os.environ["CATMAP_CACHE_KEY_FILE"] = os.path.join(session_dir, "key", "cache.key")
+    os.environ.setdefault("CATMAP_DEMO_DIR", os.path.join(session_dir, "demo"))
 
 
 @pytest.fixture(autouse=True)
