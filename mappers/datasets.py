@@ -35,8 +35,10 @@ from catalog.validation import check_int
 
 from ._function_pickle import unwrap, wrap_for_pickling
 from .errors import RefetchExhaustedError
+from .exception_context import add_context
 from .pickled_list import PickledList
 from .random_state import attempt_generator, current_sample, index_sample_seed
+from .record_source import records_of
 from .to_iterable import ToIterableDataset
 
 __all__ = [
@@ -124,7 +126,8 @@ class DatasetFromList(data.Dataset):
 
     @property
     def records(self) -> Sequence[Any]:
-        """The underlying container (a SerializedList or PickledList when serialized)."""
+        """The container item ``i`` is read from (a SerializedList or PickledList when
+        serialized); the ``records`` of :mod:`mappers.record_source`."""
         return self._lst
 
     def __len__(self) -> int:
@@ -163,19 +166,6 @@ def _file_name_of(record: Any) -> str | None:
 def _describe(index: int, record: Any) -> str:
     name = _file_name_of(record)
     return f"index {index}" + (f" (file_name={name!r})" if name else "")
-
-
-def _extend_exception(exc: BaseException, context: str) -> None:
-    """Add ``context`` to an exception's message, keeping its type and traceback."""
-    args = exc.args
-    if len(args) == 1 and isinstance(args[0], str) and not isinstance(exc, OSError):
-        exc.args = (f"{args[0]} [{context}]",)
-    elif len(args) == 0 and not isinstance(exc, OSError):
-        exc.args = (f"[{context}]",)
-    elif hasattr(exc, "add_note"):
-        exc.add_note(context)
-    else:  # Python 3.10 and an exception whose args are not a plain message
-        logger.error("%s raised %s", context, type(exc).__name__)
 
 
 class _MapBase:
@@ -294,6 +284,12 @@ class MapDataset(_MapBase, data.Dataset):
             return MapIterableDataset(*args, **kwargs)
         return super().__new__(cls)
 
+    @property
+    def records(self) -> Sequence[dict] | None:
+        """The records item ``i`` is mapped from (``records[i]``, before any refetch): those of
+        the wrapped dataset (see :mod:`mappers.record_source`), or None."""
+        return records_of(self._dataset)
+
     def __getitem__(self, index: int) -> Any:
         state = self._process_state()
         n = len(self._dataset)
@@ -323,7 +319,7 @@ class MapDataset(_MapBase, data.Dataset):
                 context = f"MapDataset: map_func failed on {_describe(current, record)}"
                 if current != requested:
                     context += f", refetched for requested index {requested}"
-                _extend_exception(exc, context)
+                add_context(exc, context)
                 raise
             if result is not None:
                 return result
@@ -384,7 +380,7 @@ class MapIterableDataset(_MapBase, data.IterableDataset):
             try:
                 result = map_func(record)
             except Exception as exc:
-                _extend_exception(
+                add_context(
                     exc, f"MapDataset: map_func failed on stream item {_describe(position, record)}"
                 )
                 raise

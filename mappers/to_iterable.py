@@ -1,4 +1,13 @@
-"""ToIterableDataset: run a sampler inside the DataLoader over a map-style dataset."""
+"""ToIterableDataset: run a sampler inside the DataLoader over a map-style dataset.
+
+This is detectron2's API, kept so that code which builds its loaders around it moves over
+unchanged. catmap's own loader builders do not use it: they run the sampler in the main
+process through :class:`samplers.ResumableLoader`, which knows the position after every
+delivered batch and so can save and restore it for any ``num_workers``. Here every worker
+iterates its own copy of the sampler and keeps its share, so no process holds the position and
+there is nothing to save; the two paths share no code because they share no step (one is an
+IterableDataset over a sampler, the other a batch sampler plus a state queue).
+"""
 
 from __future__ import annotations
 

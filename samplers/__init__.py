@@ -1,5 +1,6 @@
 """catmap.samplers: which indices, in what order, on which rank; resumable; loader builders."""
 
+from .aspect_ratio_grouped import AspectRatioGroupedDataset, ImageSizeKeyError
 from .batch import ResumableBatchSampler
 from .concat import ConcatSampler
 from .device import to_device
@@ -21,18 +22,23 @@ from .loader import (
     build_detection_train_loader,
     trivial_batch_collator,
 )
+from .loader_config import LoaderCallError
 from .random_subset import RandomSubsetTrainingSampler
 from .registry import SAMPLERS, build_train_sampler
 from .repeat_factor import RepeatFactorTrainingSampler, repeat_factors_from_category_frequency
 from .resumable_loader import ResumableLoader
 from .sample_seed import SampleSeededDataset, StreamPositions, sample_seed
 from .slab_pool import TransportError
-from .stream import PassSampler
+from .stream import EndlessPassStream, SupersededIteratorError
 from .training import TrainingSampler
 from .worker_errors import LoaderWorkerError, WorkerExitedError
 from .worker_seed import WorkerSeeder, worker_init_reset_seed
 
 __all__ = [
+    "AspectRatioGroupedDataset",
+    "ImageSizeKeyError",
+    "LoaderCallError",
+    "SupersededIteratorError",
     "SAMPLERS",
     "ResumableLoader",
     "SampleSeededDataset",
@@ -48,7 +54,7 @@ __all__ = [
     "GroupedBatchSampler",
     "InferenceSampler",
     "NotResumableError",
-    "PassSampler",
+    "EndlessPassStream",
     "RandomSubsetTrainingSampler",
     "RepeatFactorTrainingSampler",
     "ReshardError",

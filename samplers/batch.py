@@ -13,9 +13,9 @@ from catalog.validation import check_positive_size
 from .errors import NotResumableError, SamplerConfigError
 from .sample_seed import StreamPositions
 from .state import check_state, is_legacy_state, is_stateful, make_state
-from .state_fields import LEGACY_NOTE, LoadNotes, check_config, prepare_nested
+from .state_fields import LEGACY_NOTE, LoadNotes, check_config, prepare_nested_load
 
-__all__ = ["ResumableBatchSampler", "check_batch_size"]
+__all__ = ["PositionedBatchSampler", "ResumableBatchSampler", "check_batch_size"]
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,50 @@ def check_batch_size(batch_size: Any, owner: str) -> int:
     return check_positive_size(batch_size, "batch_size", error=SamplerConfigError, where=owner)
 
 
-class ResumableBatchSampler(Sampler[list[int]]):
+class PositionedBatchSampler(Sampler[list[int]]):
+    """What the catmap batch samplers share.
+
+    A subclass yields batches of ``(index, global stream position)`` pairs from
+    :meth:`iter_with_positions` and checks a whole saved state in ``_prepare_load(state,
+    strict=, notes=)``, which returns the function that applies it; this class gives
+    ``iter()`` (the indices without positions) and :meth:`load_state_dict` (check everything,
+    log one warning for what ``strict=False`` let through, then apply).
+    """
+
+    sampler: Any
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for batch in self.iter_with_positions():
+            yield [index for index, _ in batch]
+
+    def iter_with_positions(self) -> Iterator[list[tuple[int, int]]]:
+        """Batches of ``(index, global stream position)`` pairs (defined by each subclass)."""
+        raise NotImplementedError
+
+    def _prepare_load(
+        self, state_dict: Any, *, strict: bool, notes: LoadNotes
+    ) -> Callable[[], None]:
+        """Check a whole state without changing anything; return the function that applies it
+        (defined by each subclass)."""
+        raise NotImplementedError
+
+    def load_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
+        """Restore a state from ``state_dict()``; a rejected state changes nothing."""
+        notes = LoadNotes()
+        commit = self._prepare_load(state_dict, strict=bool(strict), notes=notes)
+        notes.emit(type(self).__name__)
+        commit()
+
+    def _require_stateful(self, method: str) -> None:
+        """Raise NotResumableError when the wrapped sampler cannot save / load its state."""
+        if not is_stateful(self.sampler):
+            raise NotResumableError(
+                f"{type(self).__name__}: {type(self.sampler).__name__} has no {method}(); use a "
+                "catmap training sampler for exact resume"
+            )
+
+
+class ResumableBatchSampler(PositionedBatchSampler):
     """Groups a sampler's indices into lists of ``batch_size``; resumable when the sampler is.
 
     Unlike ``torch.utils.data.BatchSampler`` it never pulls an index it does not deliver in an
@@ -56,10 +99,6 @@ class ResumableBatchSampler(Sampler[list[int]]):
         self._positions = StreamPositions(sampler)
         self._origin: int | None = None  # the position iter() restarts from (see iter_with_...)
 
-    def __iter__(self) -> Iterator[list[int]]:
-        for batch in self.iter_with_positions():
-            yield [index for index, _ in batch]
-
     def iter_with_positions(self) -> Iterator[list[tuple[int, int]]]:
         """Batches of ``(index, global stream position)`` pairs; ``iter()`` without positions.
 
@@ -73,9 +112,9 @@ class ResumableBatchSampler(Sampler[list[int]]):
             [(1, 1), (3, 3)]
         """
         if self._origin is None:
-            self._origin = self._positions.next
+            self._origin = self._positions.cursor
         else:
-            self._positions.next = self._origin
+            self._positions.cursor = self._origin
         batch: list[tuple[int, int]] = []
         size = self.batch_size
         for pair in self._positions.draw(self.sampler):
@@ -112,14 +151,10 @@ class ResumableBatchSampler(Sampler[list[int]]):
             >>> _ = next(iter(b)); b.state_dict()["position"], b.state_dict()["config"]
             (2, {'global_batch_size': 2, 'drop_last': False})
         """
-        if not is_stateful(self.sampler):
-            raise NotResumableError(
-                f"ResumableBatchSampler: {type(self.sampler).__name__} has no state_dict(); use a "
-                "catmap training sampler for exact resume"
-            )
+        self._require_stateful("state_dict")
         return make_state(
             "ResumableBatchSampler",
-            position=self._positions.next,
+            position=self._positions.cursor,
             sampler=self.sampler.state_dict(),
             config=self._config(),
         )
@@ -140,10 +175,7 @@ class ResumableBatchSampler(Sampler[list[int]]):
                 rejected state leaves the batch sampler and its sampler unchanged.
             NotResumableError: the wrapped sampler has no ``load_state_dict``.
         """
-        notes = LoadNotes()
-        commit = self._prepare_load(state_dict, strict=bool(strict), notes=notes)
-        notes.emit("ResumableBatchSampler")
-        commit()
+        super().load_state_dict(state_dict, strict=strict)
 
     def _prepare_load(
         self, state_dict: Any, *, strict: bool, notes: LoadNotes
@@ -156,13 +188,10 @@ class ResumableBatchSampler(Sampler[list[int]]):
         else:
             state = check_state(state_dict, name, ["sampler", "position", "config"], ())
             check_config(state["config"], self._config(), name, strict=strict, notes=notes)
-        if not is_stateful(self.sampler):
-            raise NotResumableError(
-                f"ResumableBatchSampler: {type(self.sampler).__name__} has no load_state_dict()"
-            )
+        self._require_stateful("load_state_dict")
         positions = StreamPositions(self.sampler)
         positions.load(state["position"], name)
-        load_sampler = prepare_nested(self.sampler, state["sampler"], strict=strict, notes=notes)
+        load_sampler = prepare_nested_load(self.sampler, state["sampler"], strict=strict, notes=notes)
 
         def commit() -> None:
             load_sampler()

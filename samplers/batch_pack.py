@@ -24,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import logging
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -34,8 +33,6 @@ from mappers.instances import Instances
 from mappers.structures import TRANSPORTABLE_STRUCTURES
 
 __all__ = ["BatchPlan", "Region", "plan_batch", "unpack_batch", "write_batch"]
-
-logger = logging.getLogger(__name__)
 
 #: Byte alignment of every region in the arena (a cache line; any dtype views cleanly).
 ALIGNMENT = 64

@@ -7,7 +7,6 @@ draws), so a pass is never materialized and resuming costs a few milliseconds at
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,16 +15,14 @@ import numpy as np
 from catalog.seeding import derive_seed
 from catalog.validation import check_float, check_list, check_positive_size
 
-from .concat_order import ConcatOrder, advance
+from .concat_order import ConcatOrder, cursor_after
 from .errors import SamplerStateError, StateMismatchError
 from .pass_order import PassOrder
 from .state_fields import LoadNotes
-from .stream import PassSampler
+from .stream import EndlessPassStream
 from .training import TrainingSampler
 
 __all__ = ["ConcatSampler"]
-
-logger = logging.getLogger(__name__)
 
 
 def _check_sizes(sizes: Any) -> list[int]:
@@ -48,7 +45,7 @@ def _check_weights(weights: Any, count: int) -> np.ndarray:
     return array / array.sum()
 
 
-class ConcatSampler(PassSampler):
+class ConcatSampler(EndlessPassStream):
     """Global indices into datasets concatenated into one list, mixing the parts by weight.
 
     Part ``j`` covers indices ``[start_j, start_j + sizes[j])`` of the concatenated list (e.g.
@@ -89,7 +86,7 @@ class ConcatSampler(PassSampler):
         sizes: Sequence[int],
         *,
         weights: Sequence[float] | None = None,
-        samplers: Sequence[PassSampler | None] | None = None,
+        samplers: Sequence[EndlessPassStream | None] | None = None,
         shuffle: bool = True,
         seed: int | None = None,
         rank: int | None = None,
@@ -110,7 +107,7 @@ class ConcatSampler(PassSampler):
                 f"ConcatSampler: {len(samplers)} samplers for {len(self._sizes)} parts"
             )
         super().__init__(seed=seed, rank=rank, world_size=world_size)
-        self._parts: list[PassSampler] = []
+        self._parts: list[EndlessPassStream] = []
         for j, size in enumerate(self._sizes):
             part = samplers[j] if samplers is not None else None
             if part is None:
@@ -121,13 +118,13 @@ class ConcatSampler(PassSampler):
                     rank=0,
                     world_size=1,
                 )
-            elif not isinstance(part, PassSampler):
+            elif not isinstance(part, EndlessPassStream):
                 raise TypeError(
                     f"ConcatSampler: sampler of part {j} must be a catmap training sampler "
                     f"(TrainingSampler, RepeatFactorTrainingSampler, ...), got "
                     f"{type(part).__name__}"
                 )
-            elif type(part)._capture_pass_start is not PassSampler._capture_pass_start:
+            elif type(part)._capture_pass_start is not EndlessPassStream._capture_pass_start:
                 raise TypeError(
                     f"ConcatSampler: sampler of part {j} ({type(part).__name__}) builds its "
                     f"passes from other samplers; concatenate its parts into this sampler instead"
@@ -150,12 +147,12 @@ class ConcatSampler(PassSampler):
         return self._weights.copy()
 
     @property
-    def part_samplers(self) -> list[PassSampler]:
+    def part_samplers(self) -> list[EndlessPassStream]:
         """The sampler of each part (local indices)."""
         return list(self._parts)
 
     def _make_pass(self, pass_index: int) -> PassOrder:
-        starts = [advance(part, part.position, 0) for part in self._parts]
+        starts = [cursor_after(part, part.position, 0) for part in self._parts]
         order = ConcatOrder(
             self.dataset_size,
             self._weights,
@@ -167,7 +164,7 @@ class ConcatSampler(PassSampler):
         )
         # each part continues, in the next pass, after the draws it gets in this one
         for part, start, count in zip(self._parts, starts, order.counts.tolist(), strict=True):
-            part._move_to(advance(part, start, count))
+            part._move_to(cursor_after(part, start, count))
         return order
 
     def _capture_pass_start(self) -> Any:

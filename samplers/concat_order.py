@@ -11,7 +11,7 @@ the part stood when the pass began. Nothing of size ``T`` is built:
 * a leaf's draws are its counts arranged by a keyed permutation of the leaf;
 * so position ``t`` needs the ``log2(T / LEAF)`` splits down to its leaf, the leaf (``LEAF``
   draws), and the part samplers' indices at the resulting stream offsets (see
-  :func:`stream_values`).
+  :func:`part_indices_at`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 from .keyed_permutation import KeyedPermutation, round_keys
 from .pass_order import PassOrder
 
-__all__ = ["LEAF", "ConcatOrder", "advance", "stream_values"]
+__all__ = ["LEAF", "ConcatOrder", "cursor_after", "part_indices_at"]
 
 #: Draws per leaf of a concat pass.
 LEAF = 4096
@@ -57,7 +57,7 @@ def _length(part: Any, pass_index: int) -> int:
     return constant if constant is not None else part._pass_length(part.seed, pass_index, None)
 
 
-def advance(part: Any, cursor: tuple[int, int], count: int) -> tuple[int, int]:
+def cursor_after(part: Any, cursor: tuple[int, int], count: int) -> tuple[int, int]:
     """The cursor ``count`` indices after ``cursor`` in a keyed part sampler's stream, with its
     offset inside its pass (O(1) for constant pass lengths, else one step per pass crossed)."""
     pass_index, offset = cursor[0], cursor[1] + int(count)
@@ -70,7 +70,7 @@ def advance(part: Any, cursor: tuple[int, int], count: int) -> tuple[int, int]:
     return pass_index, offset
 
 
-def stream_values(part: Any, cursor: tuple[int, int], offsets: np.ndarray) -> np.ndarray:
+def part_indices_at(part: Any, cursor: tuple[int, int], offsets: np.ndarray) -> np.ndarray:
     """The indices at ``offsets`` (non-negative ints) after ``cursor`` in a part's stream."""
     out = np.empty(len(offsets), dtype=np.int64)
     if not len(offsets):
@@ -189,6 +189,6 @@ class ConcatOrder(PassOrder):
         for j, part in enumerate(self._parts):
             where = part_of == j
             if where.any():
-                values = stream_values(part, self._starts[j], offset[where])
+                values = part_indices_at(part, self._starts[j], offset[where])
                 out[where] = values + self._offsets[j]
         return out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import torch
@@ -10,8 +9,6 @@ import torch
 from mappers.instances import Instances
 
 __all__ = ["to_device"]
-
-logger = logging.getLogger(__name__)
 
 _MAX_DEPTH = 32
 

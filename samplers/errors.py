@@ -5,12 +5,11 @@ Every message names the sampler and, where known, the state key, option or index
 
 from __future__ import annotations
 
-import logging
-
 from catalog.errors import CatmapError
 
 __all__ = [
     "SamplerError",
+    "SamplerErrorWithFields",
     "SamplerStateError",
     "ReshardError",
     "SamplerConfigError",
@@ -19,11 +18,27 @@ __all__ = [
     "LoaderTimeoutError",
 ]
 
-logger = logging.getLogger(__name__)
-
 
 class SamplerError(CatmapError):
     """Base class of the errors raised on purpose by the samplers package."""
+
+
+class SamplerErrorWithFields(SamplerError):
+    """A SamplerError that keeps its keyword arguments as attributes of the same names.
+
+    A subclass documents its fields and has a typed ``__init__(message, *, field=None, ...)``
+    that passes them on; the message stays the only positional argument, as torch's worker
+    re-raise (``cls(message)``) needs, and every field defaults to None.
+
+    Example:
+        >>> err = LoaderTimeoutError("no batch in 5 s", worker_id=1, timeout=5.0)
+        >>> err.worker_id, err.index, err.timeout
+        (1, None, 5.0)
+    """
+
+    def __init__(self, message: str = "", **fields: object) -> None:
+        super().__init__(message)
+        self.__dict__.update(fields)
 
 
 class SamplerStateError(SamplerError, ValueError):
@@ -47,7 +62,7 @@ class NotResumableError(SamplerError, TypeError):
     """``state_dict`` was asked of a loader whose sampler does not implement it."""
 
 
-class StateMismatchError(SamplerStateError):
+class StateMismatchError(SamplerStateError, SamplerErrorWithFields):
     """A saved state was made by a differently configured sampler or loader.
 
     ``key`` names the field that differs (e.g. ``"repeat_factors"``, ``"batch_size"``);
@@ -58,13 +73,10 @@ class StateMismatchError(SamplerStateError):
     def __init__(
         self, message: str, *, key: str | None = None, saved: object = None, current: object = None
     ) -> None:
-        super().__init__(message)
-        self.key = key
-        self.saved = saved
-        self.current = current
+        super().__init__(message, key=key, saved=saved, current=current)
 
 
-class LoaderTimeoutError(SamplerError, TimeoutError):
+class LoaderTimeoutError(SamplerErrorWithFields, TimeoutError):
     """A loader worker produced nothing within the loader's ``timeout``.
 
     ``worker_id`` and ``index`` name the worker and the dataset index it was working on,
@@ -79,7 +91,4 @@ class LoaderTimeoutError(SamplerError, TimeoutError):
         index: int | None = None,
         timeout: float | None = None,
     ) -> None:
-        super().__init__(message)
-        self.worker_id = worker_id
-        self.index = index
-        self.timeout = timeout
+        super().__init__(message, worker_id=worker_id, index=index, timeout=timeout)

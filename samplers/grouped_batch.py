@@ -11,14 +11,13 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
-from torch.utils.data import Sampler
 
 from catalog.serialized_list import RecordColumns
 
-from .batch import check_batch_size
-from .errors import NotResumableError, ReshardError, SamplerStateError
+from .batch import PositionedBatchSampler, check_batch_size
+from .errors import ReshardError, SamplerStateError
 from .sample_seed import StreamPositions
-from .state import check_state, is_legacy_state, is_stateful, make_state
+from .state import check_state, is_legacy_state, make_state
 from .state_fields import (
     LEGACY_NOTE,
     MAX_LIST,
@@ -28,7 +27,7 @@ from .state_fields import (
     check_config,
     check_int_list,
     is_int,
-    prepare_nested,
+    prepare_nested_load,
 )
 
 __all__ = ["GroupedBatchSampler", "aspect_ratio_group_ids", "UNKNOWN_SIZE_GROUP"]
@@ -84,7 +83,7 @@ def aspect_ratio_group_ids(dataset_dicts: Any) -> np.ndarray:
     return groups
 
 
-class GroupedBatchSampler(Sampler[list[int]]):
+class GroupedBatchSampler(PositionedBatchSampler):
     """Batches of ``batch_size`` indices from ``sampler`` where every index has the same group.
 
     Indices are buffered per group until a group holds a full batch, which is yielded at once;
@@ -151,10 +150,6 @@ class GroupedBatchSampler(Sampler[list[int]]):
         # what iter() restarts from: (next position, pending pairs per group); None = now
         self._origin: tuple[int, list[list[tuple[int, int]]]] | None = None
 
-    def __iter__(self) -> Iterator[list[int]]:
-        for batch in self.iter_with_positions():
-            yield [index for index, _ in batch]
-
     def iter_with_positions(self) -> Iterator[list[tuple[int, int]]]:
         """Batches of ``(index, global stream position)`` pairs; ``iter()`` without positions.
 
@@ -165,9 +160,9 @@ class GroupedBatchSampler(Sampler[list[int]]):
             [(0, 0), (2, 2)]
         """
         if self._origin is None:
-            self._origin = (self._positions.next, [list(b) for b in self._buckets])
+            self._origin = (self._positions.cursor, [list(b) for b in self._buckets])
         else:
-            self._positions.next = self._origin[0]
+            self._positions.cursor = self._origin[0]
             self._buckets = [list(b) for b in self._origin[1]]
         group_ids = self.group_ids
         buckets = self._buckets
@@ -228,18 +223,14 @@ class GroupedBatchSampler(Sampler[list[int]]):
             >>> _ = next(iter(g)); g.state_dict()["buckets"]
             [[], [1]]
         """
-        if not is_stateful(self.sampler):
-            raise NotResumableError(
-                f"GroupedBatchSampler: {type(self.sampler).__name__} has no state_dict(); use a "
-                "catmap training sampler for exact resume"
-            )
+        self._require_stateful("state_dict")
         rank, world = self._rank_and_world()
         return make_state(
             "GroupedBatchSampler",
             sampler=self.sampler.state_dict(),
             buckets=[[index for index, _ in b] for b in self._buckets],
             bucket_positions=[[position for _, position in b] for b in self._buckets],
-            position=self._positions.next,
+            position=self._positions.cursor,
             rank=rank,
             world_size=world,
             config=self._config(),
@@ -262,10 +253,7 @@ class GroupedBatchSampler(Sampler[list[int]]):
             StateMismatchError: the configuration differs (``key`` names the field).
             SamplerStateError: malformed state; a rejected state changes nothing.
         """
-        notes = LoadNotes()
-        commit = self._prepare_load(state_dict, strict=bool(strict), notes=notes)
-        notes.emit("GroupedBatchSampler")
-        commit()
+        super().load_state_dict(state_dict, strict=strict)
 
     def _prepare_load(
         self, state_dict: Any, *, strict: bool, notes: LoadNotes
@@ -290,14 +278,11 @@ class GroupedBatchSampler(Sampler[list[int]]):
                 self._check_same_rank(state, count)
         if not is_legacy_state(state):
             check_config(state["config"], self._config(), name, strict=strict, notes=notes)
-        if not is_stateful(self.sampler):
-            raise NotResumableError(
-                f"GroupedBatchSampler: {type(self.sampler).__name__} has no load_state_dict()"
-            )
+        self._require_stateful("load_state_dict")
         positions = StreamPositions(self.sampler)
         positions.load(state["position"], name)
-        pending = self._checked_pending(state, positions.next, strict)
-        load_sampler = prepare_nested(self.sampler, state["sampler"], strict=strict, notes=notes)
+        pending = self._checked_pending(state, positions.cursor, strict)
+        load_sampler = prepare_nested_load(self.sampler, state["sampler"], strict=strict, notes=notes)
         regrouped: list[list[tuple[int, int]]] = [[] for _ in range(self.num_groups)]
         for index, position in sorted(pending, key=lambda pair: pair[1]):
             regrouped[self.group_ids[index]].append((index, position))

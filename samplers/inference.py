@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 
 from torch.utils.data import Sampler
@@ -12,8 +11,6 @@ from catalog.validation import check_positive_size
 from .distributed import resolve_rank_and_world_size
 
 __all__ = ["InferenceSampler", "shard_bounds"]
-
-logger = logging.getLogger(__name__)
 
 
 def shard_bounds(size: int, rank: int, world_size: int) -> tuple[int, int]:

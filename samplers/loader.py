@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from torch.utils.data import BatchSampler, IterableDataset
+
+from mappers.record_source import records_of
 
 from .aspect_ratio_grouped import build_iterable_loader
 from .batch import ResumableBatchSampler, check_batch_size
@@ -19,7 +21,7 @@ from .loader_config import (
     inference_loader_from_config,
     train_loader_from_config,
 )
-from .loader_inputs import find_records, resolve_dataset
+from .loader_inputs import resolve_dataset
 from .resumable_loader import ResumableLoader
 from .stream import check_seed
 from .training import TrainingSampler
@@ -74,6 +76,63 @@ def _per_rank_batch_size(total_batch_size: Any, world_size: int) -> int:
     return total // world_size
 
 
+class _WorkerOptions(NamedTuple):
+    """The DataLoader options every builder passes through unchanged (documented on
+    :func:`build_batch_data_loader`)."""
+
+    num_workers: int
+    collate_fn: Callable[[list[Any]], Any] | None
+    pin_memory: bool
+    persistent_workers: bool
+    prefetch_factor: int | None
+    multiprocessing_context: Any
+    timeout: float | None
+    worker_init_fn: Callable[[int], Any] | None
+    transport: str
+
+
+def _iterable_loader(
+    dataset: Any, batch_size: int, options: _WorkerOptions, *, grouping: bool,
+    drop_last: bool, seed: int, rank: int,
+) -> Iterable[Any]:
+    """The batches of an IterableDataset (no sampler, not resumable), as detectron2 makes them."""
+    return build_iterable_loader(
+        dataset,
+        batch_size,
+        aspect_ratio_grouping=grouping,
+        drop_last=drop_last,
+        num_workers=options.num_workers,
+        collate_fn=options.collate_fn,
+        seed=seed,
+        rank=rank,
+        pin_memory=options.pin_memory,
+        persistent_workers=options.persistent_workers and options.num_workers > 0,
+        prefetch_factor=options.prefetch_factor,
+        multiprocessing_context=options.multiprocessing_context,
+    )
+
+
+def _resumable_loader(
+    dataset: Any, batch_sampler: Any, options: _WorkerOptions, **loader_kwargs: Any
+) -> ResumableLoader:
+    """A :class:`ResumableLoader` with the builders' options (``loader_kwargs``: seed, rank ...)."""
+    collate_fn = options.collate_fn
+    return ResumableLoader(
+        dataset,
+        batch_sampler,
+        num_workers=options.num_workers,
+        collate_fn=collate_fn if collate_fn is not None else trivial_batch_collator,
+        pin_memory=options.pin_memory,
+        persistent_workers=options.persistent_workers,
+        prefetch_factor=options.prefetch_factor,
+        multiprocessing_context=options.multiprocessing_context,
+        timeout=options.timeout,
+        worker_init_fn=options.worker_init_fn,
+        transport=options.transport,
+        **loader_kwargs,
+    )
+
+
 def build_batch_data_loader(
     dataset: Any,
     sampler: Any,
@@ -102,8 +161,8 @@ def build_batch_data_loader(
         sampler: yields dataset indices for this rank (a catmap training sampler for resume).
         total_batch_size: the batch size summed over all ranks; must divide by world size.
         aspect_ratio_grouping: batch records of the same orientation together; the groups come
-            from the records' width / height (found under the dataset's wrappers) or from
-            ``group_ids``.
+            from the records' width / height (the dataset's ``records``, see
+            :mod:`mappers.record_source`) or from ``group_ids``.
         num_workers, persistent_workers, prefetch_factor: DataLoader options.
         pin_memory: pin batches for CUDA; the slab transport pins each slab once instead of
             copying every batch. Without CUDA: a warning, nothing pinned.
@@ -139,28 +198,23 @@ def build_batch_data_loader(
     """
     rank, world_size = _sampler_world_size(sampler)
     batch_size = _per_rank_batch_size(total_batch_size, world_size)
+    options = _WorkerOptions(
+        num_workers, collate_fn, pin_memory, persistent_workers, prefetch_factor,
+        multiprocessing_context, timeout, worker_init_fn, transport,
+    )
     if isinstance(dataset, IterableDataset):
         _no_sampler(dataset, sampler, "build_batch_data_loader")
-        return build_iterable_loader(
-            dataset,
-            batch_size,
-            aspect_ratio_grouping=aspect_ratio_grouping or group_ids is not None,
-            drop_last=drop_last,
-            num_workers=num_workers,
-            collate_fn=collate_fn,
-            seed=shared_random_seed(),
-            rank=rank,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers and num_workers > 0,
-            prefetch_factor=prefetch_factor,
-            multiprocessing_context=multiprocessing_context,
+        return _iterable_loader(
+            dataset, batch_size, options, grouping=aspect_ratio_grouping or group_ids is not None,
+            drop_last=drop_last, seed=shared_random_seed(), rank=rank,
         )
     if group_ids is None and aspect_ratio_grouping:
-        records = find_records(dataset)
+        records = records_of(dataset)
         if records is None:
             raise ValueError(
-                f"aspect_ratio_grouping needs the records' width and height, but none were found "
-                f"under {type(dataset).__name__}; pass group_ids or aspect_ratio_grouping=False"
+                f"aspect_ratio_grouping needs the records' width and height, but "
+                f"{type(dataset).__name__} names no records (a `records` attribute, see "
+                f"mappers.record_source); pass group_ids or aspect_ratio_grouping=False"
             )
         group_ids = aspect_ratio_group_ids(records)
     if group_ids is not None:
@@ -174,21 +228,7 @@ def build_batch_data_loader(
     seed = getattr(sampler, "seed", None)
     if not isinstance(seed, int):
         seed = shared_random_seed()
-    return ResumableLoader(
-        dataset,
-        batch_sampler,
-        num_workers=num_workers,
-        collate_fn=collate_fn if collate_fn is not None else trivial_batch_collator,
-        pin_memory=pin_memory,
-        persistent_workers=persistent_workers,
-        prefetch_factor=prefetch_factor,
-        multiprocessing_context=multiprocessing_context,
-        seed=seed,
-        rank=rank,
-        timeout=timeout,
-        worker_init_fn=worker_init_fn,
-        transport=transport,
-    )
+    return _resumable_loader(dataset, batch_sampler, options, seed=seed, rank=rank)
 
 
 @configurable(train_loader_from_config)
@@ -253,22 +293,17 @@ def build_detection_train_loader(
     if seed is None:
         seed = shared_random_seed()
     mapped, records = resolve_dataset(dataset, mapper, seed=seed, for_training=True)
+    options = _WorkerOptions(
+        num_workers, collate_fn, pin_memory, persistent_workers, prefetch_factor,
+        multiprocessing_context, timeout, worker_init_fn, transport,
+    )
     if isinstance(mapped, IterableDataset):
         _no_sampler(mapped, sampler, "build_detection_train_loader")
         rank, world_size = _sampler_world_size(None)
-        return build_iterable_loader(
-            mapped,
-            _per_rank_batch_size(total_batch_size, world_size),
-            aspect_ratio_grouping=aspect_ratio_grouping,
-            drop_last=True,
-            num_workers=num_workers,
-            collate_fn=collate_fn,
-            seed=seed,
-            rank=rank,
-            multiprocessing_context=multiprocessing_context,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers and num_workers > 0,
-            prefetch_factor=prefetch_factor,
+        batch_size = _per_rank_batch_size(total_batch_size, world_size)
+        return _iterable_loader(
+            mapped, batch_size, options, grouping=aspect_ratio_grouping, drop_last=True,
+            seed=seed, rank=rank,
         )
     if sampler is None:
         sampler = TrainingSampler(len(mapped), seed=seed)
@@ -284,24 +319,12 @@ def build_detection_train_loader(
             group_ids = aspect_ratio_group_ids(records)
         else:
             logger.warning(
-                "build_detection_train_loader: %s exposes no records with width/height; "
+                "build_detection_train_loader: %s names no records (see mappers.record_source); "
                 "batches are not grouped by aspect ratio",
                 type(dataset).__name__,
             )
     return build_batch_data_loader(
-        mapped,
-        sampler,
-        total_batch_size,
-        num_workers=num_workers,
-        collate_fn=collate_fn,
-        group_ids=group_ids,
-        multiprocessing_context=multiprocessing_context,
-        pin_memory=pin_memory,
-        persistent_workers=persistent_workers,
-        prefetch_factor=prefetch_factor,
-        timeout=timeout,
-        worker_init_fn=worker_init_fn,
-        transport=transport,
+        mapped, sampler, total_batch_size, group_ids=group_ids, **options._asdict()
     )
 
 
@@ -351,40 +374,25 @@ def build_detection_test_loader(
     """
     batch_size = check_batch_size(batch_size, "build_detection_test_loader")
     mapped, _ = resolve_dataset(dataset, mapper, seed=0, for_training=False)
+    options = _WorkerOptions(
+        num_workers, collate_fn, pin_memory, persistent_workers, prefetch_factor,
+        multiprocessing_context, timeout, worker_init_fn, transport,
+    )
     if isinstance(mapped, IterableDataset):
         _no_sampler(mapped, sampler, "build_detection_test_loader")
-        return build_iterable_loader(
-            mapped,
-            batch_size,
-            aspect_ratio_grouping=False,
-            drop_last=False,
-            num_workers=num_workers,
-            collate_fn=collate_fn,
-            seed=0,
-            rank=get_rank(),
-            multiprocessing_context=multiprocessing_context,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers and num_workers > 0,
-            prefetch_factor=prefetch_factor,
+        return _iterable_loader(
+            mapped, batch_size, options, grouping=False, drop_last=False, seed=0, rank=get_rank()
         )
     if sampler is None:
         sampler = InferenceSampler(len(mapped))
     rank = getattr(sampler, "rank", None)
     rank = rank if isinstance(rank, int) else get_rank()
-    return ResumableLoader(
+    return _resumable_loader(
         mapped,
         BatchSampler(sampler, batch_size, drop_last=False),
-        num_workers=num_workers,
-        collate_fn=collate_fn if collate_fn is not None else trivial_batch_collator,
-        pin_memory=pin_memory,
-        persistent_workers=persistent_workers,
-        prefetch_factor=prefetch_factor,
-        multiprocessing_context=multiprocessing_context,
+        options,
         seed=0,
         rank=rank,
         sample_seeds=False,
-        timeout=timeout,
-        worker_init_fn=worker_init_fn,
-        transport=transport,
         reseed_each_pass=False,
     )

@@ -9,32 +9,11 @@ from torch.utils.data import Dataset, IterableDataset
 
 from catalog.config_values import is_config_container, plain_container, plain_names
 from catalog.serialized_list import SerializedList
+from mappers.record_source import records_of
 
 from .loader_config import LoaderCallError
 
-__all__ = ["find_records", "resolve_dataset"]
-
-#: Attributes looked through to find the records under wrapped datasets.
-_WRAPPED_ATTRIBUTES = ("records", "dataset", "_dataset", "_lst")
-
-
-def find_records(dataset: Any) -> Sequence[dict] | None:
-    """The record list under a (possibly wrapped) dataset, or None when there is none."""
-    current = dataset
-    for _ in range(8):
-        if isinstance(current, SerializedList):
-            return current
-        if isinstance(current, list) and (not current or isinstance(current[0], dict)):
-            return current
-        for attribute in _WRAPPED_ATTRIBUTES:
-            inner = getattr(current, attribute, None)
-            if inner is not None and inner is not current:
-                current = inner
-                break
-        else:
-            return None
-    return None
-
+__all__ = ["resolve_dataset"]
 
 def resolve_dataset(
     dataset: Any, mapper: Callable[[Any], Any] | None, *, seed: int, for_training: bool
@@ -82,6 +61,6 @@ def resolve_dataset(
         records = base.records if isinstance(base.records, SerializedList) else records
     else:
         base = dataset
-        records = find_records(dataset)
+        records = records_of(dataset)  # the dataset's own `records`, see that module
     mapped = MapDataset(base, mapper, seed=seed) if mapper is not None else base
     return mapped, records

@@ -1,6 +1,6 @@
 """A training pass as a function of the position: ``order.at(positions) -> indices``.
 
-A :class:`~samplers.stream.PassSampler` asks its pass for the indices at a chunk of positions
+A :class:`~samplers.stream.EndlessPassStream` asks its pass for the indices at a chunk of positions
 (``order.slice(start, stop, world_size)``); the pass is never materialized unless the sampler
 defines it as an array. Orders compose: a shuffled subset is a keyed permutation of the subset
 positions read through the subset's own keyed permutation, a repeat-factor pass is a keyed
@@ -15,7 +15,9 @@ import numpy as np
 
 from .keyed_permutation import KeyedPermutation
 
-__all__ = ["ArrayOrder", "ExpandedOrder", "MappedOrder", "PassOrder", "PermutedOrder", "RangeOrder"]
+__all__ = [
+    "ArrayOrder", "ComposedOrder", "ExpandedOrder", "PassOrder", "PermutedOrder", "RangeOrder"
+]
 
 #: Positions computed at a time by :meth:`PassOrder.to_array`.
 _CHUNK = 1 << 15
@@ -125,11 +127,11 @@ class PermutedOrder(PassOrder):
         return self._perm.at(positions)
 
 
-class MappedOrder(PassOrder):
+class ComposedOrder(PassOrder):
     """``outer.at(inner.at(positions))``: e.g. a shuffled pass over a subset.
 
     Example:
-        >>> MappedOrder(RangeOrder(2), ArrayOrder([7, 5, 3])).to_array().tolist()
+        >>> ComposedOrder(RangeOrder(2), ArrayOrder([7, 5, 3])).to_array().tolist()
         [7, 5]
     """
 

@@ -19,16 +19,16 @@ from catalog.validation import check_float, check_positive_size
 
 from .distributed import shared_random_seed
 from .keyed_permutation import KeyedPermutation
-from .pass_order import MappedOrder, PassOrder, PermutedOrder, RangeOrder
+from .pass_order import ComposedOrder, PassOrder, PermutedOrder, RangeOrder
 from .state_fields import MAX_SEED, LoadNotes, check_int
-from .stream import PassSampler, check_seed
+from .stream import EndlessPassStream, check_seed
 
 __all__ = ["RandomSubsetTrainingSampler"]
 
 logger = logging.getLogger(__name__)
 
 
-class RandomSubsetTrainingSampler(PassSampler):
+class RandomSubsetTrainingSampler(EndlessPassStream):
     """Endless passes over a fixed random subset of ``int(size * subset_ratio)`` records.
 
     Args:
@@ -109,9 +109,9 @@ class RandomSubsetTrainingSampler(PassSampler):
 
     def _make_pass(self, pass_index: int) -> PassOrder:
         if not self._shuffle:
-            return MappedOrder(RangeOrder(self._subset_size), self._subset)
+            return ComposedOrder(RangeOrder(self._subset_size), self._subset)
         shuffle = KeyedPermutation(self._subset_size, "shuffle", self._seed, pass_index)
-        return MappedOrder(PermutedOrder(shuffle), self._subset)
+        return ComposedOrder(PermutedOrder(shuffle), self._subset)
 
     def _extra_state(self) -> dict[str, Any]:
         return {"seed_subset": self._seed_subset}

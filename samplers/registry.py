@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
 from torch.utils.data import Sampler
@@ -74,49 +74,40 @@ _optional_weights = validator(
 
 
 # ---------------------------------------------------------------------- built-in options
-@SAMPLERS.register("TrainingSampler")
-@attrs.define(kw_only=True, frozen=True)
-class TrainingSamplerOptions:
-    """Options of ``TrainingSampler``: ``shuffle`` (bool), ``seed`` (int or null)."""
+class _BuiltFromSize:
+    """Options whose fields are the keyword arguments of ``SAMPLER(len(dataset_dicts), ...)``."""
 
-    shuffle: bool = attrs.field(default=True, validator=_boolean)
-    seed: int | None = attrs.field(default=None, validator=_optional_seed)
+    SAMPLER: ClassVar[Callable[..., Sampler]]
 
     def build(
         self, dataset_dicts: Sequence[Any], *, rank: int | None, world_size: int | None
     ) -> Sampler:
-        return TrainingSampler(
-            len(dataset_dicts),
-            shuffle=self.shuffle,
-            seed=self.seed,
-            rank=rank,
-            world_size=world_size,
-        )
+        """The sampler over ``dataset_dicts`` for ``rank`` of ``world_size``."""
+        options = attrs.asdict(self, recurse=False)  # type: ignore[arg-type]
+        return self.SAMPLER(len(dataset_dicts), **options, rank=rank, world_size=world_size)
+
+
+@SAMPLERS.register("TrainingSampler")
+@attrs.define(kw_only=True, frozen=True)
+class TrainingSamplerOptions(_BuiltFromSize):
+    """Options of ``TrainingSampler``: ``shuffle`` (bool), ``seed`` (int or null)."""
+
+    SAMPLER = TrainingSampler
+    shuffle: bool = attrs.field(default=True, validator=_boolean)
+    seed: int | None = attrs.field(default=None, validator=_optional_seed)
 
 
 @SAMPLERS.register("RandomSubsetTrainingSampler")
 @attrs.define(kw_only=True, frozen=True)
-class RandomSubsetTrainingSamplerOptions:
+class RandomSubsetTrainingSamplerOptions(_BuiltFromSize):
     """Options of ``RandomSubsetTrainingSampler``: ``subset_ratio`` (required, in (0, 1]),
     ``shuffle``, ``seed_shuffle``, ``seed_subset``."""
 
+    SAMPLER = RandomSubsetTrainingSampler
     subset_ratio: float = attrs.field(validator=_subset_ratio)
     shuffle: bool = attrs.field(default=True, validator=_boolean)
     seed_shuffle: int | None = attrs.field(default=None, validator=_optional_seed)
     seed_subset: int | None = attrs.field(default=None, validator=_optional_seed)
-
-    def build(
-        self, dataset_dicts: Sequence[Any], *, rank: int | None, world_size: int | None
-    ) -> Sampler:
-        return RandomSubsetTrainingSampler(
-            len(dataset_dicts),
-            self.subset_ratio,
-            shuffle=self.shuffle,
-            seed_shuffle=self.seed_shuffle,
-            seed_subset=self.seed_subset,
-            rank=rank,
-            world_size=world_size,
-        )
 
 
 @SAMPLERS.register("RepeatFactorTrainingSampler")

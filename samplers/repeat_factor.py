@@ -27,7 +27,7 @@ from catalog.validation import check_float, check_int
 from .keyed_permutation import KeyedPermutation, keyed_bits53
 from .pass_order import ExpandedOrder, PassOrder, PermutedOrder, RangeOrder
 from .state_fields import array_digest
-from .stream import PassSampler
+from .stream import EndlessPassStream
 
 __all__ = ["RepeatFactorTrainingSampler", "repeat_factors_from_category_frequency"]
 
@@ -165,7 +165,7 @@ def repeat_factors_from_category_frequency(
     return torch.from_numpy(factors.astype(np.float32))
 
 
-class RepeatFactorTrainingSampler(PassSampler):
+class RepeatFactorTrainingSampler(EndlessPassStream):
     """Endless passes where record ``i`` appears ``r_i`` times on average, shuffled.
 
     Replaces ``RepeatDataset(times=k)`` (a constant factor ``k``) and ``ClassBalancedDataset``

@@ -10,6 +10,35 @@ With a catmap batch sampler (which reports each index's global stream position),
 goes to the workers with its sample seed, ``sample_seed(seed, position)``, and the sample is
 mapped with the augmentation generator seeded from it (:mod:`samplers.sample_seed`): the
 augmented batches are then identical for any ``num_workers`` and after a restore.
+
+Why not ``torchdata.stateful_dataloader.StatefulDataLoader`` as the base (issue 15)? It keeps
+the same per-batch snapshots, but as observed with torchdata 0.11.0 (kept observed by
+``tests/test_stateful_dataloader_limits.py``: a ``ResumableBatchSampler`` over a
+``TrainingSampler`` fed to ``StatefulDataLoader``):
+
+* its state is tied to ``num_workers``: a state saved with 2 workers loads with 2 (exact), but
+  loading it with 3 fails on ``assert self._num_workers == state_dict["_num_workers"]`` and
+  with 0 on "State doesn't contain key '_num_yielded'". A catmap state loads with any
+  ``num_workers`` (and any world size: the position re-shards), which a changed machine or a
+  debugging run with ``num_workers=0`` needs;
+* resume is O(1) only with ``snapshot_every_n_steps=1``: with 50, a state taken after 40
+  batches with 2 workers holds ``_steps_since_snapshot=40`` and ``load_state_dict`` re-reads
+  and re-maps those 40 batches;
+* a state is trusted: it is checked with ``assert`` while being applied, so a malformed or
+  foreign state fails half-loaded; catmap checks the whole state (types, ranges, the
+  configuration fingerprint) before changing anything and raises typed errors;
+* its worker loop is its own (``torchdata.stateful_dataloader.worker``), while the slab
+  transport (:mod:`samplers.transport`), the typed worker errors and timeouts
+  (:mod:`samplers.worker_errors`) are built around torch's ``DataLoader``; what the base class
+  would save us is the pending-state queue of :class:`_TrackingBatchSampler` (a few lines).
+
+Users of ``StatefulDataLoader`` keep catmap's per-sample seeds through
+:mod:`samplers.torchdata_support` (``to_stateful_dataloader``).
+
+``mappers.ToIterableDataset`` is the other way to run a sampler (detectron2's API, kept for
+code that moves over): the sampler runs inside every worker and each keeps its share, so the
+main process never holds a position and there is nothing to save; the builders use this
+module instead.
 """
 
 from __future__ import annotations
@@ -37,7 +66,7 @@ from .state_fields import (
     LoadNotes,
     check_config,
     check_int,
-    prepare_nested,
+    prepare_nested_load,
 )
 from .transport import ChainedWorkerInit, LoaderTransport
 from .worker_seed import WorkerSeeder
@@ -328,7 +357,7 @@ class ResumableLoader:
         seed = check_int(
             state.get("seed", self.seed), "seed", name, 0, MAX_SEED, phrase="an int in [0, 2**64)"
         )
-        load_batches = prepare_nested(
+        load_batches = prepare_nested_load(
             self.batch_sampler, state["batch_sampler"], strict=bool(strict), notes=notes
         )
         notes.emit(name)

@@ -17,7 +17,6 @@ and after re-sharding to another world size.
 
 from __future__ import annotations
 
-import logging
 import operator
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -27,8 +26,6 @@ from mappers.random_state import sample_scope, sample_seed
 from .state_fields import MAX_POSITION, check_int
 
 __all__ = ["SampleSeededDataset", "StreamPositions", "sample_seed"]
-
-logger = logging.getLogger(__name__)
 
 def _sampler_rank_and_world(sampler: Any) -> tuple[int, int]:
     rank = getattr(sampler, "rank", None)
@@ -41,9 +38,9 @@ def _sampler_rank_and_world(sampler: Any) -> tuple[int, int]:
 class StreamPositions:
     """Counts the global stream position of each index one rank draws from a sampler.
 
-    ``next`` is the global position of rank 0's next draw (the sampler's cursor, summed over
-    passes); this rank's ``k``-th draw from there lies at ``next + rank + k * world_size``.
-    ``next`` is saved in batch-sampler states and re-shards with the sampler: loaded with
+    ``cursor`` is the global position of rank 0's next draw (the sampler's cursor, summed over
+    passes); this rank's ``k``-th draw from there lies at ``cursor + rank + k * world_size``.
+    ``cursor`` is saved in batch-sampler states and re-shards with the sampler: loaded with
     another world size, the new ranks continue counting from the same global position. A
     sampler without ``rank`` / ``world_size`` attributes counts as rank 0 of 1.
 
@@ -55,29 +52,29 @@ class StreamPositions:
         >>> counter = StreamPositions(TrainingSampler(10, seed=0, rank=1, world_size=2))
         >>> list(counter.draw([7, 3, 5]))
         [(7, 1), (3, 3), (5, 5)]
-        >>> counter.next
+        >>> counter.cursor
         6
     """
 
     def __init__(self, sampler: Any) -> None:
         self.rank, self.world_size = _sampler_rank_and_world(sampler)
-        self.next = 0
+        self.cursor = 0
 
     def draw(self, indices: Iterable[int]) -> Iterator[tuple[int, int]]:
         """Yield ``(index, global position)`` for each index, counting as it goes."""
         rank, world = self.rank, self.world_size
         for index in indices:
-            position = self.next + rank
-            self.next += world
+            position = self.cursor + rank
+            self.cursor += world
             yield index, position
 
     def load(self, value: Any, owner: str) -> None:
-        """Set ``next`` from a saved state.
+        """Set ``cursor`` from a saved state.
 
         Raises:
             SamplerStateError: ``value`` is not an int in ``[0, 2**62)``.
         """
-        self.next = check_int(value, "position", owner, 0, MAX_POSITION)
+        self.cursor = check_int(value, "position", owner, 0, MAX_POSITION)
 
 
 class SampleSeededDataset:

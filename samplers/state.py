@@ -11,7 +11,6 @@ compare. Keys a version does not define are rejected.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
@@ -26,8 +25,6 @@ __all__ = [
     "is_stateful",
     "is_legacy_state",
 ]
-
-logger = logging.getLogger(__name__)
 
 #: Version of the state-dict format written by this package.
 STATE_VERSION = 2

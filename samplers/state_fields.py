@@ -32,7 +32,6 @@ __all__ = [
     "MAX_SEED",
     "MAX_PASS",
     "MAX_POSITION",
-    "MAX_WORLD_SIZE",
     "MAX_LIST",
     "LEGACY_NOTE",
     "LoadNotes",
@@ -41,7 +40,7 @@ __all__ = [
     "check_int",
     "check_int_list",
     "check_world_size",
-    "prepare_nested",
+    "prepare_nested_load",
 ]
 
 logger = logging.getLogger(__name__)
@@ -279,7 +278,7 @@ def check_config(
         )
 
 
-def prepare_nested(
+def prepare_nested_load(
     obj: Any, state: Any, *, strict: bool, notes: LoadNotes
 ) -> Callable[[], None]:
     """Check ``state`` for ``obj`` without changing it; return the function that loads it.

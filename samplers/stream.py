@@ -44,9 +44,9 @@ from .state_fields import (
     check_int,
     check_world_size,
 )
-from .stream_parts import LiveChunk, SupersededIteratorError, check_seed, nothing
+from .stream_parts import ChunkBeingYielded, SupersededIteratorError, check_seed, restore_nothing
 
-__all__ = ["ORDER", "PassSampler", "SupersededIteratorError", "check_seed"]
+__all__ = ["ORDER", "EndlessPassStream", "SupersededIteratorError", "check_seed"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ ORDER = "keyed-feistel-1"
 _OLD_ORDER = "torch.randperm passes (catmap before the keyed pass order)"
 
 
-class PassSampler(Sampler[int]):
+class EndlessPassStream(Sampler[int]):
     """Base class: an endless, resumable, rank-sharded stream of passes.
 
     Subclasses implement :meth:`_make_pass`, :meth:`_pass_length` and :meth:`_config` (and,
@@ -86,7 +86,7 @@ class PassSampler(Sampler[int]):
         self._cursor_offset = 0
         self._orders: dict[int, PassOrder] = {}
         self._pass_starts: dict[int, Any] = {}
-        self._live: LiveChunk | None = None
+        self._chunk_being_yielded: ChunkBeingYielded | None = None
         self._side_orders: dict[Any, PassOrder] = {}  # passes read by a ConcatSampler
         # where iter() starts: None = the current position (nothing iterated since
         # construction or the last load); else the state saved when the first iterator began
@@ -141,7 +141,7 @@ class PassSampler(Sampler[int]):
                 f"{type(self).__name__}.load_state_dict: 'pass_start' must be None for this "
                 f"sampler, got {type(saved).__name__}"
             )
-        return nothing
+        return restore_nothing
 
     # ------------------------------------------------------------------ properties
     @property
@@ -162,7 +162,7 @@ class PassSampler(Sampler[int]):
     @property
     def position(self) -> tuple[int, int]:
         """The cursor ``(pass, offset)``: where rank 0's next index lies in the global stream."""
-        self._sync_live()
+        self._sync_cursor_from_chunk()
         return self._cursor_pass, self._cursor_offset
 
     def __repr__(self) -> str:
@@ -189,18 +189,18 @@ class PassSampler(Sampler[int]):
     def _reset_cache(self) -> None:
         self._orders.clear()
         self._pass_starts.clear()
-        self._live = None
+        self._chunk_being_yielded = None
 
-    def _sync_live(self) -> None:
-        live = self._live
-        if live is not None:
-            self._cursor_pass = live.pass_index
-            self._cursor_offset = live.offset + live.consumed() * self._world_size
+    def _sync_cursor_from_chunk(self) -> None:
+        chunk = self._chunk_being_yielded
+        if chunk is not None:
+            self._cursor_pass = chunk.pass_index
+            self._cursor_offset = chunk.offset + chunk.consumed() * self._world_size
 
     def _normalize_cursor(self) -> None:
         """Move the cursor forward so that its offset lies inside its pass."""
-        self._sync_live()
-        self._live = None
+        self._sync_cursor_from_chunk()
+        self._chunk_being_yielded = None
         while True:
             length = len(self._order(self._cursor_pass))
             if self._cursor_offset < length:
@@ -212,7 +212,7 @@ class PassSampler(Sampler[int]):
 
     # ------------------------------------------------------------------ iteration
     def __iter__(self) -> Iterator[int]:
-        self._sync_live()
+        self._sync_cursor_from_chunk()
         origin = self._origin
         if origin is None:
             self._origin = self.state_dict()
@@ -235,10 +235,11 @@ class PassSampler(Sampler[int]):
                 stop = min(len(order), start + world * CHUNK)
                 chunk = order.slice(start, stop, world).tolist()
                 iterator = iter(chunk)
-                self._live = live = LiveChunk(iterator, len(chunk), pass_index, offset)
+                current = ChunkBeingYielded(iterator, len(chunk), pass_index, offset)
+                self._chunk_being_yielded = current
                 for value in iterator:
                     yield value
-                    if live is not self._live:  # a new iter() or load_state_dict
+                    if current is not self._chunk_being_yielded:  # a new iter() or a load
                         if generation != self._generation:
                             self._superseded()
                         break
@@ -272,7 +273,7 @@ class PassSampler(Sampler[int]):
     def _normalized_cursor(self) -> tuple[int, int]:
         """The cursor moved forward so that its offset lies inside its pass (the passes it
         crosses are generated and cached, as iterating would; the cursor itself stays)."""
-        self._sync_live()
+        self._sync_cursor_from_chunk()
         pass_index, offset = self._cursor_pass, self._cursor_offset
         while offset >= len(self._order(pass_index)):
             offset -= len(self._order(pass_index))

@@ -1,4 +1,4 @@
-"""Small parts of :mod:`samplers.stream`: the seed check, the live chunk, the iterator error."""
+"""Small parts of :mod:`samplers.stream`: the seed check, the chunk being yielded, the iterator error."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from catalog import validation
 
 from .errors import SamplerConfigError, SamplerError
 
-__all__ = ["LiveChunk", "SupersededIteratorError", "check_seed", "nothing"]
+__all__ = ["ChunkBeingYielded", "SupersededIteratorError", "check_seed", "restore_nothing"]
 
 
 class SupersededIteratorError(SamplerError, RuntimeError):
@@ -26,11 +26,11 @@ def check_seed(seed: Any, what: str, owner: str) -> int | None:
     return validation.check_seed(seed, what, error=SamplerConfigError, where=owner)
 
 
-def nothing() -> None:
+def restore_nothing() -> None:
     """The restore step of a state part that has nothing to restore."""
 
 
-class LiveChunk:
+class ChunkBeingYielded:
     """The chunk an iterator is yielding from, to read the exact position at any time."""
 
     __slots__ = ("iterator", "length", "pass_index", "offset")

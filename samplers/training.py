@@ -7,21 +7,18 @@ and resumes at any depth in constant time.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from catalog.validation import check_positive_size
 
 from .keyed_permutation import KeyedPermutation
 from .pass_order import PassOrder, PermutedOrder, RangeOrder
-from .stream import PassSampler
+from .stream import EndlessPassStream
 
 __all__ = ["TrainingSampler"]
 
-logger = logging.getLogger(__name__)
 
-
-class TrainingSampler(PassSampler):
+class TrainingSampler(EndlessPassStream):
     """Endless training indices: each pass is a permutation of ``range(size)`` (or ``arange``
     without shuffling); rank ``r`` takes every ``world_size``-th index of the global stream.
 

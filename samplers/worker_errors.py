@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import logging
 import mmap
 import os
 import pickle
@@ -33,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import LoaderTimeoutError, SamplerError
+from mappers.exception_context import add_context
+
+from .errors import LoaderTimeoutError, SamplerErrorWithFields
 
 __all__ = [
     "LoaderWorkerError",
@@ -43,10 +44,8 @@ __all__ = [
     "convert_loader_error",
 ]
 
-logger = logging.getLogger(__name__)
 
-
-class LoaderWorkerError(SamplerError, RuntimeError):
+class LoaderWorkerError(SamplerErrorWithFields, RuntimeError):
     """An exception raised in a loader worker that could not be sent whole (not picklable).
 
     ``exc_type`` is the original type's qualified name; the message holds its message and the
@@ -55,13 +54,10 @@ class LoaderWorkerError(SamplerError, RuntimeError):
 
     def __init__(self, message: str, *, worker_id: int | None = None, index: int | None = None,
                  exc_type: str | None = None) -> None:
-        super().__init__(message)
-        self.worker_id = worker_id
-        self.index = index
-        self.exc_type = exc_type
+        super().__init__(message, worker_id=worker_id, index=index, exc_type=exc_type)
 
 
-class WorkerExitedError(SamplerError, RuntimeError):
+class WorkerExitedError(SamplerErrorWithFields, RuntimeError):
     """A loader worker process died (killed, out of memory, crashed in native code).
 
     ``worker_id`` / ``pid`` name it and ``index`` is the dataset index it was mapping, where
@@ -70,25 +66,12 @@ class WorkerExitedError(SamplerError, RuntimeError):
 
     def __init__(self, message: str, *, worker_id: int | None = None, pid: int | None = None,
                  index: int | None = None) -> None:
-        super().__init__(message)
-        self.worker_id = worker_id
-        self.pid = pid
-        self.index = index
+        super().__init__(message, worker_id=worker_id, pid=pid, index=index)
 
 
 def _where(worker_id: int | None, index: int | None) -> str:
     text = f"DataLoader worker {worker_id}"
     return text + (f", dataset index {index}" if index is not None else "")
-
-
-def _add_context(exc: BaseException, context: str) -> None:
-    args = exc.args
-    if len(args) == 1 and isinstance(args[0], str) and not isinstance(exc, OSError):
-        exc.args = (f"{args[0]} [{context}]",)
-    elif not args and not isinstance(exc, OSError):
-        exc.args = (f"[{context}]",)
-    else:
-        exc.add_note(f"[{context}]")
 
 
 class WorkerFailure:
@@ -144,7 +127,7 @@ class WorkerFailure:
                 f"{self.type_name} in {where}: {self.message}\n{self.trace}",
                 worker_id=self.worker_id, index=self.index, exc_type=self.type_name,
             )
-        _add_context(exc, where)
+        add_context(exc, where)
         exc.add_note(f"Traceback in {where}:\n{self.trace}")
         return exc
 

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from typing import Any
 
 __all__ = ["HelpFormatter", "add_json_argument", "write_json_results"]
-
-logger = logging.getLogger(__name__)
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

@@ -29,16 +29,12 @@ from typing import Any
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tools.dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset  # noqa: E402
-from tools.demo import format_table  # noqa: E402
-from tools.shapes_dataset import default_demo_dir  # noqa: E402
+from tools._bench_common import HelpFormatter
+from tools.dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset
+from tools.demo import format_table
+from tools.shapes_dataset import default_demo_dir
 
 __all__ = ["DatasetStats", "compute_stats", "format_report", "main", "plot_stats"]
-
-logger = logging.getLogger(__name__)
 
 
 class DatasetStats:
@@ -276,10 +272,13 @@ def plot_stats(stats: DatasetStats, path: Path, *, top_classes: int = 40) -> Pat
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description="Class frequencies, repeat factors and image sizes.")
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
+        description="Class frequencies, repeat factors and image sizes.",
+    )
     add_dataset_arguments(parser)
     parser.add_argument("--repeat-thresh", type=float, default=0.5,
-                        help="repeat-factor threshold t (detectron2 LVIS uses 0.001; default 0.5)")  # fmt: skip
+                        help="repeat-factor threshold t (detectron2 LVIS uses 0.001)")  # fmt: skip
     parser.add_argument("--filter-empty", action="store_true",
                         help="drop images without annotations first, as training does")  # fmt: skip
     parser.add_argument("--out", type=Path, default=None,

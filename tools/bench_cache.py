@@ -28,12 +28,9 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from catalog import SerializedList  # noqa: E402
-from catalog.disk_cache import CacheKey, DiskCache, load_secret  # noqa: E402
-from tools._bench_common import add_json_argument, write_json_results  # noqa: E402
+from catalog import SerializedList
+from catalog.disk_cache import CacheKey, DiskCache, load_secret
+from tools._bench_common import HelpFormatter, add_json_argument, write_json_results
 
 __all__ = ["main"]
 
@@ -81,7 +78,7 @@ def _crc_file(path: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns the exit status."""
     parser = argparse.ArgumentParser(
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
         description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=300, help="entry and source size in MB")
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure (best kept)")

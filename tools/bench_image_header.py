@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import argparse
 import io
-import sys
 import timeit
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools._bench_common import HelpFormatter
 
 __all__ = ["main", "sample_images"]
 
@@ -78,7 +76,10 @@ def _best_us(fn, number: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     """Print the table (one line per image and EXIF variant)."""
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
+    )
+    parser.parse_args(argv)
     from PIL import Image
 
     from mappers.image_header import parse_jpeg

@@ -44,9 +44,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tools._bench_common import add_json_argument, write_json_results  # noqa: E402
+from tools._bench_common import HelpFormatter, add_json_argument, write_json_results
 
 __all__ = ["main", "make_photo_dataset"]
 
@@ -336,7 +334,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; print the table; return the figures."""
     parser = argparse.ArgumentParser(
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
         description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=48, help="distinct JPEGs generated")
     parser.add_argument("--batch", type=int, default=16)

@@ -31,7 +31,6 @@ import hashlib
 import json
 import logging
 import statistics
-import sys
 import tempfile
 import time
 import timeit
@@ -39,12 +38,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools._bench_common import HelpFormatter
 
 __all__ = ["build_loader", "batch_digest", "seeding_overhead_us", "run", "main"]
-
-logger = logging.getLogger(__name__)
 
 CONFIGS = ("seeded", "unseeded")
 
@@ -249,7 +245,9 @@ def _print_report(result: dict[str, Any], args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Command-line entry point; prints the table and returns the figures."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--images", type=int, default=48, help="distinct JPEGs generated")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="worker counts")
     parser.add_argument("--batches", type=int, default=40, help="timed batches per run")

@@ -31,7 +31,6 @@ import argparse
 import collections
 import gc
 import itertools
-import logging
 import math
 import time
 import tracemalloc
@@ -53,8 +52,6 @@ from samplers.stream import CHUNK  # noqa: F401  (the chunk both orders are read
 from tools._bench_common import HelpFormatter
 
 __all__ = ["main"]
-
-logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------- baselines

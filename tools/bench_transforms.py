@@ -20,33 +20,28 @@ from __future__ import annotations
 
 import argparse
 import copy
-import logging
-import os
 import sys
 import time
 from collections.abc import Callable
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from catalog.box_mode import BoxMode  # noqa: E402
-from mappers.annotations import (  # noqa: E402
+from catalog.box_mode import BoxMode
+from mappers import (
     annotations_to_instances,
     filter_empty_instances,
     transform_annotations,
     transform_instance_annotations,
 )
-from mappers.transforms import (  # noqa: E402
+from mappers.transforms import (
     HFlipTransform,
     ResizeShortestEdge,
     TransformList,
     _backend,
 )
+from tools._bench_common import HelpFormatter
 
 __all__ = ["main"]
-
-logger = logging.getLogger(__name__)
 
 
 def _single_thread() -> None:
@@ -101,7 +96,9 @@ def _report(name: str, ours: float, baseline: float, ours_label: str, base_label
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; return the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--repeats", type=int, default=200, help="timed runs per case")
     parser.add_argument(
         "--annotations", type=int, nargs="+", default=[7, 30], help="annotations per image"

@@ -45,11 +45,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from mappers.opencv_threads import limit_opencv_threads  # noqa: E402
-from tools.dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset  # noqa: E402
+from mappers.opencv_threads import limit_opencv_threads
+from tools._bench_common import HelpFormatter
+from tools.dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset
 
 __all__ = [
     "BenchmarkError",
@@ -59,8 +57,6 @@ __all__ = [
     "main",
     "run_config",
 ]
-
-logger = logging.getLogger(__name__)
 
 IMPLEMENTATIONS = ("baseline", "catmap")
 _RESULT_PREFIX = "BENCHMARK_RESULT "
@@ -333,9 +329,12 @@ def _format_rows(results: list[dict[str, Any]]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description="End-to-end loader samples/s and memory, catmap vs a plain list.")
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
+        description="End-to-end loader samples/s and memory, catmap vs a plain list.",
+    )
     add_dataset_arguments(parser)
-    parser.add_argument("--max-workers", type=int, default=2, help="benchmark 0..N workers (default 2)")
+    parser.add_argument("--max-workers", type=int, default=2, help="benchmark 0..N workers")
     parser.add_argument("--batches", type=int, default=40, help="timed batches per configuration")
     parser.add_argument("--warmup", type=int, default=5, help="untimed batches first (worker start-up)")
     parser.add_argument("--batch-size", type=int, default=8)

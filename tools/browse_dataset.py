@@ -31,17 +31,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from catalog.seeding import numpy_generator  # noqa: E402
-from tools.dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset  # noqa: E402
-from tools.draw import draw_record, draw_sample, make_grid  # noqa: E402
-from tools.shapes_dataset import default_demo_dir  # noqa: E402
+from catalog.seeding import numpy_generator
+from tools._bench_common import HelpFormatter
+from tools.dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset
+from tools.draw import draw_record, draw_sample, make_grid
+from tools.shapes_dataset import default_demo_dir
 
 __all__ = ["BrowseError", "browse", "build_mapper", "main"]
-
-logger = logging.getLogger(__name__)
 
 MAPPERS = ("raw", "resize", "train")
 
@@ -160,7 +156,9 @@ def browse(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description="Draw dataset records with their annotations.")
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, description="Draw dataset records with their annotations."
+    )
     add_dataset_arguments(parser)
     parser.add_argument("--mapper", choices=MAPPERS, default="raw", help="raw records or after a mapper")
     parser.add_argument("--mapper-factory", default=None, metavar="MODULE:FUNC",

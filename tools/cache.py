@@ -24,17 +24,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import logging
-import os
 import sys
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from catalog.disk_cache import CacheEntry, CacheError, DiskCache  # noqa: E402
+from catalog.disk_cache import CacheEntry, CacheError, DiskCache
+from tools._bench_common import HelpFormatter
 
 __all__ = ["format_entries", "main"]
-
-logger = logging.getLogger(__name__)
 
 
 def _size(num_bytes: int) -> str:
@@ -82,7 +77,9 @@ def format_entries(entries: list[CacheEntry]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter, description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument(
         "--dir", help="cache directory (default: $CATMAP_CACHE_DIR or ~/.cache/catmap)"
     )

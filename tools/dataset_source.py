@@ -20,23 +20,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # imported from a script in tools/: make the repo importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tools.shapes_dataset import (  # noqa: E402
+from tools.shapes_dataset import (
     default_demo_dir,
     generate_shapes_dataset,
     register_shapes_dataset,
 )
 
 __all__ = ["DEMO_DATASET_NAME", "DatasetSourceError", "add_dataset_arguments", "resolve_dataset"]
-
-logger = logging.getLogger(__name__)
 
 #: The built-in dataset name: the demo's generated shapes dataset.
 DEMO_DATASET_NAME = "shapes_demo"

@@ -37,11 +37,9 @@ from typing import Any
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tools.draw import draw_sample, make_grid  # noqa: E402
-from tools.shapes_dataset import (  # noqa: E402
+from tools._bench_common import HelpFormatter
+from tools.draw import draw_sample, make_grid
+from tools.shapes_dataset import (
     default_demo_dir,
     generate_shapes_dataset,
     register_shapes_dataset,
@@ -56,8 +54,6 @@ __all__ = [
     "per_record_class_counts",
     "run_demo",
 ]
-
-logger = logging.getLogger(__name__)
 
 DATASET_NAME = "shapes_train"
 GRID_SAMPLES = 12
@@ -449,21 +445,22 @@ def run_demo(
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the exit status (1 when the resume check failed)."""
     parser = argparse.ArgumentParser(
+        formatter_class=HelpFormatter,
         description="catmap demo: dataset → mapper → repeat-factor sampler → resumable loader.",
     )
-    parser.add_argument("--batches", type=int, default=300, help="batches to iterate (default 300)")
-    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers (default 2)")
+    parser.add_argument("--batches", type=int, default=300, help="batches to iterate")
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers")
     parser.add_argument("--out", type=Path, default=None,
                         help="output directory for the PNG and the loader state "
                              "(default: <demo dir>/output)")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampler and loader")
-    parser.add_argument("--batch-size", type=int, default=8, help="images per batch (default 8)")
+    parser.add_argument("--batch-size", type=int, default=8, help="images per batch")
     parser.add_argument("--num-images", type=int, default=300, help="images in the generated dataset")
     parser.add_argument("--data-dir", type=Path, default=None,
                         help="dataset directory (default: $CATMAP_DEMO_DIR/shapes or "
                              "~/.cache/catmap-demo/shapes)")  # fmt: skip
     parser.add_argument("--repeat-thresh", type=float, default=0.5,
-                        help="repeat-factor threshold (default 0.5)")  # fmt: skip
+                        help="repeat-factor threshold")  # fmt: skip
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     args = parser.parse_args(argv)
     for name in ("batches", "batch_size", "num_images"):

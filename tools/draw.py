@@ -16,19 +16,13 @@ Example:
 from __future__ import annotations
 
 import colorsys
-import logging
-import sys
 from collections.abc import Sequence
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-if __package__ in (None, ""):  # imported from a script in tools/: make the repo importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from catalog.box_mode import BoxMode  # noqa: E402
+from catalog.box_mode import BoxMode
 
 __all__ = [
     "class_colors",
@@ -39,8 +33,6 @@ __all__ = [
     "make_grid",
     "sample_to_arrays",
 ]
-
-logger = logging.getLogger(__name__)
 
 _FILL_ALPHA = 80
 

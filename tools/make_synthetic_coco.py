@@ -23,10 +23,8 @@ from typing import Any
 
 import numpy as np
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from catalog.seeding import numpy_generator  # noqa: E402
+from catalog.seeding import numpy_generator
+from tools._bench_common import HelpFormatter
 
 __all__ = ["make_synthetic_coco", "coco_category_ids", "main"]
 
@@ -188,7 +186,7 @@ def make_synthetic_coco(path: str, num_images: int = 118_287, seed: int = 0) -> 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
         description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=118_287, help="number of images")
     parser.add_argument("--out", required=True, help="output json path")

@@ -19,7 +19,6 @@ import cProfile
 import logging
 import pstats
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -28,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools._bench_common import HelpFormatter
 
 __all__ = ["main"]
 
@@ -49,19 +48,22 @@ def _build_mapper() -> Any:
 
 def _steps(mapper: Any, serialized: Any) -> dict[str, Callable[[int, dict[str, Any]], Any]]:
     """Step name -> fn(index, state); each step reads and writes ``state``."""
-    from mappers import dataset_mapper as dm
     from mappers.image_io import decode_image
+    from mappers.record_io import copy_for_mapping, image_to_tensor
+    from mappers.record_size import record_image_size
+    from mappers.training_instances import annotations_to_training_instances
+    from mappers.transforms.owned_image import apply_planned_image
 
     def unpickle(i: int, s: dict[str, Any]) -> None:
         s["raw"] = serialized[i]
 
     def copy(i: int, s: dict[str, Any]) -> None:
-        s["record"] = dm._copy_for_mapping(s["raw"])
+        s["record"] = copy_for_mapping(s["raw"])
 
     def plan(i: int, s: dict[str, Any]) -> None:
-        size = dm.record_image_size(s["record"])
+        size = record_image_size(s["record"])
         s["size"] = size
-        s["plan"] = mapper._plan((size[0], size[1], 3))
+        s["plan"] = mapper.augmentations.plan((size[0], size[1], 3))
 
     def read(i: int, s: dict[str, Any]) -> None:
         with open(s["record"]["file_name"], "rb") as f:
@@ -73,16 +75,15 @@ def _steps(mapper: Any, serialized: Any) -> dict[str, Callable[[int, dict[str, A
         )
 
     def flip_resize(i: int, s: dict[str, Any]) -> None:
-        s["out"] = dm.apply_planned(s["image"], s["plan"].planned)
+        s["out"] = apply_planned_image(s["image"], s["plan"])
 
     def to_tensor(i: int, s: dict[str, Any]) -> None:
-        s["record"]["image"] = dm.image_to_tensor(s["out"])
+        s["record"]["image"] = image_to_tensor(s["out"])
 
     def instances(i: int, s: dict[str, Any]) -> None:
         rec = s["record"]
-        rec["instances"] = mapper._training_instances(
-            rec.pop("annotations"), s["plan"].transforms, s["out"].shape[:2],
-            file_name=rec.get("file_name"),
+        rec["instances"] = annotations_to_training_instances(
+            rec.pop("annotations"), s["plan"], s["out"].shape[:2], file_name=rec.get("file_name")
         )
 
     return {
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     """Print the per-step table; return the median microseconds per image of each row."""
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--images", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=5)

@@ -36,10 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-if __package__ in (None, ""):  # run as a script: make the repository root importable
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from catalog.seeding import numpy_generator  # noqa: E402
+from catalog.seeding import numpy_generator
+from tools._bench_common import HelpFormatter
 
 __all__ = [
     "DEFAULT_IMAGE_SIZES",
@@ -493,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: generate a shapes dataset and print where it is."""
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     parser.add_argument("--out", type=Path, default=None, help="output directory (default: the demo cache dir)")
     parser.add_argument("--num-images", type=int, default=300)
