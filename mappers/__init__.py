@@ -13,13 +13,6 @@ Example:
 
 from . import transforms
 from .annotations import (
-    KeypointFlipError,
-    MissingDependencyError,
-    annotations_to_instances,
-    create_keypoint_hflip_indices,
-    filter_empty_instances,
-    polygons_to_bitmask,
-    rle_to_bitmask,
     transform_annotations,
     transform_instance_annotations,
     transform_keypoint_annotations,
@@ -30,6 +23,7 @@ from .compose import (
     ApplyAugmentations,
     Compose,
     LoadImage,
+    LoadProposals,
     ToTensor,
 )
 from .dataset_mapper import DatasetMapper, check_image_size, read_segmentation
@@ -46,12 +40,58 @@ from .errors import (
 )
 from .image_header import get_max_image_pixels, set_max_image_pixels
 from .image_io import available_jpeg_decoders, decode_image, read_image
+from .image_source import is_remote_path
 from .instances import Instances
+from .instances_from_annotations import (
+    annotations_to_instances,
+    annotations_to_instances_rotated,
+    filter_empty_instances,
+)
+from .keypoint_flip import KeypointFlipError, create_keypoint_hflip_indices
+from .mapper_config import MapperArgumentError
+from .mask_rasterize import MissingDependencyError, polygons_to_bitmask, rle_to_bitmask
 from .opencv_threads import limit_opencv_threads
+from .pickled_list import PickledList
 from .random_state import get_generator, seed_generator, use_generator
+from .record_source import HasRecords, records_of
+from .structures import (
+    BitMasks,
+    Boxes,
+    BoxMode,
+    ImageList,
+    Keypoints,
+    PolygonMasks,
+    ROIMasks,
+    RotatedBoxes,
+    StructureIndexError,
+    StructureShapeError,
+    pairwise_ioa,
+    pairwise_iou,
+)
+from .torchvision_targets import (
+    TorchvisionTargetError,
+    to_torchvision_batch,
+    to_torchvision_detection,
+)
 from .transforms import TransformError
 
 __all__ = [
+    "BitMasks",
+    "BoxMode",
+    "Boxes",
+    "ImageList",
+    "Keypoints",
+    "PolygonMasks",
+    "ROIMasks",
+    "RotatedBoxes",
+    "StructureIndexError",
+    "StructureShapeError",
+    "pairwise_ioa",
+    "pairwise_iou",
+    "PickledList",
+    "HasRecords",
+    "records_of",
+    "is_remote_path",
     "get_max_image_pixels",
     "set_max_image_pixels",
     "TRANSFORMS",
@@ -67,6 +107,8 @@ __all__ = [
     "Instances",
     "KeypointFlipError",
     "LoadImage",
+    "LoadProposals",
+    "MapperArgumentError",
     "MapDataset",
     "MapFuncPickleError",
     "MapIterableDataset",
@@ -76,8 +118,12 @@ __all__ = [
     "ToIterableDataset",
     "ToTensor",
     "TransformError",
+    "TorchvisionTargetError",
+    "to_torchvision_batch",
+    "to_torchvision_detection",
     "UnsupportedImageFormatError",
     "annotations_to_instances",
+    "annotations_to_instances_rotated",
     "available_jpeg_decoders",
     "check_image_size",
     "create_keypoint_hflip_indices",

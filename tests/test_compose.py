@@ -67,10 +67,10 @@ def test_config_pipeline_matches_dataset_mapper(record):
         True, augmentations=[T.Resize((2 * H, 2 * W)), T.RandomFlip(prob=1.0)]
     )(record)
     assert torch.equal(out["image"], expected["image"])
-    assert torch.equal(out["instances"].gt_boxes, expected["instances"].gt_boxes)
+    assert torch.equal(out["instances"].gt_boxes.tensor, expected["instances"].gt_boxes.tensor)
     assert out["instances"].gt_classes.tolist() == [3]
     # XYWH [4, 6, 10, 12] -> XYXY [4, 6, 14, 18] -> x2 [8, 12, 28, 36] -> flip at 80
-    np.testing.assert_allclose(out["instances"].gt_boxes.numpy(), [[52, 12, 72, 36]])
+    np.testing.assert_allclose(out["instances"].gt_boxes.tensor.numpy(), [[52, 12, 72, 36]])
     assert isinstance(out["transforms"], T.TransformList)
     assert "annotations" not in out
     assert "annotations" in record and "image" not in record  # input untouched
@@ -177,7 +177,7 @@ def test_steps_without_augmentation_and_with_sem_seg(record, tmp_path):
     Image.fromarray(seg, mode="L").save(tmp_path / "seg.png")
     record["sem_seg_file_name"] = str(tmp_path / "seg.png")
     out = Compose([LoadImage(), AnnotationsToInstances(), ToTensor()])(record)
-    np.testing.assert_allclose(out["instances"].gt_boxes.numpy(), [[4, 6, 14, 18]])
+    np.testing.assert_allclose(out["instances"].gt_boxes.tensor.numpy(), [[4, 6, 14, 18]])
     assert out["sem_seg"].dtype == torch.int64 and out["sem_seg"][0, 0] == 2
     assert out["image"].shape == (3, H, W)
 
@@ -192,7 +192,7 @@ def test_two_augmentation_steps_chain_transforms(record):
         ]
     )
     out = pipe(record)
-    np.testing.assert_allclose(out["instances"].gt_boxes.numpy(), [[52, 12, 72, 36]])
+    np.testing.assert_allclose(out["instances"].gt_boxes.tensor.numpy(), [[52, 12, 72, 36]])
 
 
 def test_pipeline_with_lambda_pickles(record):

@@ -1,10 +1,11 @@
-"""The DatasetMapper fast paths (mappers/_fast_path.py) equal the general paths.
+"""The mapper's fast paths equal the general paths.
 
-* plan_transforms draws the same transforms, from the same generator calls, as
+* AugmentationList.plan draws the same transforms, from the same generator calls, as
   AugmentationList on the image itself;
-* apply_planned's direct OpenCV calls give the same pixels as the transforms' generic
+* apply_planned_image's direct OpenCV calls give the same pixels as the transforms' generic
   apply_image (flip first, as the planned path always did);
-* box_only_instances gives bit-identical boxes and classes to the per-annotation path.
+* the transforms' vectorized apply_box equals the generic path through the corners;
+* annotations_to_training_instances' batched boxes are bit-identical to the per-annotation path.
 """
 
 from __future__ import annotations
@@ -16,19 +17,37 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.box_mode import BoxMode
-from mappers import transforms as T
-from mappers._fast_path import (
-    apply_planned,
-    box_only_instances,
-    plan_transforms,
-    transform_boxes,
-)
-from mappers.annotations import (
+from catalog.errors import RecordFormatError
+from mappers import (
     annotations_to_instances,
     filter_empty_instances,
     transform_instance_annotations,
 )
+from mappers import transforms as T
 from mappers.random_state import use_generator
+from mappers.training_instances import annotations_to_training_instances
+from mappers.transforms.owned_image import apply_planned_image as apply_planned
+
+
+def plan_transforms(augs, shape):
+    return T.AugmentationList(augs).plan(shape)
+
+
+def box_only_instances(annotations, transforms, size, filter_empty):
+    return annotations_to_training_instances(
+        annotations, transforms, size, filter_empty=filter_empty
+    )
+
+
+def _corners_apply_box(transforms, boxes):
+    """The generic path: boxes through their 4 corners (Transform.apply_box) for each geometric
+    transform; pixel-only transforms give the boxes back as they are, by definition."""
+    for tfm in transforms:
+        if isinstance(tfm, (T.NoOpTransform, T.BlendTransform)):
+            boxes = tfm.apply_box(boxes)
+        else:
+            boxes = T.Transform.apply_box(tfm, boxes)
+    return boxes
 
 H, W = 37, 53
 
@@ -67,18 +86,22 @@ def test_plan_draws_what_augmentation_list_draws(augs):
         after_general = np.random.default_rng(seed)
         T.AugmentationList(augs)(T.AugInput(image.copy()), rng=after_general)
         assert plan is not None
-        assert [repr(t) for t in plan.planned] == [repr(t) for t in general.transforms]
-        assert plan.shape == aug_input.image.shape
+        assert [repr(t) for t in plan] == [repr(t) for t in general.transforms]
+        assert plan.output_size(H, W) == aug_input.image.shape[:2]
         assert after_plan == after_general.random()  # the same number of draws
 
 
-def test_plan_declines_a_resize_from_another_size():
+def test_plan_declines_a_resize_from_another_size_and_pixel_readers():
     class _Stale(T.Augmentation):
+        shape_only = True
+
         def get_transform(self, image):
             return T.ResizeTransform(5, 5, 10, 10)
 
     assert plan_transforms([_Stale()], (H, W, 3)) is None
-    assert plan_transforms([T.RandomCrop("absolute", (5, 5))], (H, W, 3)) is None
+    assert plan_transforms([T.RandomContrast(0.5, 1.5)], (H, W, 3)) is None
+    crop = plan_transforms([T.RandomCrop("absolute", (5, 7))], (H, W, 3))
+    assert crop.output_size(H, W) == (5, 7)
 
 
 @settings(max_examples=40, deadline=None)
@@ -98,10 +121,10 @@ def test_apply_planned_equals_generic_transforms(seed, channels, augs_index, int
         T.ResizeTransform(t.h, t.w, t.new_h, t.new_w, interp)
         if isinstance(t, T.ResizeTransform)
         else t
-        for t in plan.planned
+        for t in plan
     ]
     fast = apply_planned(image.copy(), planned)
-    assert fast.shape == plan.shape
+    assert fast.shape[:2] == plan.output_size(H, W)
     np.testing.assert_array_equal(fast, _generic(image, planned))
 
 
@@ -161,14 +184,18 @@ def _reference(annotations, transforms, size, filter_empty):
 def test_box_only_instances_equal_per_annotation_path(annotations, seed, augs_index, filter_empty):
     with use_generator(np.random.default_rng(seed)):
         plan = plan_transforms(_augmentation_lists()[augs_index], (H, W, 3))
-    size = plan.shape[:2]
-    fast = box_only_instances([dict(a) for a in annotations], plan.transforms, size, filter_empty)
-    slow = _reference(annotations, plan.transforms, size, filter_empty)
-    assert fast is not None
+    size = plan.output_size(H, W)
+    fast = box_only_instances([dict(a) for a in annotations], plan, size, filter_empty)
+    slow = _reference(annotations, plan, size, filter_empty)
     assert fast.image_size == slow.image_size
-    assert torch.equal(fast.gt_boxes, slow.gt_boxes)
+    assert torch.equal(fast.gt_boxes.tensor, _tensor(slow.gt_boxes))
     assert torch.equal(fast.gt_classes, slow.gt_classes)
-    assert fast.gt_boxes.dtype == torch.float32 and fast.gt_classes.dtype == torch.int64
+    assert fast.gt_boxes.tensor.dtype == torch.float32 and fast.gt_classes.dtype == torch.int64
+
+
+def _tensor(boxes):
+    """The Nx4 tensor of Boxes (annotations_to_instances may still give a plain tensor)."""
+    return getattr(boxes, "tensor", boxes)
 
 
 def test_box_only_instances_edge_cases():
@@ -177,31 +204,53 @@ def test_box_only_instances_edge_cases():
     good = {"bbox": [1.0, 2.0, 10.0, 12.0], "bbox_mode": 0, "category_id": 1}
     fast = box_only_instances([dict(nan_box), dict(good)], tfms, (74, 106), True)
     slow = _reference([nan_box, good], tfms, (74, 106), True)
-    assert torch.equal(fast.gt_boxes, slow.gt_boxes) and fast.gt_classes.tolist() == [1]
-    # other box modes and malformed values are left to the per-annotation path
-    relative = {"bbox": [0.1, 0.1, 0.5, 0.5], "bbox_mode": BoxMode.XYWH_REL, "category_id": 0}
-    assert box_only_instances([relative], tfms, (74, 106), True) is None
-    assert box_only_instances([{"bbox": [1, 2, 3], "bbox_mode": 0, "category_id": 0}], tfms, (9, 9), True) is None
-    assert box_only_instances([{"bbox": [1, 2, 3, 4], "category_id": 0}], tfms, (9, 9), True) is None
-    # a transform without a vectorized form goes through apply_box, on untouched boxes
+    assert torch.equal(fast.gt_boxes.tensor, _tensor(slow.gt_boxes))
+    assert fast.gt_classes.tolist() == [1]
+    # malformed values go to the per-annotation path, which names the key
+    with pytest.raises(RecordFormatError, match="bbox"):
+        box_only_instances([{"bbox": [1, 2, 3], "bbox_mode": 0, "category_id": 0}], tfms, (9, 9), True)
+    with pytest.raises(RecordFormatError, match="bbox_mode"):
+        box_only_instances([{"bbox": [1, 2, 3, 4], "category_id": 0}], tfms, (9, 9), True)
+    # a crop (vectorized too) gives the per-annotation result
     crop = T.TransformList([T.ResizeTransform(H, W, 74, 106), T.CropTransform(5, 3, 40, 30)])
     fast = box_only_instances([dict(good)], crop, (30, 40), False)
-    assert torch.equal(fast.gt_boxes, _reference([good], crop, (30, 40), False).gt_boxes)
+    assert torch.equal(fast.gt_boxes.tensor, _tensor(_reference([good], crop, (30, 40), False).gt_boxes))
     empty = box_only_instances([], tfms, (74, 106), True)
-    assert empty.gt_boxes.shape == (0, 4) and len(empty) == 0
+    assert empty.gt_boxes.tensor.shape == (0, 4) and len(empty) == 0
 
 
-@settings(max_examples=100, deadline=None)
+_all_transforms = st.sampled_from(
+    [
+        T.ResizeTransform(H, W, 74, 106),
+        T.ResizeTransform(H, W, 20, 9),
+        T.HFlipTransform(W),
+        T.VFlipTransform(H),
+        T.CropTransform(5, 3, 40, 30),
+        T.PadTransform(1, 2, 3, 4),
+        T.NoOpTransform(),
+        T.BlendTransform(0, 0.5, 0.5),
+    ]
+)
+
+
+@settings(max_examples=150, deadline=None)
 @given(
     boxes=st.lists(st.lists(_coord, min_size=4, max_size=4), min_size=1, max_size=8),
-    seed=st.integers(0, 2**32 - 1),
-    augs_index=st.integers(0, len(_augmentation_lists()) - 1),
+    transforms=st.lists(_all_transforms, max_size=4),
+    dtype=st.sampled_from([np.float64, np.float32, np.int64]),
 )
-def test_transform_boxes_equals_apply_box(boxes, seed, augs_index):
-    with use_generator(np.random.default_rng(seed)):
-        plan = plan_transforms(_augmentation_lists()[augs_index], (H, W, 3))
-    array = np.array(boxes, dtype=np.float64)
+def test_vectorized_apply_box_equals_the_corners_path(boxes, transforms, dtype):
+    array = np.array(boxes).astype(dtype)
     before = array.copy()
-    moved = transform_boxes(array, plan.transforms)
+    moved = T.TransformList(transforms).apply_box(array)
     np.testing.assert_array_equal(array, before)  # the input is not modified
-    np.testing.assert_array_equal(moved, plan.transforms.apply_box(before))
+    expected = _corners_apply_box(transforms, before)
+    np.testing.assert_array_equal(moved, expected)
+    assert np.asarray(moved).dtype == np.asarray(expected).dtype
+    in_place = before.copy() if before.dtype.kind == "f" else before.astype(np.float64)
+    start = in_place.copy()
+    if T.TransformList(transforms).apply_box_inplace(in_place):
+        np.testing.assert_array_equal(in_place, expected)
+    else:  # only lists of pixel-only transforms keep their boxes as given
+        assert all(isinstance(t, (T.NoOpTransform, T.BlendTransform)) for t in transforms)
+        np.testing.assert_array_equal(in_place, start)

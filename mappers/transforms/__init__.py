@@ -22,8 +22,13 @@ from .augmentation import (
     RandomApply,
     apply_augmentations,
 )
+from .augmentation_planning import reads_shape_only
+from .augmentations_affine import RandomExtent, RandomRotation
 from .augmentations_color import RandomBrightness, RandomContrast, RandomSaturation
+from .augmentations_crop import MinIoURandomCrop, RandomCrop_CategoryAreaConstraint
 from .augmentations_geometry import RandomCrop, RandomFlip, Resize, ResizeShortestEdge
+from .augmentations_lighting import RandomLighting
+from .augmentations_scale import FixedSizeCrop, RandomResize, ResizeScale
 from .transform import (
     BlendTransform,
     CropTransform,
@@ -36,6 +41,8 @@ from .transform import (
     TransformList,
     VFlipTransform,
 )
+from .transform_affine import ExtentTransform, RotationTransform
+from .transform_color import ColorTransform, PILColorTransform
 
 __all__ = [
     "AugInput",
@@ -60,4 +67,18 @@ __all__ = [
     "TransformList",
     "VFlipTransform",
     "apply_augmentations",
+    "reads_shape_only",
+    # detectron2's further augmentations and transforms
+    "ColorTransform",
+    "ExtentTransform",
+    "FixedSizeCrop",
+    "MinIoURandomCrop",
+    "PILColorTransform",
+    "RandomCrop_CategoryAreaConstraint",
+    "RandomExtent",
+    "RandomLighting",
+    "RandomResize",
+    "RandomRotation",
+    "ResizeScale",
+    "RotationTransform",
 ]

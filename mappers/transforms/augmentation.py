@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -124,6 +125,12 @@ class Augmentation:
     """
 
     input_args: tuple[str, ...] | None = None
+
+    #: True when ``get_transform`` reads nothing of its input but ``image.shape`` (and draws
+    #: from :attr:`rng`): its transform can then be drawn from the image size before the
+    #: image is decoded (:meth:`AugmentationList.plan`). Only trusted on the class that
+    #: defines ``get_transform``: a subclass overriding it is not shape-only unless it says so.
+    shape_only: bool = False
 
     @classmethod
     def _input_names(cls) -> tuple[str, ...]:
@@ -228,6 +235,14 @@ def _as_augmentation(item: Any, index: int) -> Augmentation:
     )
 
 
+def _planning() -> Any:
+    """The module :mod:`~mappers.transforms.augmentation_planning` (it imports this one)."""
+    module = sys.modules.get(f"{__package__}.augmentation_planning")
+    if module is None:
+        from . import augmentation_planning as module
+    return module
+
+
 class AugmentationList(Augmentation):
     """Apply augmentations in order; each sees the inputs as the previous ones left them.
 
@@ -249,6 +264,8 @@ class AugmentationList(Augmentation):
         if isinstance(augs, (Augmentation, Transform)):
             augs = [augs]
         self.augs: list[Augmentation] = [_as_augmentation(a, i) for i, a in enumerate(augs)]
+        self._shape_only_for: tuple[Augmentation, ...] | None = None
+        self._shape_only = False
 
     def __call__(self, aug_input: Any, rng: np.random.Generator | None = None) -> TransformList:
         """Apply every augmentation to ``aug_input`` in place; return the transforms used.
@@ -272,6 +289,40 @@ class AugmentationList(Augmentation):
             "AugmentationList produces its transforms only when called on an AugInput: "
             "use augs(aug_input)"
         )
+
+    def plan(
+        self, image_shape: Sequence[int], rng: np.random.Generator | None = None
+    ) -> TransformList | None:
+        """Draw the transforms for an image of ``image_shape`` without the image itself.
+
+        Possible when every augmentation reads only the image's shape (see
+        :attr:`Augmentation.shape_only`) and every drawn transform knows its
+        ``output_size``. The draws are the very calls, in the same order, that calling the
+        list on an AugInput makes, so the transforms are the same.
+
+        Args:
+            image_shape: (h, w) or (h, w, c) of the image the transforms will apply to.
+            rng: generator to draw from; default: the current generator.
+
+        Returns:
+            The transforms, or None when planning is not possible (nothing was drawn when an
+            augmentation is not shape-only; otherwise the generator may have advanced).
+
+        Example:
+            >>> from mappers.transforms import RandomFlip, Resize
+            >>> len(AugmentationList([Resize((20, 30)), RandomFlip(1.0)]).plan((10, 15, 3)))
+            2
+        """
+        key = tuple(self.augs)
+        if getattr(self, "_shape_only_for", None) != key:  # checked once per list
+            self._shape_only = _planning().reads_shape_only(self)
+            self._shape_only_for = key
+        if not self._shape_only:
+            return None
+        if rng is None:  # the current generator
+            return _planning().plan_augmentations(self, image_shape)
+        with use_generator(rng):
+            return _planning().plan_augmentations(self, image_shape)
 
     def __len__(self) -> int:
         return len(self.augs)

@@ -66,6 +66,8 @@ class RandomBrightness(_RandomIntensity):
         RandomBrightness(intensity_min=0.8, intensity_max=1.2)
     """
 
+    shape_only = True  # draws a factor; never reads the pixels
+
     def get_transform(self, image: np.ndarray) -> Transform:
         return self._blend_with(0)
 

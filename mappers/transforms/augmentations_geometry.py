@@ -64,6 +64,8 @@ class RandomFlip(Augmentation):
         RandomFlip(prob=1.0, horizontal=False, vertical=True)
     """
 
+    shape_only = True
+
     def __init__(
         self, prob: float = 0.5, *, horizontal: bool = True, vertical: bool = False
     ) -> None:
@@ -108,6 +110,8 @@ class Resize(Augmentation):
         Resize(shape=(200, 300))
     """
 
+    shape_only = True
+
     def __init__(self, shape: int | Sequence[int], interp: int | str = _BILINEAR) -> None:
         self.shape = _pair(shape, "Resize", "shape")
         if min(self.shape) <= 0:
@@ -138,6 +142,8 @@ class ResizeShortestEdge(Augmentation):
         >>> ResizeShortestEdge.get_output_shape(480, 640, 800, 1333)
         (800, 1067)
     """
+
+    shape_only = True
 
     def __init__(
         self,
@@ -221,6 +227,8 @@ class RandomCrop(Augmentation):
         >>> RandomCrop("absolute", (100, 200))
         RandomCrop(crop_type='absolute', crop_size=(100, 200))
     """
+
+    shape_only = True
 
     def __init__(self, crop_type: str, crop_size: Sequence[float]) -> None:
         if crop_type not in _CROP_TYPES:

@@ -13,6 +13,18 @@ Conventions (those of detectron2, so code moves over unchanged):
 
 Transforms never modify their inputs in place.
 
+This module holds the base classes (:class:`Transform`, :class:`TransformList`,
+:class:`NoOpTransform`); the built-in transforms live in
+:mod:`mappers.transforms.transforms_builtin` and are re-exported here. Two capabilities
+serve the mappers' fast paths and live in the classes themselves:
+
+* ``output_size(height, width)``: the image size a transform produces from a given input
+  size, without touching pixels (None when it cannot tell), so that augmentations reading
+  only the image's shape can be drawn before decoding
+  (:meth:`~mappers.transforms.AugmentationList.plan`);
+* ``apply_box``: axis-aligned transforms (flips, resize, crop, pad) move the box edges in a
+  few vectorized numpy operations, bit-identical to the generic path through the corners.
+
 Example:
     >>> import numpy as np
     >>> t = HFlipTransform(400)
@@ -32,7 +44,7 @@ import numpy as np
 
 from catalog.errors import CatmapError
 
-from ._backend import flip_array, normalize_interp, resize_array
+from .box_edges import moves_box_edges, order_box_edges
 
 __all__ = [
     "Transform",
@@ -65,6 +77,36 @@ def _as_float_coords(coords: Any, what: str = "coords") -> np.ndarray:
             return arr.reshape(0, 2)
         raise TransformError(f"{what} must be an Nx2 array of (x, y), got shape {arr.shape}")
     return arr
+
+
+def _as_box_array(box: Any) -> np.ndarray:
+    """``box`` as an Nx4 float array (a single box gives 1x4; integers become float64).
+
+    The array may be the caller's own (not copied): callers must not modify it in place.
+
+    Raises:
+        TransformError: the input is not Nx4 (nor empty).
+    """
+    arr = np.asarray(box)
+    if arr.dtype.kind != "f":
+        arr = arr.astype(np.float64)
+    if arr.ndim == 1 and arr.shape[0] == 4:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[1] != 4:
+        if arr.size == 0:
+            return arr.reshape(0, 4)
+        raise TransformError(f"boxes must be an Nx4 XYXY array, got shape {arr.shape}")
+    return arr
+
+
+def _apply_box_by_edges(tfm: Any, box: Any) -> np.ndarray:
+    """``apply_box`` of an axis-aligned transform: a copy, its ``move_box_edges``, ordered."""
+    arr = _as_box_array(box)
+    if len(arr) == 0:
+        return arr
+    moved = arr.copy()
+    tfm.move_box_edges(moved)
+    return order_box_edges(moved)
 
 
 def _param_repr(obj: Any, always_first: bool) -> str:
@@ -131,15 +173,9 @@ class Transform:
         Returns:
             Nx4 float array: for each box, the axis-aligned box around its transformed corners.
         """
-        arr = np.asarray(box)
-        if not np.issubdtype(arr.dtype, np.floating):
-            arr = arr.astype(np.float64)
-        if arr.ndim == 1 and arr.shape[0] == 4:
-            arr = arr[None, :]
-        if arr.ndim != 2 or arr.shape[1] != 4:
-            if arr.size == 0:
-                return arr.reshape(0, 4)
-            raise TransformError(f"boxes must be an Nx4 XYXY array, got shape {arr.shape}")
+        arr = _as_box_array(box)
+        if len(arr) == 0:
+            return arr
         corners = arr[:, [0, 1, 2, 1, 0, 3, 2, 3]].reshape(-1, 2)
         corners = self.apply_coords(corners).reshape(-1, 4, 2)
         return np.concatenate([corners.min(axis=1), corners.max(axis=1)], axis=1)
@@ -147,6 +183,24 @@ class Transform:
     def apply_polygons(self, polygons: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Transform a list of polygons, each an Nx2 array of (x, y)."""
         return [self.apply_coords(p) for p in polygons]
+
+    def apply_rotated_box(self, rotated_boxes: Any) -> Any:
+        """Transform Nx5 rotated boxes (cx, cy, w, h, angle in degrees counter-clockwise).
+
+        Rules per transform type: :mod:`mappers.transforms.rotated_boxes`.
+        """
+        from .rotated_boxes import transform_rotated_boxes
+
+        return transform_rotated_boxes(self, rotated_boxes)
+
+    def output_size(self, height: int, width: int) -> tuple[int, int] | None:
+        """The (h, w) of the image this transform makes from an image of (height, width).
+
+        Computed from sizes alone (no pixels). None when the transform cannot tell, or does
+        not apply to an image of that size; planning before decoding then gives up.
+        Subclasses that know their geometry override it.
+        """
+        return None
 
     def inverse(self) -> Transform:
         """Return the transform that undoes this one.
@@ -202,8 +256,14 @@ class _PixelwiseTransform(Transform):
     def apply_box(self, box: Any) -> Any:
         return box
 
+    def move_box_edges(self, boxes: np.ndarray) -> None:
+        """Nothing moves."""
+
     def apply_polygons(self, polygons: Sequence[np.ndarray]) -> Any:
         return polygons
+
+    def output_size(self, height: int, width: int) -> tuple[int, int] | None:
+        return int(height), int(width)
 
 
 class NoOpTransform(_PixelwiseTransform):
@@ -224,330 +284,6 @@ class NoOpTransform(_PixelwiseTransform):
         if name.startswith("apply_"):
             return lambda x: x
         raise AttributeError(f"NoOpTransform has no attribute {name!r}")
-
-
-class _AxisFlipTransform(Transform):
-    """A flip along one image axis, its own inverse; subclasses name the axis.
-
-    ``_horizontal`` selects the axis (True: x, the image's columns; False: y, its rows) and
-    ``_extent_attr`` names the attribute holding the image's extent along it, so that
-    coordinate ``c`` on that axis becomes ``extent - c``.
-
-    Example:
-        >>> HFlipTransform(10).apply_coords(np.array([[2.0, 3.0]])).tolist()
-        [[8.0, 3.0]]
-    """
-
-    _horizontal: bool = True
-    _extent_attr: str = "width"
-
-    def apply_image(self, img: np.ndarray) -> np.ndarray:
-        return flip_array(img, horizontal=self._horizontal)
-
-    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        out = _as_float_coords(coords)
-        axis = 0 if self._horizontal else 1
-        out[:, axis] = getattr(self, self._extent_attr) - out[:, axis]
-        return out
-
-    def inverse(self) -> Transform:
-        return self
-
-
-class HFlipTransform(_AxisFlipTransform):
-    """Horizontal flip of an image of the given width: x becomes ``width - x``.
-
-    The image result is a numpy view with a negative stride (no pixels copied); a later
-    resize or CHW copy makes it contiguous at no extra cost.
-
-    Example:
-        >>> HFlipTransform(400).apply_polygons([np.array([[10, 10], [100, 100], [100, 10]])])[0].tolist()
-        [[390.0, 10.0], [300.0, 100.0], [300.0, 10.0]]
-    """
-
-    _horizontal = True
-    _extent_attr = "width"
-
-    def __init__(self, width: int) -> None:
-        self.width = width
-
-
-class VFlipTransform(_AxisFlipTransform):
-    """Vertical flip of an image of the given height: y becomes ``height - y``.
-
-    Example:
-        >>> VFlipTransform(100).apply_coords(np.array([[5.0, 10.0]])).tolist()
-        [[5.0, 90.0]]
-    """
-
-    _horizontal = False
-    _extent_attr = "height"
-
-    def __init__(self, height: int) -> None:
-        self.height = height
-
-
-class ResizeTransform(Transform):
-    """Resize an image of size (h, w) to (new_h, new_w).
-
-    Images use ``interp`` (a Pillow constant or name; default bilinear) through OpenCV when
-    installed, else Pillow; segmentation maps always use nearest neighbour. Coordinates are
-    scaled by ``new_w / w`` and ``new_h / h``.
-
-    Args:
-        h, w: the input image size.
-        new_h, new_w: the output size.
-        interp: interpolation for images, e.g. ``PIL.Image.BILINEAR`` (2) or "bilinear".
-
-    Raises:
-        ValueError: a size is not positive, or ``interp`` is unknown.
-
-    Example:
-        >>> t = ResizeTransform(100, 200, 50, 100)
-        >>> t.apply_image(np.zeros((100, 200, 3), np.uint8)).shape
-        (50, 100, 3)
-        >>> t.apply_coords(np.array([[200.0, 100.0]])).tolist()
-        [[100.0, 50.0]]
-    """
-
-    def __init__(
-        self, h: int, w: int, new_h: int, new_w: int, interp: int | str | None = None
-    ) -> None:
-        for name, value in (("h", h), ("w", w), ("new_h", new_h), ("new_w", new_w)):
-            if int(value) != value or value <= 0:
-                raise ValueError(
-                    f"ResizeTransform: {name} must be a positive integer, got {value!r}"
-                )
-        normalize_interp(interp)  # validate early
-        self.h, self.w, self.new_h, self.new_w = int(h), int(w), int(new_h), int(new_w)
-        self.interp = interp
-
-    def _check_size(self, img: np.ndarray, what: str) -> None:
-        if img.shape[:2] != (self.h, self.w):
-            raise TransformError(
-                f"ResizeTransform expects an {what} of size (h, w) = ({self.h}, {self.w}), "
-                f"got shape {tuple(img.shape)}"
-            )
-
-    def apply_image(self, img: np.ndarray, interp: int | str | None = None) -> np.ndarray:
-        self._check_size(img, "image")
-        return resize_array(
-            img, self.new_h, self.new_w, interp if interp is not None else self.interp
-        )
-
-    def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
-        self._check_size(segmentation, "segmentation map")
-        return resize_array(segmentation, self.new_h, self.new_w, "nearest")
-
-    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        out = _as_float_coords(coords)
-        out[:, 0] *= self.new_w / self.w
-        out[:, 1] *= self.new_h / self.h
-        return out
-
-    def inverse(self) -> Transform:
-        return ResizeTransform(self.new_h, self.new_w, self.h, self.w, self.interp)
-
-
-def _clip_half_plane(pts: np.ndarray, axis: int, bound: float, keep_above: bool) -> np.ndarray:
-    """One Sutherland-Hodgman pass: keep the part of a closed polygon on one side of a line."""
-    vals = pts[:, axis]
-    inside = vals >= bound if keep_above else vals <= bound
-    if inside.all():
-        return pts
-    if not inside.any():
-        return pts[:0]
-    nxt = np.roll(pts, -1, axis=0)
-    crosses = inside != np.roll(inside, -1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(crosses, (bound - vals) / (nxt[:, axis] - vals), 0.0)
-    inter = pts + t[:, None] * (nxt - pts)
-    inter[:, axis] = bound
-    # Vertex i contributes itself when inside, then the crossing of edge (i, i+1) if any.
-    candidates = np.stack([pts, inter], axis=1).reshape(-1, 2)
-    keep = np.stack([inside, crosses], axis=1).reshape(-1)
-    return candidates[keep]
-
-
-def _polygon_area(pts: np.ndarray) -> float:
-    x, y = pts[:, 0], pts[:, 1]
-    return 0.5 * abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))
-
-
-class CropTransform(Transform):
-    """Crop the window with top-left (x0, y0) and size (w, h) out of an image.
-
-    The image result is a numpy view. Coordinates are shifted by (-x0, -y0) and not clipped;
-    polygons are clipped to the window (Sutherland-Hodgman), and those left with no area are
-    dropped. A polygon cut into several pieces stays one polygon whose pieces are joined
-    along the window border (same mask).
-
-    Args:
-        x0, y0: top-left corner of the window.
-        w, h: window size.
-        orig_w, orig_h: size of the image before cropping; needed only by ``inverse()``.
-
-    Example:
-        >>> t = CropTransform(10, 20, 30, 40)
-        >>> t.apply_image(np.zeros((100, 100), np.uint8)).shape
-        (40, 30)
-        >>> t.apply_coords(np.array([[15.0, 25.0]])).tolist()
-        [[5.0, 5.0]]
-    """
-
-    def __init__(
-        self, x0: int, y0: int, w: int, h: int, orig_w: int | None = None, orig_h: int | None = None
-    ) -> None:
-        if w <= 0 or h <= 0 or x0 < 0 or y0 < 0:
-            raise ValueError(f"CropTransform: invalid window x0={x0}, y0={y0}, w={w}, h={h}")
-        self.x0, self.y0, self.w, self.h = int(x0), int(y0), int(w), int(h)
-        self.orig_w = orig_w
-        self.orig_h = orig_h
-
-    def apply_image(self, img: np.ndarray) -> np.ndarray:
-        ys = slice(self.y0, self.y0 + self.h)
-        xs = slice(self.x0, self.x0 + self.w)
-        if img.ndim <= 3:
-            return img[ys, xs]
-        return img[..., ys, xs, :]
-
-    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        out = _as_float_coords(coords)
-        out[:, 0] -= self.x0
-        out[:, 1] -= self.y0
-        return out
-
-    def apply_polygons(self, polygons: Sequence[np.ndarray]) -> list[np.ndarray]:
-        x1, y1 = self.x0 + self.w, self.y0 + self.h
-        result = []
-        for polygon in polygons:
-            pts = _as_float_coords(polygon, "polygon")
-            clipped = pts
-            for axis, bound, keep_above in (
-                (0, self.x0, True),
-                (0, x1, False),
-                (1, self.y0, True),
-                (1, y1, False),
-            ):
-                clipped = _clip_half_plane(clipped, axis, bound, keep_above)
-                if len(clipped) == 0:
-                    break
-            if len(clipped) < 3 or (clipped is not pts and _polygon_area(clipped) <= 0.0):
-                continue
-            result.append(self.apply_coords(clipped))
-        return result
-
-    def inverse(self) -> Transform:
-        if self.orig_w is None or self.orig_h is None:
-            raise NotImplementedError(
-                "CropTransform.inverse() needs orig_w and orig_h (the size before cropping)"
-            )
-        pad_x1 = self.orig_w - self.x0 - self.w
-        pad_y1 = self.orig_h - self.y0 - self.h
-        return PadTransform(self.x0, self.y0, pad_x1, pad_y1, orig_w=self.w, orig_h=self.h)
-
-
-class PadTransform(Transform):
-    """Pad an image of size (orig_h, orig_w) by x0/y0 pixels before and x1/y1 after.
-
-    Args:
-        x0, y0, x1, y1: padding on the left, top, right and bottom.
-        orig_w, orig_h: size of the image before padding; needed only by ``inverse()``.
-        pad_value: fill value for images; seg_pad_value: fill value for segmentation maps.
-
-    Example:
-        >>> PadTransform(1, 2, 3, 4).apply_image(np.ones((5, 5), np.uint8)).shape
-        (11, 9)
-    """
-
-    def __init__(
-        self,
-        x0: int,
-        y0: int,
-        x1: int,
-        y1: int,
-        orig_w: int | None = None,
-        orig_h: int | None = None,
-        pad_value: float = 0,
-        seg_pad_value: int = 0,
-    ) -> None:
-        if min(x0, y0, x1, y1) < 0:
-            raise ValueError(f"PadTransform: negative padding ({x0}, {y0}, {x1}, {y1})")
-        self.x0, self.y0, self.x1, self.y1 = int(x0), int(y0), int(x1), int(y1)
-        self.orig_w, self.orig_h = orig_w, orig_h
-        self.pad_value, self.seg_pad_value = pad_value, seg_pad_value
-
-    def _pad(self, img: np.ndarray, value: float) -> np.ndarray:
-        widths = [(self.y0, self.y1), (self.x0, self.x1)] + [(0, 0)] * (img.ndim - 2)
-        return np.pad(img, widths, mode="constant", constant_values=value)
-
-    def apply_image(self, img: np.ndarray) -> np.ndarray:
-        return self._pad(img, self.pad_value)
-
-    def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
-        return self._pad(segmentation, self.seg_pad_value)
-
-    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        out = _as_float_coords(coords)
-        out[:, 0] += self.x0
-        out[:, 1] += self.y0
-        return out
-
-    def inverse(self) -> Transform:
-        if self.orig_w is None or self.orig_h is None:
-            raise NotImplementedError(
-                "PadTransform.inverse() needs orig_w and orig_h (the size before padding)"
-            )
-        new_w = self.orig_w + self.x0 + self.x1
-        new_h = self.orig_h + self.y0 + self.y1
-        return CropTransform(self.x0, self.y0, self.orig_w, self.orig_h, new_w, new_h)
-
-
-class BlendTransform(_PixelwiseTransform):
-    """Blend the image with ``src_image``: ``src_weight * src_image + dst_weight * img``.
-
-    Colour augmentations use it. uint8 images are clipped to [0, 255] and stay uint8 (values
-    truncated as in detectron2); when ``src_image`` is a scalar the result comes from a
-    256-entry lookup table instead of a float copy of the image. Coordinates and
-    segmentation maps are unchanged; the inverse is the identity (colour changes are not
-    undone).
-
-    Example:
-        >>> BlendTransform(0, 0.0, 0.5).apply_image(np.full((1, 1), 101, np.uint8)).tolist()
-        [[50]]
-    """
-
-    def __init__(self, src_image: Any, src_weight: float, dst_weight: float) -> None:
-        self.src_image = src_image
-        self.src_weight = src_weight
-        self.dst_weight = dst_weight
-
-    def apply_image(self, img: np.ndarray) -> np.ndarray:
-        if img.dtype == np.uint8:
-            if np.ndim(self.src_image) == 0:
-                levels = np.arange(256, dtype=np.float32)
-                lut = (
-                    np.float32(self.src_weight) * np.float32(self.src_image)
-                    + np.float32(self.dst_weight) * levels
-                )
-                lut = np.clip(lut, 0, 255).astype(np.uint8)
-                return lut[img]
-            blended = self.src_weight * np.asarray(
-                self.src_image, dtype=np.float32
-            ) + self.dst_weight * img.astype(np.float32)
-            return np.clip(blended, 0, 255).astype(np.uint8)
-        return self.src_weight * self.src_image + self.dst_weight * img
-
-    def inverse(self) -> Transform:
-        return NoOpTransform()
-
-    def __repr__(self) -> str:
-        src = self.src_image
-        src_text = f"{float(src):.4g}" if np.ndim(src) == 0 else f"<array {np.shape(src)}>"
-        return (
-            f"BlendTransform(src_image={src_text}, src_weight={self.src_weight:.4g}, "
-            f"dst_weight={self.dst_weight:.4g})"
-        )
 
 
 class TransformList(Transform):
@@ -599,10 +335,55 @@ class TransformList(Transform):
         return self._apply("apply_segmentation", segmentation)
 
     def apply_box(self, box: Any) -> np.ndarray:
+        """Each transform's ``apply_box`` in turn; for axis-aligned transforms (flips,
+        resize, crop, pad, pixel-only ones) the same result from one copy of the boxes,
+        moved in place by each and ordered once at the end."""
+        if self._axis_aligned():
+            return _apply_box_by_edges(self, box)
         return self._apply("apply_box", box)
+
+    def _axis_aligned(self) -> bool:
+        transforms = self.transforms
+        return (
+            bool(transforms)
+            and all(moves_box_edges(t) for t in transforms)
+            and not all(isinstance(t, _PixelwiseTransform) for t in transforms)
+        )
+
+    def apply_box_inplace(self, boxes: np.ndarray) -> bool:
+        """``apply_box`` into ``boxes`` itself, a writable float Nx4 array, when possible.
+
+        Returns:
+            True when done (every transform is axis-aligned); False when ``boxes`` was left
+            untouched and ``apply_box`` must be used.
+
+        Example:
+            >>> boxes = np.array([[1.0, 2.0, 3.0, 4.0]])
+            >>> TransformList([NoOpTransform()]).apply_box_inplace(boxes)
+            False
+        """
+        if not self._axis_aligned():
+            return False
+        self.move_box_edges(boxes)
+        order_box_edges(boxes)
+        return True
+
+    def move_box_edges(self, boxes: np.ndarray) -> None:
+        """Every transform's ``move_box_edges`` in turn (axis-aligned transforms only)."""
+        for t in self.transforms:
+            t.move_box_edges(boxes)
 
     def apply_polygons(self, polygons: Sequence[np.ndarray]) -> list[np.ndarray]:
         return self._apply("apply_polygons", polygons)
+
+    def output_size(self, height: int, width: int) -> tuple[int, int] | None:
+        """The image size after every transform in turn (None if one cannot tell)."""
+        size: tuple[int, int] | None = (int(height), int(width))
+        for t in self.transforms:
+            size = t.output_size(*size)
+            if size is None:
+                return None
+        return size
 
     def __getattr__(self, name: str) -> Any:
         # Data types added with Transform.register_type (apply_rotated_box, ...).
@@ -642,3 +423,17 @@ class TransformList(Transform):
 
     def __repr__(self) -> str:
         return f"TransformList[{', '.join(repr(t) for t in self.transforms)}]"
+
+
+# The built-in transforms are defined in their own module and re-exported here, so that
+# ``from mappers.transforms.transform import HFlipTransform`` keeps working (detectron2's
+# module layout). Imported last: that module subclasses the classes above.
+from .transforms_builtin import (  # noqa: E402
+    BlendTransform,
+    CropTransform,
+    HFlipTransform,
+    PadTransform,
+    ResizeTransform,
+    VFlipTransform,
+    _AxisFlipTransform,  # noqa: F401  (rotated_boxes imports it from here)
+)
