@@ -226,3 +226,18 @@ def test_decode_image_from_bytes():
     np.testing.assert_array_equal(out, _pattern(10, 12)[:, :, ::-1])
     with pytest.raises(ImageReadError, match="<bytes>"):
         decode_image(b"\xff\xd8\xff\xe0garbage")
+
+
+def test_bounded_read_of_a_file_that_grew_after_its_size_was_taken():
+    import io
+
+    from mappers.errors import ImageTooLargeError
+    from mappers.image_source import _read_bounded
+
+    data = bytes(range(256)) * 20_000  # 5 MB, more than one chunk past the stale size
+    assert _read_bounded(io.BytesIO(data), "f.jpg", None, 10) == data
+    assert _read_bounded(io.BytesIO(data), "f.jpg", len(data), 10) == data
+    with pytest.raises(ImageTooLargeError):
+        _read_bounded(io.BytesIO(data), "f.jpg", len(data) - 1, 10)
+    with pytest.raises(ImageTooLargeError):
+        _read_bounded(io.BytesIO(data), "f.jpg", 100, None)
