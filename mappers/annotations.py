@@ -284,11 +284,12 @@ def _transform_many(
                     ]
                 )
             elif isinstance(segm, Mapping):
-                obj["segmentation"] = transforms.apply_segmentation(
-                    rle_to_bitmask(segm, context=where(i), image_size=input_size)
-                )
+                # bool, so that no transform treats the mask as a semantic map (a pad fills
+                # an instance mask with False, not with seg_pad_value)
+                mask = rle_to_bitmask(segm, context=where(i), image_size=input_size)
+                obj["segmentation"] = transforms.apply_segmentation(mask.astype(bool))
             elif isinstance(segm, np.ndarray) and segm.ndim == 2:
-                obj["segmentation"] = transforms.apply_segmentation(segm)
+                obj["segmentation"] = transforms.apply_segmentation(segm.astype(bool))
             else:
                 raise RecordFormatError(
                     f"{where(i)}: key 'segmentation' must be a list of polygons, an RLE dict or "

@@ -338,7 +338,10 @@ class PadTransform(Transform):
         return self._pad(img, self.pad_value)
 
     def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
-        return self._pad(segmentation, self.seg_pad_value)
+        # An instance bitmask (bool) is never part of the padding, whatever seg_pad_value says
+        # (a semantic map's "ignore" label).
+        fill = False if segmentation.dtype == bool else self.seg_pad_value
+        return self._pad(segmentation, fill)
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
         out = _as_float_coords(coords)
