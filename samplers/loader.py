@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 from torch.utils.data import BatchSampler, IterableDataset
 
+from catalog.log_limits import shared_counters
 from mappers.record_source import records_of
 
 from .aspect_ratio_grouped import build_iterable_loader
@@ -96,6 +97,8 @@ def _iterable_loader(
     drop_last: bool, seed: int, rank: int,
 ) -> Iterable[Any]:
     """The batches of an IterableDataset (no sampler, not resumable), as detectron2 makes them."""
+    if options.num_workers > 0:
+        shared_counters()
     return build_iterable_loader(
         dataset,
         batch_size,
@@ -116,6 +119,8 @@ def _resumable_loader(
     dataset: Any, batch_sampler: Any, options: _WorkerOptions, **loader_kwargs: Any
 ) -> ResumableLoader:
     """A :class:`ResumableLoader` with the builders' options (``loader_kwargs``: seed, rank ...)."""
+    if options.num_workers > 0:
+        shared_counters()  # rate-limited warnings count across the workers (spawn included)
     collate_fn = options.collate_fn
     return ResumableLoader(
         dataset,

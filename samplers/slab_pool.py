@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from catalog.log_limits import warn_limited
 from catalog.validation import check_int
 
 from .batch_pack import plan_batch, unpack_batch, write_batch
@@ -175,8 +176,9 @@ class SlabWriter:
             return batch
         plan = plan_batch(batch)
         if plan.nbytes > MAX_SLAB_BYTES:
-            logger.warning("a batch of %d bytes travels pickled (slab limit %d)",
-                           plan.nbytes, MAX_SLAB_BYTES)
+            warn_limited(logger, "transport.oversized_batch",
+                         "a batch of %d bytes travels pickled (slab limit %d)",
+                         plan.nbytes, MAX_SLAB_BYTES)
             return SlabBatch(self.token, ticket.slab, ticket.serial, 0, batch)
         if plan.nbytes:
             arena, arena_np = self._arena(ticket.slab, plan.nbytes)
