@@ -39,6 +39,7 @@ import numpy as np
 
 from .box_mode import BoxMode
 from .cityscapes_labels import ID_TO_LABEL, NAME_TO_LABEL, THING_ID_TO_CONTIGUOUS, CityscapesLabel
+from .coco_common import short_repr
 from .coco_json import parse_json_bytes
 from .errors import missing_dependency
 from .format_errors import CityscapesFormatError
@@ -104,7 +105,7 @@ def _read_json(path: str) -> dict[str, Any]:
         value = data.get(key)
         if type(value) is not int or not 1 <= value <= MAX_PIXELS:
             raise CityscapesFormatError(f"{path}: key {key!r} must be a positive int, got "
-                                        f"{value!r}", path=path, key=key)
+                                        f"{short_repr(value)}", path=path, key=key)
     if data["imgHeight"] * data["imgWidth"] > MAX_PIXELS:
         raise CityscapesFormatError(
             f"{path}: image of {data['imgHeight']} x {data['imgWidth']} pixels is larger than "
@@ -130,11 +131,11 @@ def _objects(data: dict[str, Any], path: str) -> list[tuple[CityscapesLabel, boo
             continue
         name = obj.get("label")
         if type(name) is not str:
-            raise fail("label", f"must be a str, got {name!r}")
+            raise fail("label", f"must be a str, got {short_repr(name)}")
         crowd = name not in NAME_TO_LABEL and name.endswith("group")
         label = NAME_TO_LABEL.get(name[: -len("group")] if crowd else name)
         if label is None:
-            raise fail("label", f"{name!r} is not a Cityscapes label")
+            raise fail("label", f"{short_repr(name)} is not a Cityscapes label")
         if label.id < 0:
             continue
         polygon = obj.get("polygon")

@@ -26,6 +26,7 @@ from .coco import load_coco_json
 from .coco_common import INT64_MAX, INT64_MIN, short_repr
 from .coco_json import parse_json_bytes
 from .dataset_catalog import DatasetCatalog
+from .errors import DatasetFileNotFoundError
 from .format_errors import PanopticFormatError, SemSegPairingError
 from .metadata import MetadataCatalog
 from .panoptic_validate import (
@@ -85,7 +86,8 @@ def load_coco_panoptic_json(
             ``[0, 256**3)`` or repeated in an image; a ``category_id`` in neither map;
             ``iscrowd`` not 0/1; ``bbox`` not 4 finite numbers; ``area`` negative; or the file
             is larger than :data:`MAX_PANOPTIC_JSON_BYTES`, not UTF-8 or not valid JSON.
-        FileNotFoundError: the file, or the first record's image or PNG, does not exist.
+        FileNotFoundError: the file does not exist; :class:`DatasetFileNotFoundError` (a
+            ``FileNotFoundError``) when the first record's image or PNG does not exist.
 
     Example:
         >>> meta = {"thing_dataset_id_to_contiguous_id": {1: 0},
@@ -129,11 +131,12 @@ def load_coco_panoptic_json(
         if type(infos) is not list:
             raise fail(path, "must be a list", infos, key="segments_info", **where)
         segments = [check_segment(s, where, path, things, stuff) for s in infos]
-        ids = [s["id"] for s in segments]
-        if len(set(ids)) != len(ids):
-            duplicate = next(i for i in ids if ids.count(i) > 1)
-            raise fail(path, "duplicate segment id in one image", duplicate, key="id",
-                        segment_id=duplicate, **where)
+        ids: set[int] = set()  # (a set: list.count made a long list take minutes)
+        for segment in segments:
+            if segment["id"] in ids:
+                raise fail(path, "duplicate segment id in one image", segment["id"], key="id",
+                           segment_id=segment["id"], **where)
+            ids.add(segment["id"])
         name, height, width = images.get(image_id, (os.path.splitext(png)[0] + ".jpg", None,
                                                     None))
         record: dict[str, Any] = {"file_name": os.path.join(image_dir, name)}
@@ -145,9 +148,10 @@ def load_coco_panoptic_json(
         records.append(record)
     for key in ("file_name", "pan_seg_file_name"):
         if not os.path.isfile(records[0][key]):
-            raise FileNotFoundError(
+            raise DatasetFileNotFoundError(
                 f"{path}: the {key} of image_id {records[0]['image_id']} does not exist: "
-                f"{records[0][key]!r} (check image_dir / gt_dir)"
+                f"{records[0][key]!r} (check image_dir / gt_dir)",
+                path=records[0][key],
             )
     logger.info("loaded %d panoptic images from %s", len(records), path)
     return records

@@ -38,6 +38,7 @@ from typing import Any
 
 from .annotation_errors import AnnotationFieldError
 from .box_mode import BoxMode
+from .coco_common import short_repr
 
 __all__ = ["RECORD_FORMATS", "check_record_format", "to_detectron2_record"]
 
@@ -46,6 +47,11 @@ RECORD_FORMATS = ("detectron2", "openmmlab")
 
 _ENTRY_KEYS = {"img_path": "file_name", "img_id": "image_id", "seg_map_path": "sem_seg_file_name"}
 _INSTANCE_KEYS = {"bbox_label": "category_id", "ignore_flag": "iscrowd", "mask": "segmentation"}
+# Record keys the conversion sets, and the OpenMMLab key each comes from: an entry or instance
+# may hold one only with the value the conversion gives it (else the unchecked value would
+# shadow, or stand in for, the checked one).
+_ENTRY_TARGETS = {**{v: k for k, v in _ENTRY_KEYS.items()}, "annotations": "instances"}
+_INSTANCE_TARGETS = {**{v: k for k, v in _INSTANCE_KEYS.items()}, "bbox_mode": "bbox"}
 
 
 def check_record_format(record_format: Any) -> str:
@@ -67,7 +73,10 @@ def to_detectron2_record(entry: dict, *, index: int, path: str) -> dict:
 
     Raises:
         AnnotationFieldError: the entry has no ``img_path``, or an instance has no ``bbox`` or
-            no ``bbox_label`` (names the file, index, instance and key).
+            no ``bbox_label``, or the entry (instance) holds a record key the conversion sets
+            (``file_name``, ``image_id``, ``sem_seg_file_name``, ``annotations``; ``category_id``,
+            ``iscrowd``, ``segmentation``, ``bbox_mode``) with another value than the converted
+            one (names the file, index, instance and key).
     """
     img_id = entry.get("img_id")
     if not isinstance(entry.get("img_path"), str):
@@ -77,18 +86,39 @@ def to_detectron2_record(entry: dict, *, index: int, path: str) -> dict:
             "they are)",
             path=path, index=index, img_id=img_id, key="img_path",
         )
-    record: dict[str, Any] = {}
+    record: dict[str, Any] = {k: v for k, v in entry.items() if k not in _ENTRY_KEYS}
     for key, value in entry.items():
         if key == "instances":
             record["annotations"] = [
                 _annotation(inst, j, index=index, img_id=img_id, path=path)
                 for j, inst in enumerate(value)
             ]
-        else:
-            record[_ENTRY_KEYS.get(key, key)] = value
+        elif key in _ENTRY_KEYS:
+            record[_ENTRY_KEYS[key]] = value
     record.setdefault("image_id", index)
     record.setdefault("annotations", [])
+    _check_shadowing(entry, record, _ENTRY_TARGETS, f"{path}: data_list entry {index}",
+                     path=path, index=index, img_id=img_id)
     return record
+
+
+def _check_shadowing(item: dict, converted: dict, targets: dict[str, str], where: str,
+                     **fields: Any) -> None:
+    for target, source in targets.items():
+        if target in item and (source not in item or not _same(item[target], converted[target])):
+            raise AnnotationFieldError(
+                f"{where} holds {target!r} (value {short_repr(item[target])}) beside {source!r}; the "
+                f"record's {target!r} is made from {source!r}, so the file may not set it "
+                "differently (pass record_format='openmmlab' to keep entries as they are)",
+                key=target, **fields,
+            )
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return a is b or bool(a == b)
+    except (TypeError, ValueError):  # e.g. arrays from a pickle file
+        return False
 
 
 def _annotation(inst: dict, j: int, *, index: int, img_id: Any, path: str) -> dict:
@@ -100,14 +130,17 @@ def _annotation(inst: dict, j: int, *, index: int, img_id: Any, path: str) -> di
                 "record_format='openmmlab' to keep entries as they are)",
                 path=path, index=index, img_id=img_id, instance=j, key=required,
             )
-    annotation: dict[str, Any] = {}
+    annotation: dict[str, Any] = {k: v for k, v in inst.items() if k not in _INSTANCE_TARGETS}
     for key, value in inst.items():
         if key == "bbox":
             annotation["bbox"] = list(value)
             annotation["bbox_mode"] = BoxMode.XYXY_ABS
         elif key == "ignore_flag":
             annotation["iscrowd"] = int(value)
-        else:
-            annotation[_INSTANCE_KEYS.get(key, key)] = value
+        elif key in _INSTANCE_KEYS:
+            annotation[_INSTANCE_KEYS[key]] = value
     annotation.setdefault("iscrowd", 0)
+    _check_shadowing(inst, annotation, _INSTANCE_TARGETS,
+                     f"{path}: data_list entry {index} (img_id {img_id!r}) instance {j}",
+                     path=path, index=index, img_id=img_id, instance=j)
     return annotation

@@ -66,8 +66,8 @@ def id_map(meta: Mapping[str, Any], key: str, path: str) -> dict[int, int]:
 
 
 def relative_name(value: Any, path: str, where: dict[str, Any], key: str) -> str:
-    """``value`` checked as a relative file name (no NUL, no ``..``, not absolute)."""
-    """A file name from the file: a relative path without NUL or ``..`` components."""
+    """``value`` checked as a relative file name (no NUL, no ``..``, not absolute, not ending
+    in ``/`` or ``.``)."""
     if type(value) is not str:
         raise fail(path, "must be a str", value, key=key, **where)
     parts = value.replace("\\", "/").split("/")
@@ -78,11 +78,12 @@ def relative_name(value: Any, path: str, where: dict[str, Any], key: str) -> str
         or os.path.isabs(value)
         or value.startswith(("/", "\\"))
         or ".." in parts
+        or parts[-1] in ("", ".")
     ):
         raise fail(
             path,
-            f"must be a relative path without '..' or NUL, of at most {_MAX_PATH_CHARS} "
-            "characters",
+            f"must be a relative file path without '..' or NUL, not ending in '/', of at most "
+            f"{_MAX_PATH_CHARS} characters",
             value,
             key=key,
             **where,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from .box_mode import BoxMode
 from .coco_common import MAX_IMAGE_SIDE, short_repr
 from .dataset_catalog import DatasetCatalog
-from .errors import AnnotationFormatError
+from .errors import AnnotationFormatError, DatasetFileNotFoundError
 from .metadata import MetadataCatalog
 from .safe_parse import read_text_lines
 from .safe_xml import read_xml_file
@@ -35,6 +36,9 @@ VOC_CLASSES: tuple[str, ...] = (
 #: detectron2's name for :data:`VOC_CLASSES`.
 CLASS_NAMES = VOC_CLASSES
 _BOX_KEYS = ("xmin", "ymin", "xmax", "ymax")
+#: A plain ASCII decimal number (``float()`` alone would also take ``1_0``, ``nan`` or
+#: non-ASCII digits such as ``"\u0661\u0662"``).
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 
 
 def load_voc_instances(
@@ -50,11 +54,14 @@ def load_voc_instances(
     marked ``difficult`` are kept, as detectron2 does. Only an object's own ``bndbox`` is read
     (not those of its ``part`` children).
 
-    Policy: a missing split file or XML file raises ``FileNotFoundError``; an image id that is
+    Policy: a missing split file raises ``FileNotFoundError``, a missing XML file
+    :class:`DatasetFileNotFoundError` (a ``FileNotFoundError``) naming the split file's
+    line; an image id that is
     empty, holds a path separator, whitespace, NUL or is ``.``/``..``; XML that is refused by
     :mod:`catalog.safe_xml`; a ``size/width`` or ``size/height`` that is not an integer in
     [1, 2**20]; an object without ``name`` or ``bndbox``; a class not in
-    ``class_names``; a box coordinate missing or not a finite number: all
+    ``class_names``; a box coordinate missing or not a finite number (plain ASCII decimal
+    notation; ``1_0``, ``0x10`` or non-ASCII digits are refused): all
     :class:`AnnotationFormatError` naming the XML file, the object index and the field. A box
     with ``xmax <= xmin - 1`` or ``ymax <= ymin - 1`` (empty after conversion) is skipped and
     counted in one warning per split.
@@ -84,7 +91,14 @@ def load_voc_instances(
     for line_number, file_id in enumerate(file_ids, 1):
         _check_id(file_id, split_file, line_number)
         xml_file = os.path.join(dirname, "Annotations", file_id + ".xml")
-        root = read_xml_file(xml_file)
+        try:
+            root = read_xml_file(xml_file)
+        except FileNotFoundError:
+            raise DatasetFileNotFoundError(
+                f"{split_file}: entry {line_number}: image id {file_id!r} has no annotation "
+                f"file {xml_file!r}",
+                path=xml_file,
+            ) from None
         record: dict[str, Any] = {
             "file_name": os.path.join(dirname, "JPEGImages", file_id + ".jpg"),
             "image_id": file_id,
@@ -137,7 +151,7 @@ def _side(root: ET.Element, key: str, xml_file: str) -> int | None:
         return None
     text = _text(element)
     value: Any = None
-    if text:
+    if text and _DECIMAL.match(text):
         try:
             number = float(text)
             value = int(number) if number.is_integer() else None
@@ -183,7 +197,7 @@ def _objects(
 def _coordinate(box: ET.Element, key: str, index: int, xml_file: str) -> float:
     text = _text(box.find(key))
     try:
-        value = float(text) if text else math.nan
+        value = float(text) if text and _DECIMAL.match(text) else math.nan
     except ValueError:
         value = math.nan
     if not math.isfinite(value):

@@ -44,8 +44,8 @@ def parse_xml_bytes(data: bytes, path: str) -> ET.Element:
     """The root element of the XML document ``data`` read from ``path`` (named in errors).
 
     Raises:
-        AnnotationFormatError: not well-formed XML, a DTD or entity declaration, too deep or
-            too many elements.
+        AnnotationFormatError: not well-formed XML, an unknown or unsupported declared encoding,
+            a DTD or entity declaration, too deep or too many elements.
 
     Example:
         >>> parse_xml_bytes(b"<a><b>1 &amp; 2</b></a>", "x.xml").find("b").text
@@ -90,6 +90,8 @@ def parse_xml_bytes(data: bytes, path: str) -> ET.Element:
         ) from None
     except expat.ExpatError as exc:
         raise AnnotationFormatError(f"{path}: not well-formed XML: {exc}") from None
+    except (LookupError, ValueError) as exc:  # an unknown or multi-byte declared encoding
+        raise AnnotationFormatError(f"{path}: XML in an unsupported encoding: {exc}") from None
     return builder.close()
 
 

@@ -1,4 +1,12 @@
-"""Fuzz the COCO loader: mutate seed files and run every decoding path on each mutation.
+"""Fuzz the annotation loaders: mutate seed inputs and run each mutation through the loader.
+
+``--format coco`` (the default) fuzzes the COCO loader as described below. ``--format lvis``,
+``voc``, ``panoptic``, ``cityscapes``, ``sem_seg``, ``openmmlab`` (or ``all``) fuzz the other
+format loaders with the seeds and mutations of :mod:`tools.fuzz_formats` and the oracles of
+:mod:`tools.fuzz_oracles`: each input must give records that pass the format's oracle or a
+``CatmapError``, within ``--timeout``. A table prints the outcome counts per format.
+
+COCO:
 
 Each input is a seed file (default: the files under ``../shared/external/coco`` and
 ``../shared/external/lvis`` that load unmutated) with one random mutation: a value at a random
@@ -18,6 +26,7 @@ json paths (:func:`catalog.coco.load_coco_records`) and the independent referenc
 Usage:
     python tools/fuzz_loaders.py --n 4000 --seed 0
     python tools/fuzz_loaders.py --n 200 my_instances.json other.json
+    python tools/fuzz_loaders.py --format all --n 3000 --seed 1
 """
 
 from __future__ import annotations
@@ -32,7 +41,9 @@ import os
 import random
 import sys
 import tempfile
+import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 if __package__ in (None, ""):
@@ -98,20 +109,34 @@ FIELDS = {
 }
 
 
-def _pick_path(doc: Any, rng: random.Random) -> tuple:
+_SECTIONS = ["images", "annotations", "categories"]  # (this order keeps old runs reproducible)
+
+
+def _pick_path(doc: Any, rng: random.Random, fields: dict[str, tuple[str, ...]]) -> tuple:
     if isinstance(doc, dict):
-        sections = [k for k in FIELDS if isinstance(doc.get(k), list) and doc[k]]
+        sections = [k for k in fields if isinstance(doc.get(k), list) and doc[k]]
         if sections and rng.random() < 0.9:
             section = rng.choice(sections)
             index = rng.randrange(len(doc[section]))
             if rng.random() < 0.5 and isinstance(doc[section][index], dict):
-                return (section, index, rng.choice(FIELDS[section]))  # may be a missing key
+                return (section, index, rng.choice(fields[section]))  # may be a missing key
             return rng.choice(_paths(doc[section][index], (section, index)))
     return rng.choice(_paths(doc))
 
 
-def mutate(seed: bytes, rng: random.Random) -> tuple[bytes, str]:
-    """One random mutation of the JSON document ``seed``: ``(bytes, description)``."""
+def mutate(
+    seed: bytes,
+    rng: random.Random,
+    fields: dict[str, tuple[str, ...]] | None = None,
+    values: list[Any] | None = None,
+) -> tuple[bytes, str]:
+    """One random mutation of the JSON document ``seed``: ``(bytes, description)``.
+
+    ``fields`` (section -> keys, default :data:`FIELDS`) says which list sections and keys the
+    structural mutations aim at; ``values`` (default :data:`VALUES`) the replacement values.
+    """
+    fields = FIELDS if fields is None else fields
+    values = VALUES if values is None else values
     kind = rng.choice(
         ["replace"] * 6 + ["raw"] * 2 + ["delete"] * 2 + ["duplicate", "add_key", "truncate",
          "flip", "bad_utf8", "bom", "swap_ids"]
@@ -129,9 +154,9 @@ def mutate(seed: bytes, rng: random.Random) -> tuple[bytes, str]:
         bad = rng.choice(_BAD_BYTES)
         return bytes(data[:pos]) + bad + bytes(data[pos:]), f"insert {bad!r} at {pos}"
     doc = json.loads(seed)
-    path = _pick_path(doc, rng)
+    path = _pick_path(doc, rng, fields)
     if kind == "replace":
-        value = copy.deepcopy(rng.choice(VALUES))
+        value = copy.deepcopy(rng.choice(values))
         return json.dumps(_set(doc, path, value)).encode(), f"{path} := {value!r:.60}"
     if kind == "raw":
         marker = "@@raw-value@@"
@@ -148,7 +173,7 @@ def mutate(seed: bytes, rng: random.Random) -> tuple[bytes, str]:
             return json.dumps(doc).encode(), "no dict to add to"
         key = rng.choice(["attributes", "score", "info", "extra"])
         holder[key] = marker
-        raw = rng.choice(RAW_VALUES + [json.dumps(v) for v in VALUES])
+        raw = rng.choice(RAW_VALUES + [json.dumps(v) for v in values])
         text = json.dumps(doc).replace(json.dumps(marker), raw)
         return text.encode(), f"{target}.{key} := raw {raw[:30]}"
     if kind == "delete":
@@ -162,7 +187,7 @@ def mutate(seed: bytes, rng: random.Random) -> tuple[bytes, str]:
     if kind in ("duplicate", "swap_ids"):
         if not isinstance(doc, dict):
             return json.dumps(doc).encode(), "not a dict"
-        section = rng.choice(["images", "annotations", "categories"])
+        section = rng.choice(_SECTIONS if fields is FIELDS else sorted(fields))
         items = doc.get(section)
         if not isinstance(items, list) or not items:
             return json.dumps(doc).encode(), f"no {section}"
@@ -251,7 +276,14 @@ def _worker(conn: Any, tmp: str) -> None:
         job = conn.recv()
         if job is None:
             return
-        conn.send(_check_one(job[0], job[1], tmp))
+        started = time.perf_counter()
+        if job[0] == "coco":
+            result = _check_one(job[1], job[2], tmp)
+        else:
+            from tools.fuzz_oracles import run_case
+
+            result = run_case(job[0], job[1], tmp)
+        conn.send((*result, time.perf_counter() - started))
 
 
 def default_seeds() -> list[str]:
@@ -271,70 +303,118 @@ def _loadable(path: str) -> bool:
         return False
 
 
+#: The problem kinds counted; any of them makes the exit status 1.
+PROBLEMS = ("untyped", "hang", "accepted-malformed", "rejected-valid", "disagreement")
+_COLUMNS = ("seeds", "inputs", "ok", "typed") + PROBLEMS
+
+
+def _cases(
+    fmt: str, args: argparse.Namespace, rng: random.Random, totals: Counter
+) -> Iterator[tuple]:
+    """``(job, description)`` for ``args.n`` mutated inputs of ``fmt`` (``totals["seeds"]``:
+    the number of valid seed inputs)."""
+    if fmt == "coco":
+        files = [p for p in (args.seeds or default_seeds()) if _loadable(p)]
+        contents = []
+        for p in files:
+            with open(p, "rb") as f:
+                contents.append(f.read())
+        totals["seeds"] = len(files)
+        for _ in range(args.n if files else 0):
+            index = rng.randrange(len(files))
+            data, what = mutate(contents[index], rng)
+            extra = () if rng.random() < 0.5 else tuple(rng.sample(_EXTRA_KEYS, 3))
+            yield ("coco", data, extra), f"{os.path.basename(files[index])}: {what}"
+        return
+    from tools.fuzz_formats import mutate_format, seeds
+
+    contents = seeds(fmt)
+    totals["seeds"] = len(contents)
+    for _ in range(args.n):
+        index = rng.randrange(len(contents))
+        data, what = mutate_format(fmt, contents[index], rng)
+        yield (fmt, data), f"seed {index}: {what}"
+
+
+def run_format(fmt: str, args: argparse.Namespace, tmp: str) -> tuple[Counter, list[str]]:
+    """Fuzz one format: the counts of :data:`_COLUMNS` (plus ``max_s``) and problem examples.
+
+    Every input runs in a child process; one that does not answer in ``args.timeout`` seconds
+    is a hang (the child is killed and replaced), one whose child dies is untyped.
+    """
+    # COCO draws from the plain seed, as before the other formats were added (same inputs)
+    rng = random.Random(args.seed if fmt == "coco" else f"{args.seed}:{fmt}")
+    totals: Counter = Counter()
+    examples: list[str] = []
+    ctx = multiprocessing.get_context("fork")
+    child = None
+    for job, what in _cases(fmt, args, rng, totals):
+        if child is None:
+            parent_conn, child_conn = ctx.Pipe()
+            child = ctx.Process(target=_worker, args=(child_conn, tmp), daemon=True)
+            child.start()
+            child_conn.close()  # so that a dead child reads as end of file, not as a hang
+        parent_conn.send(job)
+        totals["inputs"] += 1
+        seconds = args.timeout
+        if parent_conn.poll(args.timeout):
+            try:
+                summary, problems, detail, seconds = parent_conn.recv()
+            except (EOFError, OSError):
+                summary, problems, detail = "crash", ["untyped"], "child process died"
+        else:
+            summary, problems, detail = "hang", ["hang"], f"no answer in {args.timeout} s"
+        totals["max_ms"] = max(totals["max_ms"], int(seconds * 1000))
+        if summary in ("hang", "crash"):
+            child.kill()
+            child.join()
+            child = None
+        totals[summary] += summary in ("ok", "typed")
+        for problem in problems:
+            totals[problem] += 1
+        if problems and len(examples) < args.show:
+            examples.append(f"{fmt} {problems} {what} | {detail}")
+    if child is not None:
+        parent_conn.send(None)
+        child.join()
+    return totals, examples
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the fuzzer; exit status 1 when any problem was found."""
+    """Run the fuzzer; print a table of outcomes per format; exit status 1 on any problem."""
+    from tools.fuzz_formats import FORMATS
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("seeds", nargs="*", help="seed COCO files (default: ../shared/external)")
-    parser.add_argument("--n", type=int, default=1000, help="number of mutated inputs")
+    parser.add_argument("--format", action="append", choices=("coco", *FORMATS, "all"),
+                        help="format to fuzz (repeatable; default coco; 'all' = every one)")
+    parser.add_argument("--n", type=int, default=1000, help="mutated inputs per format")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
     parser.add_argument("--timeout", type=float, default=20.0, help="seconds per input")
     parser.add_argument("--show", type=int, default=10, help="problem examples to print")
     args = parser.parse_args(argv)
+    formats = args.format or ["coco"]
+    if "all" in formats:
+        formats = ["coco", *FORMATS]
     logging.disable(logging.WARNING)
-    seeds = [p for p in (args.seeds or default_seeds()) if _loadable(p)]
-    if not seeds:
-        print("no loadable seed file")
-        return 2
-    contents = []
-    for p in seeds:
-        with open(p, "rb") as f:
-            contents.append(f.read())
-    rng = random.Random(args.seed)
-    totals: Counter = Counter()
+    rows: dict[str, Counter] = {}
     examples: list[str] = []
-    ctx = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="catmap-fuzz-") as tmp:
-        child = None
-        for _ in range(args.n):
-            index = rng.randrange(len(seeds))
-            data, what = mutate(contents[index], rng)
-            extra = () if rng.random() < 0.5 else tuple(rng.sample(_EXTRA_KEYS, 3))
-            if child is None:
-                parent_conn, child_conn = ctx.Pipe()
-                child = ctx.Process(target=_worker, args=(child_conn, tmp), daemon=True)
-                child.start()
-            parent_conn.send((data, extra))
-            totals["inputs"] += 1
-            problems: list[str]
-            if parent_conn.poll(args.timeout):
-                try:
-                    summary, problems, detail = parent_conn.recv()
-                except EOFError:
-                    summary, problems, detail = "crash", ["untyped"], "child process died"
-            else:
-                summary, problems, detail = "hang", ["hang"], f"no answer in {args.timeout} s"
-            if summary in ("hang", "crash"):
-                child.kill()
-                child.join()
-                child = None
-            if summary == "typed":
-                totals["typed errors"] += 1
-            for problem in problems:
-                totals[problem] += 1
-            if problems and len(examples) < args.show:
-                examples.append(f"{problems} {os.path.basename(seeds[index])}: {what} | {detail}")
-        if child is not None:
-            parent_conn.send(None)
-            child.join()
-    print(f"seeds: {len(seeds)} loadable files")
-    for key in ("inputs", "typed errors", "untyped", "accepted-malformed", "rejected-valid",
-                "disagreement", "hang"):
-        print(f"  {key}: {totals[key]}")
+        for fmt in formats:
+            rows[fmt], found = run_format(fmt, args, tmp)
+            examples += found
+    header = ("format",) + _COLUMNS + ("max_ms",)
+    widths = [max(10, len(h)) for h in header]
+    print(" ".join(f"{h:>{w}}" for h, w in zip(header, widths, strict=True)))
+    for fmt, row in rows.items():
+        cells = [fmt] + [str(row[c]) for c in _COLUMNS + ("max_ms",)]
+        print(" ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
     for line in examples:
         print("  example:", line[:600])
-    kinds = ("untyped", "accepted-malformed", "rejected-valid", "disagreement", "hang")
-    bad = sum(totals[k] for k in kinds)
-    return 1 if bad else 0
+    if any(row["inputs"] == 0 for row in rows.values()):
+        print("no loadable seed file")
+        return 2
+    return 1 if any(row[k] for row in rows.values() for k in PROBLEMS) else 0
 
 
 if __name__ == "__main__":
