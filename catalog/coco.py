@@ -340,9 +340,10 @@ def register_coco_instances(
         },
     )
     try:
-        MetadataCatalog.get(name).set(
-            json_file=json_file, image_root=image_root, evaluator_type="coco", **(metadata or {})
-        )
+        # detectron2 order: the given metadata may set its own evaluator_type (e.g. "lvis")
+        values = {"evaluator_type": "coco", **(metadata or {})}
+        values.update(json_file=json_file, image_root=image_root)
+        MetadataCatalog.get(name, warn_unregistered=False).set(**values)
     except Exception:
         DatasetCatalog.remove(name)
         raise

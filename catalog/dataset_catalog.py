@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .entry_loading import apply_loader_metadata, load_entry
+from .entry_loading import apply_loader_metadata, load_records_and_metadata
 from .errors import DatasetAlreadyRegisteredError, DatasetNotRegisteredError
 from .local_share import share_across_local_ranks, this_rank_only_active
 from .named_container import NamedContainer
@@ -213,16 +213,16 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
     def _load(self, entry: DatasetEntry) -> SerializedList:
         """Load ``entry``'s records: the single loading path.
 
-        File-backed entries go through the on-disk cache (:func:`catalog.entry_loading.load_entry`);
+        File-backed entries go through the on-disk cache (:func:`catalog.entry_loading.load_records_and_metadata`);
         under torch.distributed with several ranks per machine, one rank per machine loads and
         the others attach to its records (:func:`catalog.local_share.share_across_local_ranks`).
         The metadata the loader set travels with the records and is set here on every rank
         (a no-op where the loader ran or the cache already set it: equal values).
         """
-        records, extra = share_across_local_ranks(
-            entry.name, lambda: load_entry(entry, self._run_loader)
+        records, metadata = share_across_local_ranks(
+            entry.name, lambda: load_records_and_metadata(entry, self._run_loader)
         )
-        apply_loader_metadata(entry.name, extra)
+        apply_loader_metadata(entry.name, metadata)
         return records
 
     def _run_loader(self, entry: DatasetEntry) -> SerializedList:

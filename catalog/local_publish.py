@@ -156,8 +156,9 @@ def _without_reopen(records: SerializedList) -> SerializedList:
     """The same mapped records, sent to spawn workers through torch shared memory (for
     files that are unlinked right after attaching and cannot be re-opened by path)."""
     owner = getattr(records, "_shared_owner", None)
+    buffer, ends, columns, annotations = records.storage()
     return SerializedList.from_arrays(
-        records.buffer, records.ends, records.columns, name=records.name, owner=owner
+        buffer, ends, columns, annotations=annotations, name=records.name, owner=owner
     )
 
 

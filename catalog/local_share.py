@@ -47,13 +47,14 @@ cannot take part in loading the inner one): get the inner dataset before the out
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import logging
 import pickle
 import sys
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +78,8 @@ __all__ = [
     "publish_records",
     "share_across_local_ranks",
     "sharing_enabled",
+    "this_rank_only",
+    "this_rank_only_active",
 ]
 
 logger = logging.getLogger(__name__)
@@ -86,6 +89,36 @@ _gloo_cache: dict[str, Any] = {}
 _collective_lock = threading.RLock()
 # The dataset whose loader this thread runs as a leader while the other ranks wait.
 _in_build = threading.local()
+# Inside this_rank_only(): this thread loads by itself (no collective, nothing cached).
+_this_rank_only = threading.local()
+
+
+@contextlib.contextmanager
+def this_rank_only() -> Iterator[None]:
+    """Load datasets on this rank alone inside the block: no collective, nothing kept.
+
+    For code that runs on one rank while the others wait elsewhere, such as Lightning's
+    ``prepare_data`` (local rank 0 only): ``DatasetCatalog.get`` inside the block runs the
+    loader here (through the on-disk cache, which it fills) without the cross-rank handshake,
+    and does not keep the records in the catalog, so that the later ``DatasetCatalog.get`` on
+    every rank still shares them as usual.
+
+    Example:
+        >>> with this_rank_only():
+        ...     this_rank_only_active()
+        True
+    """
+    depth = getattr(_this_rank_only, "depth", 0)
+    _this_rank_only.depth = depth + 1
+    try:
+        yield
+    finally:
+        _this_rank_only.depth = depth
+
+
+def this_rank_only_active() -> bool:
+    """Whether this thread is inside :func:`this_rank_only`."""
+    return getattr(_this_rank_only, "depth", 0) > 0
 
 _HANDSHAKE_SUSPECTS = (
     "suspected: a rank that died, or one that did not call DatasetCatalog.get for this dataset "
@@ -167,12 +200,7 @@ def local_group(gathered: list[tuple[str, Any]], rank: int) -> LocalGroup:
     return LocalGroup(rank=rank, ranks=ranks, node=node, leaders=leaders)
 
 
-def share_across_local_ranks(
-    name: str,
-    build: Build,
-    *,
-    on_attach: Callable[[dict[str, Any]], None] | None = None,
-) -> tuple[SerializedList, dict[str, Any]]:
+def share_across_local_ranks(name: str, build: Build) -> tuple[SerializedList, dict[str, Any]]:
     """Run ``build`` once per machine and share its records with the other local ranks.
 
     Without ``torch.distributed`` initialized or with a single rank, this is just ``build()``.
@@ -183,8 +211,8 @@ def share_across_local_ranks(
     Args:
         name: the dataset name (checked to be the same on every rank).
         build: returns ``(records, extra)``; ``extra`` is a picklable dict sent to the other
-            local ranks with the records (e.g. the metadata the loader set).
-        on_attach: called with ``extra`` on ranks that did not run ``build``.
+            local ranks with the records (e.g. the metadata the loader set); the caller applies
+            it (``DatasetCatalog`` sets the metadata on every rank).
 
     Returns:
         ``(records, extra)`` on every rank; ``records`` are identical on all ranks of a
@@ -205,7 +233,7 @@ def share_across_local_ranks(
         {'a': 1}
     """
     dist = _dist()
-    if dist is None or dist.get_world_size() == 1:
+    if dist is None or dist.get_world_size() == 1 or this_rank_only_active():
         return build()
     outer = getattr(_in_build, "name", None)
     if outer is not None:
@@ -217,15 +245,10 @@ def share_across_local_ranks(
             f"or call the loader function of {name!r} directly inside the outer loader"
         )
     with _collective_lock:
-        return _share_collectively(dist, name, build, on_attach)
+        return _share_collectively(dist, name, build)
 
 
-def _share_collectively(
-    dist: Any,
-    name: str,
-    build: Build,
-    on_attach: Callable[[dict[str, Any]], None] | None,
-) -> tuple[SerializedList, dict[str, Any]]:
+def _share_collectively(dist: Any, name: str, build: Build) -> tuple[SerializedList, dict[str, Any]]:
     group = _collective_group(dist)
     rank = dist.get_rank()
     mine = rank_settings(name)
@@ -246,7 +269,7 @@ def _share_collectively(
     per_node = Counter(s["node"] for s in settings)
     if max(per_node.values()) == 1:
         return build()  # one rank per machine: nothing to share
-    return _share(dist, group, topology, settings, name, build, on_attach)
+    return _share(dist, group, topology, settings, name, build)
 
 
 def _run_leader(topology: LocalGroup, name: str, build: Build) -> tuple[Any, Any, str | None]:
@@ -270,7 +293,6 @@ def _share(
     settings: list[dict[str, Any]],
     name: str,
     build: Build,
-    on_attach: Callable[[dict[str, Any]], None] | None,
 ) -> tuple[SerializedList, dict[str, Any]]:
     rank = topology.rank
     records: SerializedList | None = None
@@ -343,8 +365,6 @@ def _share(
         errors = [s[1] for s in statuses if s[0] != "ok"]
         if errors:
             raise SharedAttachError("; ".join(errors))
-        if not topology.is_leader and on_attach is not None:
-            on_attach(extra)
     finally:
         if to_unlink is not None:
             unlink_quietly(to_unlink)

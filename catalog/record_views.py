@@ -13,7 +13,8 @@ Pickling:
     attaches to its shared memory) plus the index, itself moved once into torch shared
     memory when it is large; under ``fork`` the workers inherit everything. A plain
     ``pickle.dumps`` (saving to disk, sending to another machine) writes a compact,
-    self-contained copy of just the view's records.
+    self-contained copy of just the view's records (:meth:`SerializedListView.compact`:
+    the records rebuilt, which is exact, and stored anew).
 
 Columns (heights, widths, category ids ...) are gathered from the bases' columns when first
 asked for and kept only while the caller holds them (a weak reference), so a view costs no
@@ -23,7 +24,6 @@ per-record memory but its index between uses.
 from __future__ import annotations
 
 import bisect
-import pickle
 import weakref
 from collections.abc import Iterator, Sequence
 from multiprocessing.reduction import ForkingPickler
@@ -31,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from .annotation_columns import AnnotationColumns
 from .record_columns import RecordColumns, concat_columns
-from .serialized_list import SerializedList, _rebuild_from_arrays
+from .serialized_list import SerializedList
 
 __all__ = ["SerializedListView", "concat_records"]
 
@@ -163,19 +164,22 @@ class SerializedListView(SerializedList):
         base, local = self._locate(i)
         return base._record_bytes(local)
 
-    def __iter__(self) -> Iterator[dict]:
+    def _load(self, i: int) -> Any:
+        base, local = self._locate(i)
+        return base._load(local)
+
+    def __iter__(self) -> Iterator[Any]:
         if self._index is None:
             for base in self._bases:
                 yield from base
             return
-        loads = pickle.loads
         starts = np.asarray(self._starts, dtype=np.int64)
         for lo in range(0, len(self._index), _CHUNK):
             chunk = self._index[lo : lo + _CHUNK]
             which = np.searchsorted(starts, chunk, side="right") - 1
             local = chunk - starts[which]
             for k, j in zip(which.tolist(), local.tolist(), strict=True):
-                yield loads(self._bases[k]._record_bytes(j))
+                yield self._bases[k]._load(j)
 
     @property
     def columns(self) -> RecordColumns:  # type: ignore[override]
@@ -189,43 +193,29 @@ class SerializedListView(SerializedList):
         return columns
 
     # ------------------------------------------------------------------ compact copies
-    def _compact_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        starts = np.asarray(self._starts, dtype=np.int64)
-        index = self.index
-        which = np.searchsorted(starts, index, side="right") - 1
-        local = index - starts[which]
-        rec_start = np.empty(len(index), dtype=np.int64)
-        rec_end = np.empty(len(index), dtype=np.int64)
-        for k, base in enumerate(self._bases):
-            mine = which == k
-            ends = base._ends
-            rec_end[mine] = ends[local[mine]]
-            first = local[mine] == 0
-            prev = ends[np.maximum(local[mine] - 1, 0)]
-            rec_start[mine] = np.where(first, 0, prev)
-        lengths = rec_end - rec_start
-        new_ends = np.cumsum(lengths, dtype=np.int64)
-        buffer = np.empty(int(new_ends[-1]) if len(new_ends) else 0, dtype=np.uint8)
-        pos = 0
-        for k, s, n in zip(which.tolist(), rec_start.tolist(), lengths.tolist(), strict=True):
-            buffer[pos : pos + n] = self._bases[k]._buffer[s : s + n]
-            pos += n
-        return buffer, new_ends
-
     def compact(self) -> SerializedList:
-        """A plain SerializedList with a buffer of its own holding exactly these records."""
-        buffer, ends = self._compact_arrays()
-        return SerializedList.from_arrays(buffer, ends, self.columns, name=self.name)
+        """A plain SerializedList with arrays of its own holding exactly these records
+        (stored anew from the rebuilt records, which are exactly the stored ones)."""
+        return SerializedList(iter(self), name=self.name, progress=False)
+
+    def storage(self) -> tuple[np.ndarray, np.ndarray, RecordColumns, AnnotationColumns]:
+        """The arrays of a compact copy (a view has none of its own)."""
+        return self.compact().storage()
+
+    @property
+    def annotation_columns(self) -> AnnotationColumns:  # type: ignore[override]
+        """The annotation columns of a compact copy (a view has none of its own)."""
+        return self.compact().annotation_columns
 
     @property
     def buffer(self) -> np.ndarray:  # type: ignore[override]
-        """A compact copy of the records' bytes (a view has no buffer of its own)."""
-        return self._compact_arrays()[0]
+        """The record buffer of a compact copy (a view has no buffer of its own)."""
+        return self.compact().buffer
 
     @property
     def ends(self) -> np.ndarray:  # type: ignore[override]
-        """The end offsets of the records in :attr:`buffer` (computed)."""
-        return self._compact_arrays()[1]
+        """The end offsets of the records in :attr:`buffer` (of a compact copy)."""
+        return self.compact().ends
 
     # ------------------------------------------------------------------ subsets
     def _take(self, idx: np.ndarray) -> SerializedList:
@@ -235,8 +225,7 @@ class SerializedListView(SerializedList):
     # ------------------------------------------------------------------ pickling
     def __reduce__(self) -> tuple[Any, ...]:
         # Plain pickling (saving, another machine): a compact self-contained copy.
-        buffer, ends = self._compact_arrays()
-        return (_rebuild_from_arrays, (buffer.tobytes(), ends, self.columns, self.name))
+        return self.compact().__reduce__()
 
     def _shared_index(self) -> Any:
         if self._index is None or self._index.nbytes < SHARE_INDEX_MIN_BYTES:

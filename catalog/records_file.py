@@ -9,8 +9,9 @@ File layout (little-endian)::
     56  32 B   MAC over bytes 0..56 and 88..end (:mod:`catalog.entry_mac`; zero if unsigned)
     88  JSON header: format, catmap version, name, key, array table, payload size,
         payload CRC-32 (or null), extra (pickled data stored next to the records, base64)
-    ... zero padding to a 4096-byte boundary, then the payload: the seven arrays, each
-        starting on a 64-byte boundary.
+    ... zero padding to a 4096-byte boundary, then the payload: the fourteen arrays (record
+        buffer and offsets, record columns, annotation columns), each starting on a 64-byte
+        boundary.
 
 A cache entry is *signed*: its MAC covers every byte of the file but the MAC itself, and
 binds the key digest, so an entry copied to another key's name, or written by anyone without
@@ -44,6 +45,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from .annotation_columns import ARRAY_NAMES as ANNOTATION_ARRAYS
 from .entry_mac import EntryMac, entry_mac
 from .errors import CacheError
 from .serialized_list import SerializedList
@@ -59,15 +61,23 @@ __all__ = [
 ]
 
 _MAGIC = b"CATMAPC2"
-_FORMAT = 2
+_FORMAT = 3  # 3: the annotation columns (catalog.annotation_columns) after the record columns
 _PREAMBLE = struct.Struct("<8sQII32s32s")  # magic, header len, flags, header crc, digest, mac
 _MAC_START, _MAC_END = 56, 88
 _SIGNED = 1
 _PAYLOAD_ALIGN = 4096
 _ARRAY_ALIGN = 64
-_ARRAY_NAMES = ("buffer", "ends", "heights", "widths", "category_ids", "iscrowd",
-                "category_offsets")  # fmt: skip
+_RECORD_ARRAYS = ("buffer", "ends", "heights", "widths", "category_ids", "iscrowd",
+                  "category_offsets")  # fmt: skip
+_ARRAY_NAMES = _RECORD_ARRAYS + ANNOTATION_ARRAYS
 _DTYPES = {
+    "kinds": np.dtype("<u1"),
+    "schema_ids": np.dtype("<u1"),
+    "value_offsets": np.dtype("<i8"),
+    "values": np.dtype("<i4"),
+    "shape_offsets": np.dtype("<i8"),
+    "shapes": np.dtype("<i4"),
+    "schemas": np.dtype("<u1"),
     "buffer": np.dtype("<u1"),
     "ends": np.dtype("<i8"),
     "heights": np.dtype("<i4"),
@@ -102,7 +112,8 @@ def _align(value: int, alignment: int) -> int:
 
 
 def _arrays_of(records: SerializedList) -> dict[str, np.ndarray]:
-    arrays = (records.buffer, records.ends, *records.columns.arrays())
+    buffer, ends, columns, annotations = records.storage()
+    arrays = (buffer, ends, *columns.arrays(), *annotations.arrays())
     return {
         name: np.ascontiguousarray(arr, dtype=_DTYPES[name])
         for name, arr in zip(_ARRAY_NAMES, arrays, strict=True)

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from .annotation_columns import AnnotationColumns
 from .errors import CacheError
 from .records_file import (
     _ARRAY_NAMES,
@@ -210,11 +211,13 @@ def _list_from_mapped(
 ) -> SerializedList:
     arrays = owner.arrays(where)
     try:
-        columns = RecordColumns(*(arrays[n] for n in _ARRAY_NAMES[2:]))
+        columns = RecordColumns(*(arrays[n] for n in _ARRAY_NAMES[2:7]))
+        annotations = AnnotationColumns(*(arrays[n] for n in _ARRAY_NAMES[7:]))
         return SerializedList.from_arrays(
             arrays["buffer"],
             arrays["ends"],
             columns,
+            annotations=annotations,
             name=name,
             reopen=MappedReopen(owner, name, shared=shared),
             owner=owner,

@@ -1,21 +1,22 @@
-"""SerializedList: records pickled once into one contiguous buffer shared by every process.
+"""SerializedList: records stored once in one contiguous buffer shared by every process.
 
 A list of dicts costs one Python object per key and value; every DataLoader worker that
 touches them (reference counts) ends up with a private copy of every page. A SerializedList
-keeps each record as pickled bytes in a single numpy ``uint8`` buffer with ``int64`` end
-offsets, so reading a record only reads pages and memory stays shared after ``fork``. When the
-list is sent to ``spawn`` / ``forkserver`` workers through multiprocessing, the buffer is moved
-once into shared memory and the workers attach to it instead of receiving a copy.
+keeps each record as bytes in a single numpy ``uint8`` buffer with ``int64`` end offsets, so
+reading a record only reads pages and memory stays shared after ``fork``. When the list is
+sent to ``spawn`` / ``forkserver`` workers through multiprocessing, the arrays are moved once
+into shared memory and the workers attach to them instead of receiving a copy.
 
-Alongside the buffer, a few numpy columns are extracted while serializing (image height and
-width, per-annotation category ids and crowd flags) so that samplers can compute aspect-ratio
-groups and repeat factors without unpickling every record.
+Detection records are stored *columnar* (:mod:`catalog.annotation_columns`): the numbers of
+their annotations (boxes, polygons, keypoints) in flat integer columns, the rest of the record
+pickled; every access rebuilds exactly the record that was given. Alongside, a few numpy
+columns (image height and width, per-annotation category ids and crowd flags,
+:class:`~catalog.record_columns.RecordColumns`) let samplers compute aspect-ratio groups and
+repeat factors without rebuilding a record.
 """
 
 from __future__ import annotations
 
-import gc
-import io
 import logging
 import operator
 import pickle
@@ -25,32 +26,52 @@ from typing import Any
 
 import numpy as np
 
-from .record_columns import RecordColumns, _columns_of, _flag_column, _int_column
+from .annotation_columns import AnnotationColumns
+from .errors import CatmapError
+from .record_build import PROGRESS_MIN_RECORDS, build_arrays
+from .record_columns import RecordColumns
 from .shared_tensors import _TORCH_DTYPES, _rebuild_from_shared, _SharedTensors
 
-__all__ = ["SerializedList", "RecordColumns"]
+__all__ = ["PROGRESS_MIN_RECORDS", "ImmutableRecordsError", "RecordColumns", "SerializedList"]
 
 logger = logging.getLogger(__name__)
 
-#: Serializations of at least this many records show a progress bar (when tqdm is installed).
-PROGRESS_MIN_RECORDS = 100_000
+
+class ImmutableRecordsError(CatmapError, TypeError):
+    """A SerializedList (or view) was assigned to: its records cannot be changed in place.
+
+    Example:
+        >>> SerializedList([{"a": 1}])[0] = {"a": 2}
+        Traceback (most recent call last):
+        catalog.serialized_list.ImmutableRecordsError: SerializedList records are read-only ...
+    """
 
 
 class SerializedList(Sequence):
-    """An immutable list of record dicts stored as pickled bytes in one shared buffer.
+    """An immutable list of records (detection dicts, or any picklable items) in one
+    shared buffer.
 
-    Every access unpickles a fresh object, so mutating what you get never changes the list.
+    **Records are read-only.** Every access rebuilds a fresh object, so what you get is yours
+    to use as scratch (a mapper may mutate or ``copy.deepcopy`` it), but an edit of it never
+    reaches the list: ``records[i]["height"] = 5`` changes a copy that is then dropped, and
+    the next ``records[i]`` is the stored record again. Assigning to the list
+    (``records[i] = ...``, ``del records[i]``) raises :class:`ImmutableRecordsError`. To
+    change records, build a new list: ``SerializedList([fix(r) for r in records])``, or change
+    them in the loader (or in the mapper, per sample).
+
     Slicing and :meth:`subset` return views (:class:`catalog.record_views.SerializedListView`,
     a SerializedList subclass): this list's buffer plus an index array, never a copy.
 
     Args:
-        records: an iterable of dicts (a list, a generator, another SerializedList).
+        records: an iterable of records (a list, a generator, another SerializedList). Dicts
+            fill :attr:`columns`; other items (detectron2 accepts any picklable item) are
+            stored pickled with empty columns.
         name: the dataset name, used in messages.
         progress: show a tqdm progress bar; by default only when there are at least
             ``PROGRESS_MIN_RECORDS`` records and tqdm is installed.
-
-    Raises:
-        TypeError: an element is not a dict (the message names the index and the dataset).
+        columnar: store the annotations' numbers as columns (:mod:`catalog.annotation_columns`;
+            about half the bytes of pickles); ``False`` pickles every record whole, which builds
+            faster. Either way every record comes back exactly as given.
 
     Example:
         >>> records = SerializedList([{"file_name": "a.jpg", "height": 4, "width": 6}])
@@ -58,14 +79,17 @@ class SerializedList(Sequence):
         (1, 'a.jpg', 6)
         >>> records.columns.widths.tolist()
         [6]
+        >>> records[0]["width"] = 8; records[0]["width"]  # edits a copy, not the list
+        6
     """
 
     def __init__(
         self,
-        records: Iterable[dict],
+        records: Iterable[Any],
         *,
         name: str | None = None,
         progress: bool | None = None,
+        columnar: bool = True,
     ) -> None:
         self.name = name
         self._reopen: Callable[[], SerializedList] | None = None
@@ -73,109 +97,22 @@ class SerializedList(Sequence):
         if isinstance(records, SerializedList):
             # A view's records are gathered into one buffer of their own (a compact copy).
             source = records.compact()
-            self._set_arrays(source._buffer, source._ends, source.columns)
+            self._set_arrays(*source.storage())
             if name is None:
                 self.name = records.name
             return
-        self._build(records, progress)
-
-    # ------------------------------------------------------------------ construction
-    def _build(self, records: Iterable[dict], progress: bool | None) -> None:
-        try:
-            total = len(records)  # type: ignore[arg-type]
-        except TypeError:
-            total = None
-        iterator: Iterable[dict] = records
-        bar = None
-        if progress or (progress is None and total is not None and total >= PROGRESS_MIN_RECORDS):
-            try:
-                from tqdm import tqdm
-
-                bar = tqdm(
-                    records,
-                    total=total,
-                    desc=f"serializing {self.name or 'records'}",
-                    unit="rec",
-                    mininterval=1.0,
-                )
-                iterator = bar
-            except ImportError:
-                logger.info("serializing %s records (install tqdm for a progress bar)", total)
-
-        # One Pickler writing every record into one growing buffer, its memo cleared after
-        # each record so that every record unpickles on its own: 1.6x faster than a
-        # pickle.dumps per record plus a join, and no per-record bytes objects.
-        stream = io.BytesIO()
-        pickler = pickle.Pickler(stream, protocol=pickle.HIGHEST_PROTOCOL)
-        dump = pickler.dump
-        clear_memo = pickler.clear_memo
-        tell = stream.tell
-        ends_list: list[int] = []
-        heights: list[Any] = []
-        widths: list[Any] = []
-        cat_ids: list[Any] = []
-        crowd_flags: list[Any] = []
-        ann_counts: list[int] = []
-        gc_was_enabled = gc.isenabled()
-        gc.disable()  # nothing here creates cycles; collections would rescan every record
-        try:
-            for index, record in enumerate(iterator):
-                if type(record) is not dict and not isinstance(record, dict):
-                    where = f" of dataset {self.name!r}" if self.name else ""
-                    raise TypeError(
-                        f"record {index}{where} is a {type(record).__name__}, not a dict; "
-                        "a dataset is a list of dicts"
-                    )
-                dump(record)
-                clear_memo()
-                ends_list.append(tell())
-                heights.append(record.get("height", -1))
-                widths.append(record.get("width", -1))
-                annos = record.get("annotations")
-                if not annos:
-                    ann_counts.append(0)
-                    continue
-                try:  # fast path: a list of dicts
-                    cat_ids += [a.get("category_id", -1) for a in annos]
-                    crowd_flags += [a.get("iscrowd", 0) for a in annos]
-                    ann_counts.append(len(annos))
-                except (AttributeError, TypeError):
-                    del cat_ids[len(crowd_flags) :]  # undo a half-done extend
-                    _, _, cats, crowd = _columns_of(record)
-                    cat_ids += cats
-                    crowd_flags += crowd
-                    ann_counts.append(len(cats))
-        finally:
-            if gc_was_enabled:
-                gc.enable()
-            if bar is not None:
-                bar.close()
-
-        ends = np.asarray(ends_list, dtype=np.int64)
-        del ends_list
-        # A zero-copy view of the stream's bytes (the stream stays alive through the view).
-        buffer = (
-            np.frombuffer(stream.getbuffer(), dtype=np.uint8)
-            if len(ends)
-            else np.zeros(0, np.uint8)
-        )
-        del stream, pickler, dump, clear_memo, tell
-        offsets = np.zeros(len(ann_counts) + 1, dtype=np.int64)
-        if ann_counts:
-            np.cumsum(np.asarray(ann_counts, dtype=np.int64), out=offsets[1:])
-        columns = RecordColumns(
-            _int_column(heights),
-            _int_column(widths),
-            _int_column(cat_ids),
-            _flag_column(crowd_flags),
-            offsets,
-        )
-        self._set_arrays(buffer, ends, columns)
+        self._set_arrays(*build_arrays(records, name, progress, columnar))
         mib = self.nbytes / 2**20
         log = logger.info if len(self) >= PROGRESS_MIN_RECORDS else logger.debug
         log("serialized %d records of %s: %.2f MiB", len(self), self.name or "a dataset", mib)
 
-    def _set_arrays(self, buffer: np.ndarray, ends: np.ndarray, columns: RecordColumns) -> None:
+    def _set_arrays(
+        self,
+        buffer: np.ndarray,
+        ends: np.ndarray,
+        columns: RecordColumns,
+        annotations: AnnotationColumns | None = None,
+    ) -> None:
         buffer = np.asarray(buffer, dtype=np.uint8)
         ends = np.asarray(ends, dtype=np.int64)
         if buffer.flags.writeable:
@@ -184,8 +121,13 @@ class SerializedList(Sequence):
         if ends.flags.writeable:
             ends = ends.view()
             ends.flags.writeable = False
-        if len(ends) != len(columns):
-            raise ValueError(f"{len(ends)} record offsets but {len(columns)} column rows")
+        if annotations is None:
+            annotations = AnnotationColumns.empty(len(ends))
+        if len(ends) != len(columns) or len(ends) != len(annotations):
+            raise ValueError(
+                f"{len(ends)} record offsets but {len(columns)} column rows and "
+                f"{len(annotations)} annotation column rows"
+            )
         if len(ends) and int(ends[-1]) != len(buffer):
             raise ValueError(
                 f"record offsets end at {int(ends[-1])} but the buffer holds {len(buffer)} bytes"
@@ -193,6 +135,7 @@ class SerializedList(Sequence):
         self._buffer = buffer
         self._ends = ends
         self.columns = columns
+        self._annotations = annotations
 
     @classmethod
     def from_arrays(
@@ -201,28 +144,31 @@ class SerializedList(Sequence):
         ends: np.ndarray,
         columns: RecordColumns,
         *,
+        annotations: AnnotationColumns | None = None,
         name: str | None = None,
         reopen: Callable[[], SerializedList] | None = None,
         owner: Any = None,
     ) -> SerializedList:
         """Build a SerializedList over existing arrays without copying them.
 
-        Used to attach to a buffer that lives in shared memory or a memory-mapped file.
+        Used to attach to arrays that live in shared memory or a memory-mapped file.
 
         Args:
-            buffer: uint8 array of concatenated pickled records.
+            buffer: uint8 array of the concatenated stored records.
             ends: int64 array, the end offset of each record in ``buffer``.
             columns: the records' columns.
+            annotations: the records' annotation columns (None: every record is pickled
+                whole in ``buffer``).
             name: the dataset name.
             reopen: a picklable zero-argument callable that returns an equivalent
                 SerializedList in another process (e.g. by mapping the same file again).
                 When given, sending the list to multiprocessing workers sends this callable
-                instead of moving the buffer into shared memory.
+                instead of moving the arrays into shared memory.
             owner: any object to keep alive as long as the list (e.g. an mmap).
 
         Example:
             >>> a = SerializedList([{"x": 1}, {"x": 2}])
-            >>> b = SerializedList.from_arrays(a.buffer, a.ends, a.columns)
+            >>> b = SerializedList.from_arrays(*a.storage()[:3], annotations=a.storage()[3])
             >>> b[1]
             {'x': 2}
         """
@@ -230,13 +176,23 @@ class SerializedList(Sequence):
         self.name = name
         self._reopen = reopen
         self._shared_owner = owner
-        self._set_arrays(buffer, ends, columns)
+        self._set_arrays(buffer, ends, columns, annotations)
         return self
 
     # ------------------------------------------------------------------ access
+    def storage(self) -> tuple[np.ndarray, np.ndarray, RecordColumns, AnnotationColumns]:
+        """``(buffer, ends, columns, annotation columns)``: everything the records are made of
+        (a view gathers a compact copy)."""
+        return self._buffer, self._ends, self.columns, self._annotations
+
+    @property
+    def annotation_columns(self) -> AnnotationColumns:
+        """The columns holding the annotations of columnar records."""
+        return self._annotations
+
     @property
     def buffer(self) -> np.ndarray:
-        """The read-only uint8 buffer of concatenated pickled records."""
+        """The read-only uint8 buffer of the stored records (pickled records and skeletons)."""
         return self._buffer
 
     @property
@@ -246,8 +202,11 @@ class SerializedList(Sequence):
 
     @property
     def nbytes(self) -> int:
-        """Bytes held: the record buffer, the offsets and the columns."""
-        return int(self._buffer.nbytes + self._ends.nbytes + self.columns.nbytes)
+        """Bytes held: the record buffer, the offsets and both sets of columns."""
+        return int(
+            self._buffer.nbytes + self._ends.nbytes + self.columns.nbytes
+            + self._annotations.nbytes
+        )
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -278,25 +237,47 @@ class SerializedList(Sequence):
         end = int(self._ends[i])
         return memoryview(self._buffer[start:end])
 
+    def _load(self, i: int) -> Any:
+        """Record ``i`` (an in-range int), rebuilt."""
+        ends = self._ends
+        record = pickle.loads(self._buffer[int(ends[i - 1]) if i else 0 : int(ends[i])])
+        annotations = self._annotations
+        kind = int(annotations.kinds[i])
+        if kind:
+            columns = self.columns
+            lo, hi = columns.category_offsets[i : i + 2].tolist()
+            record = annotations.rebuild(
+                record, i, kind, columns.category_ids, columns.iscrowd, lo, hi
+            )
+        return record
+
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return self.subset(range(len(self))[index])
-        return pickle.loads(self._record_bytes(self._normalize_index(index)))
+        return self._load(self._normalize_index(index))
 
-    def __iter__(self) -> Iterator[dict]:
-        buffer = self._buffer
-        start = 0
-        loads = pickle.loads
-        for end in self._ends.tolist():
-            yield loads(memoryview(buffer[start:end]))
-            start = end
+    def __setitem__(self, index: Any, value: Any) -> None:
+        raise ImmutableRecordsError(
+            f"SerializedList records are read-only (dataset {self.name!r}, index {index!r}): "
+            "a record cannot be replaced in place, and edits of a record you got are not "
+            "stored either. Build a new list (SerializedList([fix(r) for r in records])) or "
+            "change records in the loader or the mapper"
+        )
+
+    def __delitem__(self, index: Any) -> None:
+        self.__setitem__(index, None)
+
+    def __iter__(self) -> Iterator[Any]:
+        load = self._load
+        for i in range(len(self)):
+            yield load(i)
 
     def __repr__(self) -> str:
         name = f"{self.name!r}, " if self.name else ""
         return f"SerializedList({name}{len(self)} records, {self.nbytes / 2**20:.2f} MiB)"
 
-    def to_list(self) -> list[dict]:
-        """Unpickle every record into a plain list (a fresh copy)."""
+    def to_list(self) -> list[Any]:
+        """Every record, rebuilt, in a plain list (a fresh copy)."""
         return list(self)
 
     # ------------------------------------------------------------------ subsets
@@ -375,14 +356,14 @@ class SerializedList(Sequence):
         # Plain pickling (saving to disk, sending to another machine) copies the data.
         return (
             _rebuild_from_arrays,
-            (self._buffer.tobytes(), self._ends, self.columns, self.name),
+            (self._buffer.tobytes(), self._ends, self.columns, self.name, self._annotations),
         )
 
     def _reduce_for_multiprocessing(self) -> tuple[Any, ...]:
         """Reduction used by multiprocessing (spawn / forkserver workers): no per-worker copy.
 
-        A list with a ``reopen`` callable sends it; otherwise the buffer is moved once into
-        shared memory (a torch shared-memory tensor) and workers attach to it.
+        A list with a ``reopen`` callable sends it; otherwise the arrays are moved once into
+        shared memory (torch shared-memory tensors) and workers attach to them.
         """
         if self._reopen is not None:
             return (_call_reopen, (self._reopen,))
@@ -395,33 +376,41 @@ class SerializedList(Sequence):
         owner = self._shared_owner
         if isinstance(owner, _SharedTensors):
             return owner.tensors
-        arrays = (self._buffer, self._ends, *self.columns.arrays())
+        arrays = (self._buffer, self._ends, *self.columns.arrays(), *self._annotations.arrays())
         tensors = []
         for arr in arrays:
-            t = torch.empty(arr.shape, dtype=_TORCH_DTYPES[arr.dtype.str]).share_memory_()
+            # at least one element, so that even an empty array is in shared memory
+            storage = torch.empty(max(arr.size, 1), dtype=_TORCH_DTYPES[arr.dtype.str])
+            t = storage.share_memory_()[: arr.size]
             if arr.size:
                 t.numpy()[...] = arr
             tensors.append(t)
         shared = _SharedTensors(tuple(tensors))
         views = [t.numpy() for t in tensors]
         self._shared_owner = shared
-        self._set_arrays(views[0], views[1], RecordColumns(*views[2:]))
+        self._set_arrays(
+            views[0], views[1], RecordColumns(*views[2:7]), AnnotationColumns(*views[7:])
+        )
         logger.debug("moved %s into shared memory (%d bytes)", self.name or "records", self.nbytes)
         return shared.tensors
 
     def share_memory(self) -> SerializedList:
-        """Move the buffer and columns into shared memory now (done automatically when the
-        list is first sent to spawn / forkserver workers). Returns self."""
+        """Move the arrays into shared memory now (done automatically when the list is first
+        sent to spawn / forkserver workers). Returns self."""
         if self._reopen is None:
             self._share_memory()
         return self
 
 
 def _rebuild_from_arrays(
-    buffer: bytes, ends: np.ndarray, columns: RecordColumns, name: str | None
+    buffer: bytes,
+    ends: np.ndarray,
+    columns: RecordColumns,
+    name: str | None,
+    annotations: AnnotationColumns | None = None,
 ) -> SerializedList:
     return SerializedList.from_arrays(
-        np.frombuffer(buffer, dtype=np.uint8), ends, columns, name=name
+        np.frombuffer(buffer, dtype=np.uint8), ends, columns, annotations=annotations, name=name
     )
 
 

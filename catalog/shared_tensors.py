@@ -1,6 +1,7 @@
 """Torch shared-memory tensors holding a SerializedList's arrays (spawn / forkserver workers).
 
-A SerializedList that is not mapped from a file moves its buffer, offsets and columns once
+A SerializedList that is not mapped from a file moves its buffer, offsets and columns (record
+columns and annotation columns) once
 into torch shared memory when it is first sent to multiprocessing workers; the workers
 attach to those tensors (:func:`_rebuild_from_shared`) instead of unpickling a copy.
 """
@@ -41,9 +42,15 @@ _TORCH_DTYPES: dict[str, Any] = _LazyDtypes()
 
 
 def _rebuild_from_shared(tensors: tuple[Any, ...], name: str | None) -> Any:
+    from .annotation_columns import AnnotationColumns
     from .serialized_list import RecordColumns, SerializedList
 
     views = [t.numpy() for t in tensors]
     return SerializedList.from_arrays(
-        views[0], views[1], RecordColumns(*views[2:]), name=name, owner=_SharedTensors(tensors)
+        views[0],
+        views[1],
+        RecordColumns(*views[2:7]),
+        annotations=AnnotationColumns(*views[7:]),
+        name=name,
+        owner=_SharedTensors(tensors),
     )

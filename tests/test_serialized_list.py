@@ -41,7 +41,9 @@ def test_len_index_negative_and_iteration():
     assert sl[np.int64(2)]["i"] == 2
     assert _ids(sl) == [0, 1, 2, 3, 4]
     assert sl.to_list() == _records(5)
-    assert sl.nbytes == sl.buffer.nbytes + sl.ends.nbytes + sl.columns.nbytes
+    assert sl.nbytes == (
+        sl.buffer.nbytes + sl.ends.nbytes + sl.columns.nbytes + sl.annotation_columns.nbytes
+    )
     assert "toy" in repr(sl)
 
 
@@ -96,9 +98,41 @@ def test_buffer_is_read_only():
         sl.columns.heights[0] = 5
 
 
-def test_non_dict_element_raises_type_error_with_index():
-    with pytest.raises(TypeError, match="record 2 of dataset 'bad' is a list"):
-        SerializedList([{"a": 1}, {"b": 2}, [3]], name="bad")
+def test_non_dict_items_are_stored_as_given():
+    # detectron2's DatasetFromList serializes any picklable item (issue 11, item 3); this
+    # used to raise TypeError.
+    items = [{"a": 1, "height": 3}, (1, "x"), [3], "s", None, {"annotations": "odd"}]
+    sl = SerializedList(items, name="mixed")
+    assert sl.to_list() == items
+    assert [type(x) for x in sl] == [type(x) for x in items]
+    assert sl.columns.heights.tolist() == [3, -1, -1, -1, -1, -1]
+    assert sl.columns.num_annotations().tolist() == [0] * 6
+
+
+def test_assigning_to_the_list_raises_a_typed_error_and_edits_of_a_record_are_scratch():
+    from catalog import ImmutableRecordsError
+
+    sl = SerializedList(_records(3), name="ro")
+    with pytest.raises(ImmutableRecordsError, match="read-only.*'ro'.*index 1"):
+        sl[1] = {"i": 9}
+    with pytest.raises(TypeError):  # an ImmutableRecordsError is a TypeError
+        del sl[0]
+    with pytest.raises(ImmutableRecordsError):
+        sl.subset([0, 1])[0] = {}
+    record = sl[2]  # a mapper may use what it gets as scratch...
+    record["annotations"].clear()
+    record["i"] = -1
+    assert sl[2] == _records(3)[2]  # ...the list is unchanged
+    err = pickle.loads(pickle.dumps(ImmutableRecordsError("x")))
+    assert isinstance(err, ImmutableRecordsError) and err.args == ("x",)
+
+
+def test_dataset_from_list_serializes_non_dict_items():
+    from mappers import DatasetFromList
+
+    items = [("a", 1), [2, 3], "s", {"k": 1}]
+    ds = DatasetFromList(items, serialize=True)
+    assert [ds[i] for i in range(len(ds))] == items
 
 
 def test_empty_list_and_generator_input():

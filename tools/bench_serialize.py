@@ -3,7 +3,9 @@
 Builds N synthetic detectron2 records (about 7 annotations each, every one with a 12-float
 polygon) and measures, for each way of holding them, in one run:
 
-* build seconds: from the in-memory list of dicts to the structure;
+* build seconds: from the in-memory list of dicts to the structure (``serialized_list``:
+  columnar annotations, the default; ``serialized_pickled``: ``columnar=False``, every
+  record pickled whole);
 * bytes: the serialized buffer (plus offsets and columns), or for the plain list the memory
   its Python objects take (USS growth while generating them);
 * median get latency: ``structure[i]`` for random i (mmengine: ``get_data_info(i)``);
@@ -17,8 +19,9 @@ Usage:
     python tools/bench_serialize.py --n 1000000
     python tools/bench_serialize.py --n 20000 --workers 4 --gets 5000   # quick check
 
-Targets (issue 2): build >= 2x faster than mmengine; median get no slower than mmengine's;
-summed PSS of main + 4 workers <= 1.2 x (buffer bytes + PSS of 5 idle interpreters).
+Targets (issues 2 and 11): build >= 2x faster than mmengine; buffer <= 0.6 x mmengine's
+pickles; median get no slower than mmengine's; summed PSS of main + 4 workers <= 1.2 x
+(buffer bytes + PSS of 5 idle interpreters).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ __all__ = ["synthetic_records", "main"]
 
 logger = logging.getLogger(__name__)
 
-APPROACHES = ("idle", "serialized_list", "mmengine", "plain_list")
+APPROACHES = ("idle", "serialized_list", "serialized_pickled", "mmengine", "plain_list")
 
 
 def synthetic_records(n: int, seed: int = 0, chunk: int = 10_000) -> Iterator[dict]:
@@ -187,9 +190,10 @@ def _run_child(kind: str, n: int, workers: int, gets: int, batch_size: int) -> d
     records = list(synthetic_records(n))
     list_bytes = _uss() - uss_before
     out: dict[str, Any] = {"kind": kind, "n": n}
-    if kind == "serialized_list":
+    if kind in ("serialized_list", "serialized_pickled"):
+        columnar = kind == "serialized_list"
         start = time.perf_counter()
-        data = SerializedList(records, name="bench", progress=False)
+        data = SerializedList(records, name="bench", progress=False, columnar=columnar)
         out["build_seconds"] = time.perf_counter() - start
         out["bytes"] = data.nbytes
         start = time.perf_counter()
@@ -259,7 +263,7 @@ def _report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str
     lines = [
         f"records: {args.n:,}  workers: {args.workers}  gets: {args.gets:,}  "
         f"(python {sys.version.split()[0]}, {os.cpu_count()} cpus)",
-        f"{'approach':<16} {'build s':>9} {'MiB':>9} {'get us':>8} "
+        f"{'approach':<20} {'build s':>9} {'MiB':>9} {'get us':>8} "
         f"{'PSS MiB':>9} {'USS MiB':>9} {'pass s':>8}",
     ]
     for kind in APPROACHES:
@@ -267,7 +271,7 @@ def _report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str
         if r is None:
             continue
         lines.append(
-            f"{kind:<16} {r.get('build_seconds', 0.0):>9.2f} {r.get('bytes', 0) / mib:>9.1f} "
+            f"{kind:<20} {r.get('build_seconds', 0.0):>9.2f} {r.get('bytes', 0) / mib:>9.1f} "
             f"{r.get('median_get_ns', float('nan')) / 1000:>8.1f} {r['pss'] / mib:>9.1f} "
             f"{r['uss'] / mib:>9.1f} {r['pass_seconds']:>8.2f}"
         )
@@ -286,6 +290,18 @@ def _report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str
             "(target <= 1)"
         )
         lines.append(f"summed PSS, ours / mmengine: {ours['pss'] / mm['pss']:.2f}")
+        lines.append(
+            f"buffer, ours / mmengine's pickles: {ours['bytes'] / mm['bytes']:.2f} "
+            "(target <= 0.6)"
+        )
+        pickled = results.get("serialized_pickled")
+        if pickled:
+            lines.append(
+                "SerializedList(columnar=False), every record pickled: build speed-up vs "
+                f"mmengine {mm['build_seconds'] / pickled['build_seconds']:.2f}x, buffer / "
+                f"mmengine's {pickled['bytes'] / mm['bytes']:.2f}, median get / mmengine's "
+                f"{pickled['median_get_ns'] / mm['median_get_ns']:.2f}"
+            )
     elif ours:
         lines.append("mmengine not installed: its row and ratios are skipped")
     if ours and idle:
