@@ -8,9 +8,8 @@ file, ``data_list`` index, ``img_id``, instance index and key of a malformed val
 from __future__ import annotations
 
 import logging
-from typing import Any
 
-from .errors import AnnotationFormatError, CatmapError
+from .errors import AnnotationFormatError, CatmapErrorWithFields
 
 __all__ = [
     "AnnotationFieldError",
@@ -24,7 +23,7 @@ __all__ = [
 MAX_EXAMPLES = 5
 
 
-class AnnotationFieldError(AnnotationFormatError):
+class AnnotationFieldError(AnnotationFormatError, CatmapErrorWithFields):
     """A value in an annotation file has the wrong type or is out of range.
 
     Attributes:
@@ -40,29 +39,14 @@ class AnnotationFieldError(AnnotationFormatError):
         (3, 'bbox')
     """
 
-    def __init__(
-        self,
-        message: str = "",
-        *,
-        path: str | None = None,
-        index: int | None = None,
-        img_id: Any = None,
-        instance: int | None = None,
-        key: Any = None,
-    ) -> None:
-        super().__init__(message)
-        self.path = path
-        self.index = index
-        self.img_id = img_id
-        self.instance = instance
-        self.key = key
+    field_names = ("path", "index", "img_id", "instance", "key")
 
 
 class AnnotationFieldTypeError(AnnotationFieldError, TypeError):
     """A value in an annotation file has the wrong type (also a ``TypeError``)."""
 
 
-class ParseDataInfoError(CatmapError, TypeError):
+class ParseDataInfoError(CatmapErrorWithFields, TypeError):
     """A caller's ``parse_data_info`` returned something other than a dict or list of dicts.
 
     Example:
@@ -70,9 +54,7 @@ class ParseDataInfoError(CatmapError, TypeError):
         0
     """
 
-    def __init__(self, message: str = "", *, index: int | None = None) -> None:
-        super().__init__(message)
-        self.index = index
+    field_names = ("index",)
 
 
 class AnnotationSkips:

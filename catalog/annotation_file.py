@@ -17,11 +17,12 @@ a symbolic link, of at most 16 MiB.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import pickle
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from .annotation_validate import (
     AnnotationFieldError,
@@ -38,6 +39,7 @@ from .safe_parse import MAX_DEPTH, parse_json, parse_yaml, read_bytes, read_text
 from .version import __version__
 
 __all__ = [
+    "AnnotationFileOptions",
     "load_annotation_file",
     "register_annotation_file",
     "read_metainfo",
@@ -294,32 +296,40 @@ def load_annotation_file(
     return merged, records
 
 
+class AnnotationFileOptions(TypedDict, total=False):
+    """The keyword options of :func:`load_annotation_file` (its signature holds the defaults),
+    as :func:`register_annotation_file` takes them."""
+
+    data_root: str | os.PathLike
+    data_prefix: dict[str, str] | None
+    metainfo: dict | None
+    parse_data_info: ParseDataInfo | None
+    allow_pickle: bool
+    allow_yaml_aliases: bool
+    record_format: str
+
+
 def register_annotation_file(
     name: str,
     ann_file: str | os.PathLike,
     *,
-    data_root: str | os.PathLike = "",
-    data_prefix: dict[str, str] | None = None,
-    metainfo: dict | None = None,
-    parse_data_info: ParseDataInfo | None = None,
-    allow_pickle: bool = False,
-    allow_yaml_aliases: bool = False,
-    record_format: str = "detectron2",
     cache: bool = True,
+    **options: Unpack[AnnotationFileOptions],
 ) -> None:
     """Register an OpenMMLab 2.0 annotation file as dataset ``name``.
 
     The metainfo is read now and stored in ``MetadataCatalog.get(name)`` (so it is available
     without building the records), together with ``ann_file``; ``classes`` is also stored as
     ``thing_classes`` unless that key is given. The records are built at the first
-    ``DatasetCatalog.get(name)``. The options are those of :func:`load_annotation_file`;
-    ``cache=False`` keeps the records out of the on-disk cache (``CATMAP_CACHE=0`` turns it
+    ``DatasetCatalog.get(name)``. ``options`` are those of :func:`load_annotation_file`, with
+    its defaults; ``cache=False`` keeps the records out of the on-disk cache (``CATMAP_CACHE=0`` turns it
     off everywhere). Records built with a ``parse_data_info`` function are not cached, since
     a change to the function's code would go unnoticed.
 
     Raises:
         DatasetAlreadyRegisteredError: the name is taken.
-        AnnotationFormatError, TypeError: see :func:`load_annotation_file`.
+        AnnotationFormatError, TypeError: see :func:`load_annotation_file` (an unknown
+            option is a TypeError).
         MetadataConflictError: the metadata already holds different values.
 
     Example:
@@ -334,28 +344,34 @@ def register_annotation_file(
             f"dataset {name!r} is already registered; call DatasetCatalog.remove({name!r}) "
             "first to replace it"
         )
+    bound = _LOAD_SIGNATURE.bind(ann_file, **options)  # TypeError for an unknown option
+    bound.apply_defaults()
+    opts = bound.arguments
+    record_format = opts["record_format"]
     check_record_format(record_format)
-    data_root = os.fspath(data_root)
+    data_root = os.fspath(opts["data_root"])
     path = _resolve(ann_file, data_root)
-    options = {"allow_pickle": allow_pickle, "allow_yaml_aliases": allow_yaml_aliases}
+    parse_data_info, metainfo = opts["parse_data_info"], opts["metainfo"]
+    safety = {
+        "allow_pickle": opts["allow_pickle"],
+        "allow_yaml_aliases": opts["allow_yaml_aliases"],
+    }
     # ann_file, not path: read_metainfo and load_annotation_file join data_root themselves
     # (passing path would join a relative data_root twice).
-    meta = read_metainfo(ann_file, data_root=data_root, metainfo=metainfo, **options)
-    prefix = dict(data_prefix or {})
+    meta = read_metainfo(ann_file, data_root=data_root, metainfo=metainfo, **safety)
+    prefix = dict(opts["data_prefix"] or {})
     # The classes are read once, now: a classes file changed later does not change the
     # records' label check behind the metadata's back.
     fixed_metainfo = None if metainfo is None else {**metainfo, **_pick(meta, metainfo)}
+    load_options = {
+        **opts,
+        "data_root": data_root,
+        "data_prefix": prefix,
+        "metainfo": fixed_metainfo,
+    }
 
     def load() -> list[dict]:
-        return load_annotation_file(
-            ann_file,
-            data_root=data_root,
-            data_prefix=prefix,
-            metainfo=fixed_metainfo,
-            parse_data_info=parse_data_info,
-            record_format=record_format,
-            **options,
-        )[1]
+        return load_annotation_file(**load_options)[1]
 
     parser_name = None
     if parse_data_info is not None:
@@ -370,7 +386,7 @@ def register_annotation_file(
         "data_root": data_root,
         "data_prefix": prefix,
         "parse_data_info": parser_name,
-        "allow_yaml_aliases": allow_yaml_aliases,
+        "allow_yaml_aliases": safety["allow_yaml_aliases"],
         "record_format": record_format,
         "num_classes": _num_classes(meta),
     }
@@ -389,6 +405,9 @@ def register_annotation_file(
     except Exception:
         DatasetCatalog.remove(name)
         raise
+
+
+_LOAD_SIGNATURE = inspect.signature(load_annotation_file)
 
 
 def _pick(meta: dict[str, Any], argument: dict) -> dict[str, Any]:

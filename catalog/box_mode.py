@@ -82,7 +82,7 @@ class BoxMode(IntEnum):
                     f"a {from_mode.name} box must hold real numbers, got {box.dtype}"
                 )
             _check_shape(tuple(box.shape), expected, from_mode)
-            return _convert_tensor(box, from_mode, to_mode)
+            return _convert_absolute(box, from_mode, to_mode, torch)
         if isinstance(box, np.ndarray):
             arr = box
         else:
@@ -102,7 +102,7 @@ class BoxMode(IntEnum):
                 f"detectron2); got shape {arr.shape}: pass several boxes as an array or tensor"
             )
         _check_shape(arr.shape, expected, from_mode)
-        out = _convert_numpy(arr, from_mode, to_mode)
+        out = _convert_absolute(arr, from_mode, to_mode, np)
         if isinstance(box, np.ndarray):
             return out
         return tuple(out.tolist()) if isinstance(box, tuple) else out.tolist()
@@ -128,44 +128,25 @@ def _check_shape(shape: tuple[int, ...], expected: int, mode: BoxMode) -> None:
         )
 
 
-def _convert_numpy(arr: np.ndarray, from_mode: BoxMode, to_mode: BoxMode) -> np.ndarray:
-    """Convert between absolute modes in numpy, keeping ``arr``'s dtype."""
-    if from_mode == BoxMode.XYXY_ABS and to_mode == BoxMode.XYWH_ABS:
-        out = arr.copy()
-        out[..., 2:] = arr[..., 2:] - arr[..., :2]
+def _convert_absolute(box: Any, from_mode: BoxMode, to_mode: BoxMode, xp: Any) -> Any:
+    """Convert between absolute modes with ``xp`` (numpy for arrays, torch for tensors),
+    keeping the input's dtype (and device)."""
+    is_numpy = xp is np
+    if {from_mode, to_mode} == {BoxMode.XYXY_ABS, BoxMode.XYWH_ABS}:
+        out = box.copy() if is_numpy else box.clone()
+        if from_mode == BoxMode.XYXY_ABS:
+            out[..., 2:] = box[..., 2:] - box[..., :2]
+        else:
+            out[..., 2:] = box[..., 2:] + box[..., :2]
         return out
-    if from_mode == BoxMode.XYWH_ABS and to_mode == BoxMode.XYXY_ABS:
-        out = arr.copy()
-        out[..., 2:] = arr[..., 2:] + arr[..., :2]
-        return out
-    work = arr.astype(np.float64)
+    work = box.astype(np.float64) if is_numpy else box.to(xp.float64)
     if from_mode == BoxMode.XYWHA_ABS:
-        xyxy = _enclosing_xyxy(work, np)
+        result = _enclosing_xyxy(work, xp)
         if to_mode == BoxMode.XYWH_ABS:
-            xyxy[..., 2:] -= xyxy[..., :2]
-        return xyxy.astype(arr.dtype)
-    return _to_rotated(work, from_mode, np).astype(arr.dtype)
-
-
-def _convert_tensor(box: Any, from_mode: BoxMode, to_mode: BoxMode) -> Any:
-    """Convert between absolute modes in torch, keeping ``box``'s dtype and device."""
-    import torch
-
-    if from_mode == BoxMode.XYXY_ABS and to_mode == BoxMode.XYWH_ABS:
-        out = box.clone()
-        out[..., 2:] = box[..., 2:] - box[..., :2]
-        return out
-    if from_mode == BoxMode.XYWH_ABS and to_mode == BoxMode.XYXY_ABS:
-        out = box.clone()
-        out[..., 2:] = box[..., 2:] + box[..., :2]
-        return out
-    work = box.to(torch.float64)
-    if from_mode == BoxMode.XYWHA_ABS:
-        xyxy = _enclosing_xyxy(work, torch)
-        if to_mode == BoxMode.XYWH_ABS:
-            xyxy[..., 2:] -= xyxy[..., :2].clone()
-        return xyxy.to(box.dtype)
-    return _to_rotated(work, from_mode, torch).to(box.dtype)
+            result[..., 2:] = result[..., 2:] - result[..., :2]
+    else:
+        result = _to_rotated(work, from_mode, xp)
+    return result.astype(box.dtype) if is_numpy else result.to(box.dtype)
 
 
 def _enclosing_xyxy(arr: Any, xp: Any) -> Any:

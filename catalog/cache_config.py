@@ -13,7 +13,8 @@ import os
 import warnings
 from pathlib import Path
 
-from .errors import CacheError
+from .env_flags import env_flag
+from .errors import CacheError, CatmapErrorWithFields
 
 __all__ = [
     "CacheCorruptWarning",
@@ -27,8 +28,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_OFF_VALUES = {"0", "false", "off", "no"}
-_ON_VALUES = {"1", "true", "on", "yes"}
 _WARNED: set[str] = set()
 
 
@@ -42,16 +41,14 @@ class CacheSkippedWarning(UserWarning):
     goes on without it."""
 
 
-class CacheUnavailableError(CacheError):
+class CacheUnavailableError(CacheError, CatmapErrorWithFields):
     """The cache directory cannot be used (missing home, not writable, or untrusted).
 
     Attributes:
         directory: the directory, when known.
     """
 
-    def __init__(self, message: str, *, directory: str | None = None) -> None:
-        super().__init__(message)
-        self.directory = directory
+    field_names = ("directory",)
 
 
 def warn_once(tag: str, message: str, category: type[Warning] = CacheSkippedWarning) -> None:
@@ -72,7 +69,7 @@ def cache_enabled(enabled: bool = True) -> bool:
     """
     if not enabled:
         return False
-    return os.environ.get("CATMAP_CACHE", "1").strip().lower() not in _OFF_VALUES
+    return env_flag("CATMAP_CACHE", default=True)
 
 
 def shared_enabled(shared: bool | None = None) -> bool:
@@ -84,7 +81,7 @@ def shared_enabled(shared: bool | None = None) -> bool:
     """
     if shared is not None:
         return bool(shared)
-    return os.environ.get("CATMAP_CACHE_SHARED", "0").strip().lower() in _ON_VALUES
+    return env_flag("CATMAP_CACHE_SHARED", default=False)
 
 
 def cache_dir() -> Path:

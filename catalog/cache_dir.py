@@ -273,7 +273,7 @@ class DiskCache:
         return _list_from_mapped(mapped, key.name, where, shared=self.shared), dict(extra)
 
     def _remove_stale(self, key: CacheKey, keep: Path) -> None:
-        prefix = keep.name[: -len(CACHE_SUFFIX) - 21]  # "<slug>-<family>"
+        prefix = keep.name[: -len(CACHE_SUFFIX) - 21]  # "<slug>-<identity digest>"
         for other in self.directory.glob(f"{prefix}-*{CACHE_SUFFIX}"):
             if other != keep:
                 logger.info("removing stale cache entry %s of %r", other, key.name)

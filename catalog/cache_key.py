@@ -31,7 +31,7 @@ import numpy as np
 
 from .version import __version__
 
-__all__ = ["CACHE_SUFFIX", "CacheKey", "file_fingerprint", "source_stamp"]
+__all__ = ["CACHE_SUFFIX", "CacheKey", "source_stamp"]
 
 #: File name suffix of cache entries.
 CACHE_SUFFIX = ".catmap"
@@ -90,18 +90,6 @@ def source_stamp(path: str | os.PathLike[str], *, digest: bool | None = None) ->
     )
 
 
-def file_fingerprint(path: str | os.PathLike[str], size: int | None = None) -> str:
-    """A CRC-32 of the whole content of ``path`` (``size`` is accepted and ignored: every
-    byte is read, whatever the size).
-
-    Example:
-        >>> import tempfile; f = tempfile.NamedTemporaryFile(); _ = f.write(b"abc"); f.flush()
-        >>> file_fingerprint(f.name)
-        'crc32:352441c2'
-    """
-    return source_stamp(path, digest=True)[4]
-
-
 def _json_default(value: Any) -> Any:
     if isinstance(value, os.PathLike):
         return os.fspath(value)
@@ -154,8 +142,10 @@ class CacheKey:
         data = json.dumps(self.fields(), sort_keys=True).encode("utf-8")
         return hashlib.sha256(data).digest()
 
-    def family_digest(self) -> str:
-        """Hash of what does not change when a source file is edited (paths, loader, options)."""
+    def identity_digest(self) -> str:
+        """Hash of what identifies the entry across edits of its source files (loader,
+        options, source paths, not their content): the entries that share it are versions of
+        one dataset, and writing a new one removes the older ones."""
         parts = [self.loader, self.options, *(s[0] for s in self.sources)]
         return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()[:10]
 
@@ -164,9 +154,9 @@ class CacheKey:
         return self.key_digest().hex()[:20]
 
     def file_name(self) -> str:
-        """``<name>-<family digest>-<digest>.catmap``."""
+        """``<name>-<identity digest>-<digest>.catmap``."""
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name).strip("._")[:80] or "dataset"
-        return f"{slug}-{self.family_digest()}-{self.digest()}{CACHE_SUFFIX}"
+        return f"{slug}-{self.identity_digest()}-{self.digest()}{CACHE_SUFFIX}"
 
     @classmethod
     def build(

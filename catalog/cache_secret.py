@@ -28,7 +28,7 @@ import os
 import stat as stat_module
 from pathlib import Path
 
-from .errors import CacheError
+from .errors import CacheError, CatmapErrorWithFields
 
 __all__ = ["CacheKeyFileError", "key_file_path", "load_secret", "make_private_dirs"]
 
@@ -37,16 +37,14 @@ _MAX_KEY_FILE = 4096
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-class CacheKeyFileError(CacheError):
+class CacheKeyFileError(CacheError, CatmapErrorWithFields):
     """The cache key file is missing and cannot be created, or is not safe to use.
 
     Attributes:
         path: the key file.
     """
 
-    def __init__(self, message: str, *, path: str | None = None) -> None:
-        super().__init__(message)
-        self.path = path
+    field_names = ("path",)
 
 
 def key_file_path() -> Path:

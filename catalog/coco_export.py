@@ -29,6 +29,7 @@ from .box_mode import BoxMode
 from .dataset_catalog import DatasetCatalog
 from .format_errors import CocoExportError
 from .metadata import MetadataCatalog
+from .validation import is_int
 
 __all__ = ["convert_to_coco_dict", "convert_to_coco_json", "rle_area", "polygons_area"]
 
@@ -154,7 +155,7 @@ def _annotation(
     if not all(map(math.isfinite, xywh)):
         raise fail("bbox", f"holds a value that is not finite: {bbox!r}")
     category = annotation.get("category_id")
-    if isinstance(category, bool) or not isinstance(category, (int, np.integer)):
+    if not is_int(category):
         raise fail("category_id", f"must be an int, got {category!r}")
     if reverse is not None:
         if int(category) not in reverse:

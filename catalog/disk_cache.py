@@ -49,7 +49,7 @@ from .cache_dir import (
     shared_enabled,
     warn_once,
 )
-from .cache_key import CACHE_SUFFIX, CacheKey, file_fingerprint, source_stamp
+from .cache_key import CACHE_SUFFIX, CacheKey, source_stamp
 from .cache_listing import CacheEntry
 from .cache_secret import CacheKeyFileError, key_file_path, load_secret
 from .errors import CacheError
@@ -73,7 +73,6 @@ __all__ = [
     "UnsafeEntryError",
     "cache_dir",
     "cache_enabled",
-    "file_fingerprint",
     "key_file_path",
     "load_secret",
     "load_with_cache",

@@ -16,7 +16,7 @@ from .disk_cache import cache_enabled, load_with_cache
 from .metadata import MetadataCatalog, values_equal
 from .serialized_list import SerializedList
 
-__all__ = ["apply_loader_metadata", "load_entry"]
+__all__ = ["apply_loader_metadata", "load_records_and_metadata"]
 
 
 def _metadata_snapshot(name: str) -> dict[str, Any]:
@@ -32,30 +32,30 @@ def _metadata_changes(name: str, before: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def apply_loader_metadata(name: str, extra: Mapping[str, Any]) -> None:
-    """Set the metadata a loader set when it ran (kept in ``extra["metadata"]``) on a process
-    that got the records without running it (from the cache or from another local rank).
+def apply_loader_metadata(name: str, metadata: Mapping[str, Any]) -> None:
+    """Set ``metadata``, what a loader set when it ran, on a process that got the records
+    without running it (from the cache or from another local rank).
 
     Raises:
         MetadataConflictError: the metadata of ``name`` already holds different values.
 
     Example:
         >>> from catalog import MetadataCatalog
-        >>> apply_loader_metadata("doc_meta", {"metadata": {"thing_classes": ["cat"]}})
+        >>> apply_loader_metadata("doc_meta", {"thing_classes": ["cat"]})
         >>> MetadataCatalog.get("doc_meta").thing_classes
         ['cat']
         >>> MetadataCatalog.remove("doc_meta")
     """
-    values = extra.get("metadata") or {}
-    if values:
-        MetadataCatalog.get(name).set(**values)
+    if metadata:
+        MetadataCatalog.get(name).set(**metadata)
 
 
-def load_entry(
+def load_records_and_metadata(
     entry: Any,
     run_loader: Callable[[Any], SerializedList],
 ) -> tuple[SerializedList, dict[str, Any]]:
-    """Load a DatasetCatalog entry, through the disk cache when the entry allows it.
+    """Load a DatasetCatalog entry's records and the metadata its loader sets, through the
+    disk cache when the entry allows it.
 
     An entry is cached when it has a ``cache_key`` and ``source_files`` (file-backed
     registrations such as ``register_coco_instances``), its ``options`` do not hold
@@ -67,18 +67,21 @@ def load_entry(
         run_loader: runs the entry's loader and returns its records serialized.
 
     Returns:
-        ``(records, extra)`` where ``extra["metadata"]`` holds what the loader set.
+        ``(records, metadata)``: ``metadata`` holds what the loader set in
+        ``MetadataCatalog.get(entry.name)`` (already set again in this process on a cache hit).
 
     Example:
         >>> from catalog.dataset_catalog import DatasetEntry, as_serialized_list
         >>> entry = DatasetEntry("doc_plain", lambda: [{"a": 1}])  # no files: not cached
-        >>> records, extra = load_entry(entry, lambda e: as_serialized_list(e.func(), e.name))
-        >>> records[0], extra
-        ({'a': 1}, {'metadata': {}})
+        >>> run = lambda e: as_serialized_list(e.func(), e.name)
+        >>> records, metadata = load_records_and_metadata(entry, run)
+        >>> records[0], metadata
+        ({'a': 1}, {})
     """
     name = entry.name
 
     def build() -> tuple[SerializedList, dict[str, Any]]:
+        """(records, the storage's ``extra`` dict): ``{"metadata": what the loader set}``."""
         before = _metadata_snapshot(name)
         records = run_loader(entry)
         return records, {"metadata": _metadata_changes(name, before)}
@@ -89,7 +92,8 @@ def load_entry(
         and bool(entry.options.get("cache", True))
     )
     if not cache_enabled(enabled):
-        return build()
+        records, extra = build()
+        return records, extra["metadata"]
     cache_key = dict(entry.cache_key)
     records, extra = load_with_cache(
         name,
@@ -98,5 +102,6 @@ def load_entry(
         loader=str(cache_key.get("loader", "catalog")),
         options=cache_key,
     )
-    apply_loader_metadata(name, extra)
-    return records, extra
+    metadata = dict(extra.get("metadata") or {})
+    apply_loader_metadata(name, metadata)
+    return records, metadata

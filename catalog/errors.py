@@ -6,10 +6,13 @@ the record index and the key involved, where they are known.
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 __all__ = [
     "MissingDependencyError",
     "missing_dependency",
     "CatmapError",
+    "CatmapErrorWithFields",
     "DatasetNotRegisteredError",
     "DatasetAlreadyRegisteredError",
     "MetadataConflictError",
@@ -40,6 +43,34 @@ def _rebuild_error(cls: type, args: tuple, state: dict) -> CatmapError:
     error.args = args
     error.__dict__.update(state)
     return error
+
+
+class CatmapErrorWithFields(CatmapError):
+    """A CatmapError whose keyword arguments, named in ``field_names``, become attributes.
+
+    The message stays the only positional argument (torch's worker re-raise calls
+    ``cls(message)``); every field defaults to None, and a keyword not in ``field_names``
+    is a ``TypeError`` as for any constructor. A subclass sets ``field_names`` and documents
+    the fields under ``Attributes``.
+
+    Example:
+        >>> err = DatasetFileNotFoundError("missing", path="/d/coco")
+        >>> err.path, err.dataset
+        ('/d/coco', None)
+    """
+
+    field_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, message: str = "", **fields: Any) -> None:
+        unknown = sorted(set(fields) - set(self.field_names))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} got unexpected keyword argument(s) {unknown}; "
+                f"its fields are {list(self.field_names)}"
+            )
+        super().__init__(message)
+        for name in self.field_names:
+            setattr(self, name, fields.get(name))
 
 
 class DatasetNotRegisteredError(CatmapError, KeyError):
@@ -82,7 +113,7 @@ class NestedLoadError(CatmapError, RuntimeError):
     records: the other ranks wait for the outer dataset and cannot load the inner one with it."""
 
 
-class DatasetFileNotFoundError(CatmapError, FileNotFoundError):
+class DatasetFileNotFoundError(CatmapErrorWithFields, FileNotFoundError):
     """A file or directory a registered dataset needs does not exist (e.g. a builtin dataset
     whose files are not under the dataset root).
 
@@ -98,25 +129,14 @@ class DatasetFileNotFoundError(CatmapError, FileNotFoundError):
         (True, '/d/coco', 'not found')
     """
 
-    def __init__(
-        self,
-        message: str = "",
-        *,
-        path: str | None = None,
-        dataset: str | None = None,
-        env_var: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.path = path
-        self.dataset = dataset
-        self.env_var = env_var
-        # FileNotFoundError's own fields (filename, strerror) stay None: str(self) is the message.
+    # FileNotFoundError's own fields (filename, strerror) stay None: str(self) is the message.
+    field_names = ("path", "dataset", "env_var")
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 
 
-class MissingDependencyError(CatmapError, ImportError):
+class MissingDependencyError(CatmapErrorWithFields, ImportError):
     """An optional dependency is not installed; the message names the extra to install.
 
     Attributes:
@@ -129,12 +149,7 @@ class MissingDependencyError(CatmapError, ImportError):
         True
     """
 
-    def __init__(
-        self, message: str = "", *, extra: str | None = None, package: str | None = None
-    ) -> None:
-        super().__init__(message)
-        self.extra = extra
-        self.package = package
+    field_names = ("extra", "package")
 
 
 def missing_dependency(package: str, extra: str, purpose: str) -> MissingDependencyError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import AnnotationFormatError, CatmapError
+from .errors import AnnotationFormatError, CatmapErrorWithFields
 
 __all__ = [
     "SemSegPairingError",
@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 
-class SemSegPairingError(CatmapError, ValueError):
+class SemSegPairingError(CatmapErrorWithFields, ValueError):
     """Images and label maps of a semantic-segmentation dataset cannot be paired.
 
     Attributes:
@@ -34,21 +34,14 @@ class SemSegPairingError(CatmapError, ValueError):
         ['gt/a.png']
     """
 
-    def __init__(
-        self,
-        message: str = "",
-        *,
-        gt_root: str | None = None,
-        image_root: str | None = None,
-        unpaired: list[str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.gt_root = gt_root
-        self.image_root = image_root
-        self.unpaired = list(unpaired or [])
+    field_names = ("gt_root", "image_root", "unpaired")
+
+    def __init__(self, message: str = "", **fields: Any) -> None:
+        super().__init__(message, **fields)
+        self.unpaired = list(self.unpaired or [])
 
 
-class PanopticFormatError(AnnotationFormatError):
+class PanopticFormatError(AnnotationFormatError, CatmapErrorWithFields):
     """A COCO panoptic file (or the metadata it is read with) is malformed.
 
     Attributes:
@@ -63,23 +56,10 @@ class PanopticFormatError(AnnotationFormatError):
         (3, 7, 'id')
     """
 
-    def __init__(
-        self,
-        message: str = "",
-        *,
-        path: str | None = None,
-        image_id: Any = None,
-        segment_id: Any = None,
-        key: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.path = path
-        self.image_id = image_id
-        self.segment_id = segment_id
-        self.key = key
+    field_names = ("path", "image_id", "segment_id", "key")
 
 
-class CityscapesFormatError(AnnotationFormatError):
+class CityscapesFormatError(AnnotationFormatError, CatmapErrorWithFields):
     """A Cityscapes file is missing or malformed.
 
     Attributes:
@@ -92,21 +72,10 @@ class CityscapesFormatError(AnnotationFormatError):
         2
     """
 
-    def __init__(
-        self,
-        message: str = "",
-        *,
-        path: str | None = None,
-        index: int | None = None,
-        key: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.path = path
-        self.index = index
-        self.key = key
+    field_names = ("path", "index", "key")
 
 
-class CocoExportError(CatmapError, ValueError):
+class CocoExportError(CatmapErrorWithFields, ValueError):
     """A dataset's records cannot be written as a COCO file.
 
     Attributes:
@@ -119,21 +88,10 @@ class CocoExportError(CatmapError, ValueError):
         'width'
     """
 
-    def __init__(
-        self,
-        message: str = "",
-        *,
-        dataset: str | None = None,
-        index: int | None = None,
-        key: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.dataset = dataset
-        self.index = index
-        self.key = key
+    field_names = ("dataset", "index", "key")
 
 
-class CocoEvaluationError(CatmapError, ValueError):
+class CocoEvaluationError(CatmapErrorWithFields, ValueError):
     """Predictions or results cannot be evaluated against a dataset (wrong shape, unknown
     class or image, keypoint count that differs from the ground truth's).
 
@@ -147,15 +105,4 @@ class CocoEvaluationError(CatmapError, ValueError):
         4
     """
 
-    def __init__(
-        self,
-        message: str = "",
-        *,
-        dataset: str | None = None,
-        image_id: Any = None,
-        key: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.dataset = dataset
-        self.image_id = image_id
-        self.key = key
+    field_names = ("dataset", "image_id", "key")

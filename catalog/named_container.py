@@ -134,11 +134,10 @@ class NamedContainer(Generic[V]):
             entry = self._registry.pop(name, _MISSING)
             if entry is not _MISSING:
                 self._on_removed(name, entry)
-        if entry is not _MISSING:
-            return entry
-        if default is not _MISSING:
-            return default
-        raise self._unknown(name)
+                return entry
+        if default is _MISSING:
+            raise self._unknown(name)
+        return default
 
     def clear(self) -> None:
         """Remove every name (those registered on first use included)."""

@@ -30,7 +30,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar, overload
 
-from .errors import CatmapError
+from .errors import CatmapErrorWithFields
 
 __all__ = [
     "Registry",
@@ -50,7 +50,7 @@ MATCH_CUTOFF = 0.6
 _MISSING: Any = object()
 
 
-class RegistryKeyError(CatmapError, KeyError):
+class RegistryKeyError(CatmapErrorWithFields, KeyError):
     """A name was looked up that is not registered; the message lists close matches.
 
     Attributes:
@@ -58,10 +58,7 @@ class RegistryKeyError(CatmapError, KeyError):
         kind: what was looked up ("sampler", "transform", ...).
     """
 
-    def __init__(self, message: str = "", *, name: object = None, kind: str | None = None) -> None:
-        super().__init__(message)
-        self.name = name
-        self.kind = kind
+    field_names = ("name", "kind")
 
     def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable.
         return str(self.args[0]) if self.args else ""

@@ -26,6 +26,17 @@ from typing import Any, Literal, TypeVar, overload
 
 import numpy as np
 
+from .validation_messages import (
+    ErrorSpec,
+    failure,
+    float_kind,
+    float_range,
+    float_value,
+    int_kind,
+    int_range,
+    short_repr,
+)
+
 __all__ = [
     "SEED_LIMIT",
     "ErrorSpec",
@@ -45,16 +56,11 @@ __all__ = [
 #: Seeds are ints in ``[0, SEED_LIMIT)``: every 64-bit unsigned value (saved states hold them).
 SEED_LIMIT = 2**64
 
-#: An exception class / factory ``message -> exception``, or a pair (wrong type, wrong value).
-ErrorSpec = Callable[[str], BaseException] | tuple[
-    Callable[[str], BaseException], Callable[[str], BaseException]
-]
 
 _DEFAULT_ERROR: ErrorSpec = (TypeError, ValueError)
 _T = TypeVar("_T")
 
 
-# ----------------------------------------------------------------------------- predicates
 def is_int(value: Any) -> bool:
     """True for a Python or numpy integer; False for a bool (or ``numpy.bool_``) and a float.
 
@@ -75,94 +81,6 @@ def is_number(value: Any) -> bool:
     return is_int(value) or isinstance(value, (float, np.floating))
 
 
-# ----------------------------------------------------------------------------- messages
-def _short(value: Any, limit: int = 80) -> str:
-    try:
-        text = repr(value)
-    except ValueError:  # an int past the interpreter's digit limit
-        text = f"<an int of {int(value).bit_length()} bits>"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _big_power_of_two(value: float) -> bool:
-    return isinstance(value, int) and value >= 2**16 and value & (value - 1) == 0
-
-
-def _bound(value: float) -> str:
-    if _big_power_of_two(value):
-        return f"2**{int(value).bit_length() - 1}"
-    return f"{value:g}" if isinstance(value, float) else str(value)
-
-
-def _errors(error: ErrorSpec) -> tuple[Callable[[str], BaseException], ...]:
-    return tuple(error) if isinstance(error, tuple) else (error, error)
-
-
-def _fail(error: ErrorSpec, wrong_type: bool, where: str, name: str, text: str) -> BaseException:
-    for_type, for_value = _errors(error)
-    prefix = f"{where}: " if where else ""
-    return (for_type if wrong_type else for_value)(f"{prefix}{name} must be {text}")
-
-
-def _int_range(minimum: int | None, maximum: int | None) -> str:
-    if minimum is not None and maximum is not None:
-        if _big_power_of_two(maximum + 1):
-            return f"in [{minimum}, {_bound(maximum + 1)})"
-        return f"in [{minimum}, {_bound(maximum)}]"
-    if minimum is not None:
-        return f">= {minimum}"
-    return "" if maximum is None else f"<= {_bound(maximum)}"
-
-
-def _int_kind(minimum: int | None, maximum: int | None) -> str:
-    if minimum == 0 and maximum is not None:
-        if _big_power_of_two(maximum + 1):
-            return f"a non-negative int below {_bound(maximum + 1)}"
-        return f"a non-negative int up to {_bound(maximum)}"
-    if minimum == 0:
-        return "a non-negative int"
-    if minimum == 1 and maximum is None:
-        return "a positive int"
-    text = _int_range(minimum, maximum)
-    return f"an int {text}" if text else "an int"
-
-
-def _float_range(
-    minimum: float | None, maximum: float | None, above: float | None, below: float | None
-) -> str:
-    low = f"({_bound(above)}" if above is not None else minimum is not None and f"[{_bound(minimum)}"
-    high = f"{_bound(below)})" if below is not None else maximum is not None and f"{_bound(maximum)}]"
-    if low and high:
-        return f"in {low}, {high}"
-    if above is not None:
-        return "positive" if above == 0 else f"> {_bound(above)}"
-    if minimum is not None:
-        return "non-negative" if minimum == 0 else f">= {_bound(minimum)}"
-    if below is not None:
-        return "negative" if below == 0 else f"< {_bound(below)}"
-    return "" if maximum is None else f"<= {_bound(maximum)}"
-
-
-def _float_kind(span: str, finite: bool) -> str:
-    """The type phrase: "a number in (0, 1]", "a positive finite number", "a finite number"."""
-    if span.startswith("in "):
-        return f"a number {span}"
-    number = "finite number" if finite else "number"
-    if span.startswith(("<", ">")):
-        return f"a {number} {span}"
-    return f"a {span} {number}" if span else f"a {number}"
-
-
-def _float_value(span: str, finite: bool) -> str:
-    """The range phrase: "in (0, 1]", "positive and finite", "finite", "a number (not NaN)"."""
-    if span.startswith("in ") or (span and not finite):
-        return span
-    if finite:
-        return f"{span} and finite" if span else "finite"
-    return "a number (not NaN)"
-
-
-# ----------------------------------------------------------------------------- checks
 @overload
 def check_int(
     value: Any,
@@ -222,12 +140,14 @@ def check_int(
     if value is None and optional:
         return None
     if not is_int(value):
-        kind = _int_kind(minimum, maximum) + (" or None" if optional else "")
-        raise _fail(error, True, where, name, f"{kind}, got {type(value).__name__} {_short(value)}")
+        kind = int_kind(minimum, maximum) + (" or None" if optional else "")
+        raise failure(
+            error, True, where, name, f"{kind}, got {type(value).__name__} {short_repr(value)}"
+        )
     number = int(value)
     if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
-        raise _fail(
-            error, False, where, name, f"{_int_range(minimum, maximum)}, got {_short(number)}"
+        raise failure(
+            error, False, where, name, f"{int_range(minimum, maximum)}, got {short_repr(number)}"
         )
     return number
 
@@ -298,10 +218,12 @@ def check_float(
     """
     if value is None and optional:
         return None
-    span = _float_range(minimum, maximum, above, below)
+    span = float_range(minimum, maximum, above, below)
     if not is_number(value):
-        kind = _float_kind(span, finite) + (" or None" if optional else "")
-        raise _fail(error, True, where, name, f"{kind}, got {type(value).__name__} {_short(value)}")
+        kind = float_kind(span, finite) + (" or None" if optional else "")
+        raise failure(
+            error, True, where, name, f"{kind}, got {type(value).__name__} {short_repr(value)}"
+        )
     try:
         number = float(value)
     except OverflowError:  # an int beyond the float range
@@ -315,11 +237,15 @@ def check_float(
         or (below is not None and not number < below)
     )
     if bad:
-        raise _fail(error, False, where, name, f"{_float_value(span, finite)}, got {_short(value)}")
+        raise failure(
+            error, False, where, name, f"{float_value(span, finite)}, got {short_repr(value)}"
+        )
     return number
 
 
-def check_bool(value: Any, name: str, *, error: ErrorSpec = _DEFAULT_ERROR, where: str = "") -> bool:
+def check_bool(
+    value: Any, name: str, *, error: ErrorSpec = _DEFAULT_ERROR, where: str = ""
+) -> bool:
     """``value`` as a ``bool``: only ``True``, ``False`` (or a ``numpy.bool_``), never 0 / 1.
 
     Example:
@@ -331,8 +257,12 @@ def check_bool(value: Any, name: str, *, error: ErrorSpec = _DEFAULT_ERROR, wher
         TypeError: TrainingSampler: shuffle must be true or false, got str 'yes'
     """
     if not isinstance(value, (bool, np.bool_)):
-        raise _fail(
-            error, True, where, name, f"true or false, got {type(value).__name__} {_short(value)}"
+        raise failure(
+            error,
+            True,
+            where,
+            name,
+            f"true or false, got {type(value).__name__} {short_repr(value)}",
         )
     return bool(value)
 
@@ -347,7 +277,9 @@ def check_str(value: Any, name: str, *, error: ErrorSpec = _DEFAULT_ERROR, where
         TypeError: config: name must be a str, got int 3
     """
     if not isinstance(value, str):
-        raise _fail(error, True, where, name, f"a str, got {type(value).__name__} {_short(value)}")
+        raise failure(
+            error, True, where, name, f"a str, got {type(value).__name__} {short_repr(value)}"
+        )
     return value
 
 
@@ -438,14 +370,15 @@ def check_list(
         return None
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
         kind = f"a list of {what}" + (" or None" if optional else "")
-        raise _fail(error, True, where, name, f"{kind}, got {type(value).__name__} {_short(value)}")
+        raise failure(
+            error, True, where, name, f"{kind}, got {type(value).__name__} {short_repr(value)}"
+        )
     return [
         check(item, f"{name} {element} {i}", error=error, where=where, **options)
         for i, item in enumerate(value)
     ]
 
 
-# ----------------------------------------------------------------------------- attrs
 def validator(
     check: Callable[..., Any], /, *, error: ErrorSpec = _DEFAULT_ERROR, **options: Any
 ) -> Callable[[Any, Any, Any], None]:

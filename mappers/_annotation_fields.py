@@ -16,6 +16,7 @@ from catalog.box_mode import BoxMode
 from catalog.errors import RecordFormatError
 
 from .geometry_checks import check_polygons
+from .structure_common import is_flat_polygon
 
 __all__ = ["boxes_xyxy", "polygons_as_arrays", "where"]
 
@@ -36,13 +37,7 @@ def polygons_as_arrays(
     """
     arrays = []
     for j, polygon in enumerate(segm):
-        if (
-            type(polygon) is np.ndarray
-            and polygon.dtype == np.float64
-            and polygon.ndim == 1
-            and polygon.size >= 6
-            and polygon.size % 2 == 0
-        ):
+        if is_flat_polygon(polygon):
             arrays.append(polygon)  # already transformed / validated
             continue
         try:

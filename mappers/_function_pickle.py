@@ -1,7 +1,7 @@
 """Lambdas, closures and nested functions sent to spawn / forkserver DataLoader workers.
 
 pickle stores a function by name, which fails for those; :func:`wrap_for_pickling` wraps them
-in a :class:`ByValueCallable` that pickles them by value with ``cloudpickle`` (the extra
+in a :class:`PicklableCallable` that pickles them by value with ``cloudpickle`` (the extra
 ``catmap[spawn]``). Anything else is left to the outer pickler, so tensors and record buffers
 keep torch's shared-memory reducers.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import MapFuncPickleError
 
-__all__ = ["needs_by_value", "ByValueCallable", "wrap_for_pickling", "unwrap"]
+__all__ = ["needs_by_value", "PicklableCallable", "wrap_for_pickling", "unwrap"]
 
 
 def needs_by_value(fn: Any) -> bool:
@@ -40,12 +40,13 @@ def needs_by_value(fn: Any) -> bool:
     return False
 
 
-class ByValueCallable:
-    """Calls ``fn``; pickles it with cloudpickle when :func:`needs_by_value` says so.
+class PicklableCallable:
+    """A callable wrapper that makes ``fn`` picklable: calls ``fn``, and pickles it by value
+    with cloudpickle when :func:`needs_by_value` says plain pickle cannot store it by name.
 
     Example:
         >>> import pickle
-        >>> pickle.loads(pickle.dumps(ByValueCallable(lambda x: x + 1)))(1)
+        >>> pickle.loads(pickle.dumps(PicklableCallable(lambda x: x + 1)))(1)
         2
     """
 
@@ -62,7 +63,7 @@ class ByValueCallable:
 
     def __reduce__(self) -> tuple[Any, ...]:
         if not needs_by_value(self.fn):
-            return (ByValueCallable, (self.fn,))
+            return (PicklableCallable, (self.fn,))
         try:
             import cloudpickle
         except ImportError:
@@ -77,15 +78,15 @@ class ByValueCallable:
             raise MapFuncPickleError(f"cloudpickle could not pickle {self.fn!r}: {exc}") from exc
 
 
-def _loads(payload: bytes) -> ByValueCallable:
-    return ByValueCallable(pickle.loads(payload))  # our own bytes, inside the outer pickle
+def _loads(payload: bytes) -> PicklableCallable:
+    return PicklableCallable(pickle.loads(payload))  # our own bytes, inside the outer pickle
 
 
 def wrap_for_pickling(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` wrapped in a :class:`ByValueCallable` when it needs by-value pickling, else ``fn``."""
-    return ByValueCallable(fn) if needs_by_value(fn) else fn
+    """``fn`` wrapped in a :class:`PicklableCallable` when it needs by-value pickling, else ``fn``."""
+    return PicklableCallable(fn) if needs_by_value(fn) else fn
 
 
 def unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The callable inside a :class:`ByValueCallable` (or ``fn`` itself)."""
-    return fn.fn if isinstance(fn, ByValueCallable) else fn
+    """The callable inside a :class:`PicklableCallable` (or ``fn`` itself)."""
+    return fn.fn if isinstance(fn, PicklableCallable) else fn

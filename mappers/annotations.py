@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -42,8 +41,6 @@ __all__ = [
     "transform_instance_annotations",
     "transform_keypoint_annotations",
 ]
-
-logger = logging.getLogger(__name__)
 
 
 def _as_transform(transforms: Transform | Sequence[Transform]) -> TransformList:

@@ -49,7 +49,6 @@ from .pipeline_steps import (
 )
 from .record_io import (
     check_image_size,
-    copy_record,
     image_to_tensor,
     read_record_image,
     read_segmentation,
@@ -60,13 +59,17 @@ __all__ = [
     "DatasetMapper",
     "annotations_to_training_instances",
     "check_image_size",
-    "copy_record",
     "image_to_tensor",
     "read_record_image",
     "read_segmentation",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+def _instance_option(name: str, doc: str) -> property:
+    """A read-only DatasetMapper attribute that shows one of its instance options."""
+    return property(lambda mapper: getattr(mapper._instances.options, name), doc=doc)
 
 
 class DatasetMapper:
@@ -188,30 +191,15 @@ class DatasetMapper:
         """The augmentations applied, in order."""
         return self._augment.augmentations
 
-    @property
-    def use_instance_mask(self) -> bool:
-        """Whether ``gt_masks`` is built."""
-        return self._instances.options.use_instance_mask
-
-    @property
-    def use_keypoint(self) -> bool:
-        """Whether ``gt_keypoints`` is built."""
-        return self._instances.options.use_keypoint
-
-    @property
-    def instance_mask_format(self) -> str:
-        """ "polygon" or "bitmask"."""
-        return self._instances.options.instance_mask_format
-
-    @property
-    def keypoint_hflip_indices(self) -> Any:
-        """The keypoint permutation applied after a horizontal flip (or None)."""
-        return self._instances.options.keypoint_hflip_indices
-
-    @property
-    def recompute_boxes(self) -> bool:
-        """Whether boxes are recomputed from the transformed masks."""
-        return self._instances.options.recompute_boxes
+    use_instance_mask = _instance_option("use_instance_mask", "Whether ``gt_masks`` is built.")
+    use_keypoint = _instance_option("use_keypoint", "Whether ``gt_keypoints`` is built.")
+    instance_mask_format = _instance_option("instance_mask_format", '"polygon" or "bitmask".')
+    keypoint_hflip_indices = _instance_option(
+        "keypoint_hflip_indices", "The keypoint permutation applied after a horizontal flip."
+    )
+    recompute_boxes = _instance_option(
+        "recompute_boxes", "Whether boxes are recomputed from the transformed masks."
+    )
 
     @property
     def num_skipped(self) -> int:

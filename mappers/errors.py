@@ -6,7 +6,6 @@ image path, the sizes involved.
 
 from __future__ import annotations
 
-import logging
 import pickle
 
 from catalog.errors import CatmapError
@@ -20,9 +19,9 @@ __all__ = [
     "UnsupportedImageFormatError",
     "MapFuncPickleError",
     "PipelineStepError",
+    "StructureIndexError",
+    "StructureShapeError",
 ]
-
-logger = logging.getLogger(__name__)
 
 
 class RefetchExhaustedError(CatmapError, RuntimeError):
@@ -97,3 +96,12 @@ class MapFuncPickleError(CatmapError, pickle.PicklingError):
 
 class PipelineStepError(CatmapError, TypeError):
     """A Compose pipeline entry is neither a callable nor a ``{"type": ...}`` dict."""
+
+
+class StructureShapeError(CatmapError, ValueError):
+    """A structure (boxes, masks, keypoints, images) got data of the wrong shape, dtype or
+    type; the message names the structure and the shape it needs."""
+
+
+class StructureIndexError(CatmapError, IndexError):
+    """A structure was indexed with something it cannot be indexed by, or out of range."""

@@ -34,16 +34,7 @@ from catalog.errors import RecordFormatError
 from catalog.validation import is_int
 
 from .image_header import get_max_image_pixels
-from .transforms.transform import (
-    CropTransform,
-    HFlipTransform,
-    NoOpTransform,
-    PadTransform,
-    ResizeTransform,
-    Transform,
-    TransformList,
-    VFlipTransform,
-)
+from .transforms import transform as tf
 
 __all__ = [
     "COORDINATE_BOUND_FACTOR",
@@ -155,14 +146,18 @@ def decode_rle_counts(counts: bytes, where: str) -> np.ndarray:
     if raw.size == 0:
         return raw
     if raw.min() < 0 or raw.max() > 63:
-        raise RecordFormatError(f"{where}: key 'segmentation' RLE counts has a character outside the COCO alphabet")
+        raise RecordFormatError(
+            f"{where}: key 'segmentation' RLE counts has a character outside the COCO alphabet"
+        )
     ends = np.flatnonzero((raw & 0x20) == 0)
     if ends.size == 0 or ends[-1] != raw.size - 1:
         raise RecordFormatError(f"{where}: key 'segmentation' RLE counts ends inside a run")
     starts = np.concatenate(([0], ends[:-1] + 1))
     lengths = ends - starts + 1
     if lengths.max() > _MAX_CHARS_PER_COUNT:
-        raise RecordFormatError(f"{where}: key 'segmentation' RLE counts has a run too long to be valid")
+        raise RecordFormatError(
+            f"{where}: key 'segmentation' RLE counts has a run too long to be valid"
+        )
     position = np.arange(raw.size) - np.repeat(starts, lengths)
     values = np.zeros(ends.size, dtype=np.int64)
     groups = np.repeat(np.arange(ends.size), lengths)
@@ -230,9 +225,7 @@ def check_rle(
         counts = bytes(counts)
         runs = decode_rle_counts(counts, where).tolist()
     elif isinstance(counts, (list, tuple)):
-        if len(counts) > total + 1 or not all(
-            is_int(c) for c in counts
-        ):
+        if len(counts) > total + 1 or not all(is_int(c) for c in counts):
             raise RecordFormatError(
                 f"{where}: key 'segmentation' RLE counts must be a list of at most h*w+1 ints"
             )
@@ -253,32 +246,32 @@ def check_rle(
     return height, width, counts
 
 
-def input_size_of(transforms: Transform, output_size: tuple[int, int]) -> tuple[int, int] | None:
+def input_size_of(transforms: tf.Transform, output_size: tuple[int, int]) -> tuple[int, int] | None:
     """The image size before ``transforms``, traced back from ``output_size``; None if unknown.
 
     Known: no-ops, flips, resizes, pads, and crops that record ``orig_h``/``orig_w``.
 
     Example:
-        >>> input_size_of(TransformList([ResizeTransform(100, 200, 50, 100)]), (50, 100))
+        >>> input_size_of(tf.TransformList([tf.ResizeTransform(100, 200, 50, 100)]), (50, 100))
         (100, 200)
     """
-    flat: list[Transform] = []
+    flat: list[tf.Transform] = []
     stack = [transforms]
     while stack:
         t = stack.pop()
-        if isinstance(t, TransformList):
+        if isinstance(t, tf.TransformList):
             stack.extend(reversed(t.transforms))
         else:
             flat.append(t)
     height, width = int(output_size[0]), int(output_size[1])
     for t in reversed(flat):
-        if isinstance(t, (NoOpTransform, HFlipTransform, VFlipTransform)):
+        if isinstance(t, (tf.NoOpTransform, tf.HFlipTransform, tf.VFlipTransform)):
             continue
-        if isinstance(t, ResizeTransform):
+        if isinstance(t, tf.ResizeTransform):
             height, width = int(t.h), int(t.w)
-        elif isinstance(t, PadTransform):
+        elif isinstance(t, tf.PadTransform):
             height, width = height - t.y0 - t.y1, width - t.x0 - t.x1
-        elif isinstance(t, CropTransform) and t.orig_h is not None and t.orig_w is not None:
+        elif isinstance(t, tf.CropTransform) and t.orig_h is not None and t.orig_w is not None:
             height, width = int(t.orig_h), int(t.orig_w)
         else:
             return None

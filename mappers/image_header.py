@@ -236,16 +236,11 @@ def _walk_header(data: bytes) -> tuple[int, int, int, int, bytes | None, bytes |
             continue
         if marker not in _HEADER_MARKERS:
             raise _Corrupt(f"unsupported marker 0x{marker:02x} at byte {pos}")
-        if pos + 4 > n:
-            raise _Corrupt("truncated before the first scan")
-        (length,) = struct.unpack_from(">H", data, pos + 2)
-        end = pos + 2 + length
-        if length < 2 or end > n:
-            raise _Corrupt(f"segment 0x{marker:02x} at byte {pos} has a bad length {length}")
+        end = _segment_end(data, pos, "before the first scan", f"segment 0x{marker:02x}")
         if 0xC0 <= marker <= 0xCF and marker not in _NOT_SOF:
             if frame is not None:
                 raise _Corrupt(f"second frame header (0x{marker:02x}) at byte {pos}")
-            if length < 8:
+            if end - pos < 10:  # a length field below 8
                 raise _Corrupt(f"frame header at byte {pos} is too short")
             height, width = struct.unpack_from(">HH", data, pos + 5)
             bits, components = data[pos + 4], data[pos + 9]
@@ -269,6 +264,22 @@ def _walk_header(data: bytes) -> tuple[int, int, int, int, bytes | None, bytes |
         pos = end
 
 
+def _segment_end(data: bytes, pos: int, truncated: str, segment: str) -> int:
+    """The end of the length-prefixed segment whose marker is at ``pos``.
+
+    Raises:
+        _Corrupt: "truncated <truncated>" when the length field is cut off, or "<segment>
+            at byte <pos> has a bad length" when the length is < 2 or runs past the data.
+    """
+    if pos + 4 > len(data):
+        raise _Corrupt(f"truncated {truncated}")
+    (length,) = struct.unpack_from(">H", data, pos + 2)
+    end = pos + 2 + length
+    if length < 2 or end > len(data):
+        raise _Corrupt(f"{segment} at byte {pos} has a bad length {length}")
+    return end
+
+
 def _check_dqt(tables: bytes, pos: int) -> None:
     """Every quantization table in a DQT segment is complete (Pillow refuses short ones)."""
     offset = 0
@@ -281,14 +292,8 @@ def _check_dqt(tables: bytes, pos: int) -> None:
 
 def _check_scans(data: bytes, pos: int) -> None:
     """From the first SOS: every marker between scans is a legal one and EOI is reached."""
-    n = len(data)
     while True:  # ``pos`` is at an SOS marker
-        if pos + 4 > n:
-            raise _Corrupt("truncated scan header")
-        (length,) = struct.unpack_from(">H", data, pos + 2)
-        if length < 2 or pos + 2 + length > n:
-            raise _Corrupt(f"scan header at byte {pos} has a bad length {length}")
-        match = _SCAN_MARKER.search(data, pos + 2 + length)
+        match = _SCAN_MARKER.search(data, _segment_end(data, pos, "scan header", "scan header"))
         while True:
             if match is None:
                 raise _Corrupt("truncated: no end-of-image marker after the scan data")
@@ -300,12 +305,8 @@ def _check_scans(data: bytes, pos: int) -> None:
                 break
             if marker not in _BETWEEN_SCANS:
                 raise _Corrupt(f"unexpected marker 0x{marker:02x} in the scan data at byte {pos}")
-            if pos + 4 > n:
-                raise _Corrupt("truncated between scans")
-            (length,) = struct.unpack_from(">H", data, pos + 2)
-            if length < 2 or pos + 2 + length > n:
-                raise _Corrupt(f"segment 0x{marker:02x} at byte {pos} has a bad length {length}")
-            match = _SCAN_MARKER.search(data, pos + 2 + length)
+            end = _segment_end(data, pos, "between scans", f"segment 0x{marker:02x}")
+            match = _SCAN_MARKER.search(data, end)
 
 
 def parse_jpeg(data: bytes, source: str = "<bytes>", *, check_scans: bool = True) -> JpegHeader:
@@ -349,20 +350,6 @@ def jpeg_exif_orientation(data: bytes | memoryview) -> int:
     except _Corrupt:
         return 1
     return exif_orientation(exif, xmp)
-
-
-def jpeg_size(data: bytes) -> tuple[int, int] | None:
-    """(height, width) from a JPEG's frame header, or None when the header is broken.
-
-    Example:
-        >>> jpeg_size(b"not a jpeg") is None
-        True
-    """
-    try:
-        _, height, width, _, _, _ = _walk_header(data)
-    except _Corrupt:
-        return None
-    return height, width
 
 
 # --------------------------------------------------------------------------- PNG

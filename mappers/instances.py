@@ -17,59 +17,26 @@ Example:
 from __future__ import annotations
 
 import itertools
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from .structure_common import as_index
+
 __all__ = ["Instances"]
 
-logger = logging.getLogger(__name__)
 
-
-def _normalize_index(item: Any, length: int) -> Any:
-    """Turn an index into a slice, an int64 index tensor or a bool mask tensor."""
+def _normalize_index(item: Any, length: int) -> slice | torch.Tensor:
+    """Turn an index into a slice (an int keeps a length-1 slice), an int64 index tensor or a
+    bool mask tensor (see :func:`~mappers.structure_common.as_index`)."""
     if isinstance(item, (bool, np.bool_)):
         raise TypeError("Instances cannot be indexed by a single bool; use a bool mask")
-    if isinstance(item, (int, np.integer)) or (
-        isinstance(item, torch.Tensor)
-        and item.dim() == 0
-        and not item.dtype.is_floating_point
-        and item.dtype != torch.bool
-    ):
-        index = int(item)
-        if index >= length or index < -length:
-            raise IndexError(f"Instances index {index} out of range for {length} instances")
-        index %= length
+    index = as_index(item, length, "Instances")
+    if isinstance(index, int):
         return slice(index, index + 1)
-    if isinstance(item, slice):
-        return item
-    if isinstance(item, torch.Tensor):
-        tensor = item
-    else:
-        arr = np.asarray(item)
-        if arr.dtype == object:
-            raise TypeError(f"Instances cannot be indexed by {type(item).__name__}")
-        if arr.size == 0:
-            arr = arr.astype(np.int64)
-        tensor = torch.from_numpy(np.ascontiguousarray(arr))
-    if tensor.dtype == torch.bool:
-        if tensor.dim() != 1 or tensor.numel() != length:
-            raise IndexError(
-                f"Instances bool mask must have shape ({length},), got {tuple(tensor.shape)}"
-            )
-        return tensor
-    if tensor.dtype.is_floating_point or tensor.dim() != 1:
-        raise IndexError(
-            f"Instances index must be an int, slice, 1-D bool mask or 1-D integer index; got "
-            f"{tensor.dtype} of shape {tuple(tensor.shape)}"
-        )
-    tensor = tensor.to(torch.int64)
-    if tensor.numel() and (int(tensor.max()) >= length or int(tensor.min()) < -length):
-        raise IndexError(f"Instances index out of range for {length} instances")
-    return tensor
+    return index
 
 
 def _index_value(value: Any, index: Any) -> Any:

@@ -25,7 +25,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import torch
@@ -38,8 +38,8 @@ from .errors import ImageReadError, PipelineStepError
 from .proposals import proposals_to_instances
 from .record_io import image_to_tensor, read_segmentation, read_sized_image, record_name
 from .record_size import record_image_size
-from .skip_policy import SkipLog
-from .training_instances import InstanceOptions
+from .skip_policy import SkipLog, SkippingStep
+from .training_instances import InstanceOptions, InstanceOptionValues
 from .transforms.owned_image import OwnedImageAugInput, apply_planned_image, reduced_decode_size
 
 __all__ = [
@@ -59,7 +59,7 @@ _FORMATS = ("RGB", "BGR", "L")
 
 
 @TRANSFORMS.register()
-class LoadImage:
+class LoadImage(SkippingStep):
     """Read ``results[key]`` into ``results["image"]`` (HWC uint8 numpy) and check its size.
 
     Also reads ``sem_seg_file_name`` into ``results["sem_seg"]`` when present. Fills
@@ -97,11 +97,6 @@ class LoadImage:
         self.decoder = decoder
         self.reduced_decode = bool(reduced_decode)
         self.skips = SkipLog("LoadImage")
-
-    @property
-    def num_skipped(self) -> int:
-        """Images skipped so far in this process."""
-        return self.skips.num_skipped
 
     def __call__(self, results: dict[str, Any]) -> dict[str, Any] | None:
         results = dict(results)
@@ -259,60 +254,55 @@ class PlannedLoad:
         return f"PlannedLoad({self.load!r}, {self.augment!r})"
 
 
+def _loaded_image_size(results: dict[str, Any], step: str) -> tuple[int, int]:
+    """(height, width) of ``results["image"]`` (HxWxC array or CxHxW tensor).
+
+    Raises:
+        RecordFormatError: there is no image yet (``step`` must come after LoadImage).
+    """
+    image = results.get("image")
+    if image is None:
+        raise RecordFormatError(
+            f"{step}: record ({record_name(results)}) has no 'image'; it must come after LoadImage"
+        )
+    height, width = image.shape[-2:] if isinstance(image, torch.Tensor) else np.shape(image)[:2]
+    return int(height), int(width)
+
+
 @TRANSFORMS.register()
-class AnnotationsToInstances:
+class AnnotationsToInstances(SkippingStep):
     """Transform ``results["annotations"]`` with ``results["transforms"]`` into ``instances``.
 
     Crowd annotations are dropped, empty instances filtered (``filter_empty``). Without a
     ``transforms`` key the annotations are used as they are; a record without an
     ``annotations`` key passes without ``instances`` (as detectron2's DatasetMapper does;
-    an empty list gives empty instances). Other arguments as in DatasetMapper.
+    an empty list gives empty instances).
 
     Args:
+        filter_empty: drop empty instances.
         skip_bad_annotations: a malformed annotation (RecordFormatError) makes the step
             return None (MapDataset uses another record), counted in ``num_skipped`` with
             one warning per file; otherwise the error propagates.
+        **options: the keyword options of :class:`~mappers.training_instances.InstanceOptions`
+            (``use_instance_mask``, ``use_keypoint``, ``instance_mask_format``,
+            ``keypoint_hflip_indices``, ``recompute_boxes``).
     """
 
     def __init__(
         self,
-        use_instance_mask: bool = False,
-        use_keypoint: bool = False,
-        instance_mask_format: str = "polygon",
-        keypoint_hflip_indices: Sequence[int] | None = None,
-        recompute_boxes: bool = False,
+        *,
         filter_empty: bool = True,
         skip_bad_annotations: bool = False,
+        **options: Unpack[InstanceOptionValues],
     ) -> None:
-        self.options = InstanceOptions(
-            "AnnotationsToInstances",
-            use_instance_mask=use_instance_mask,
-            use_keypoint=use_keypoint,
-            instance_mask_format=instance_mask_format,
-            keypoint_hflip_indices=keypoint_hflip_indices,
-            recompute_boxes=recompute_boxes,
-        )
+        self.options = InstanceOptions("AnnotationsToInstances", **options)
         self.filter_empty = bool(filter_empty)
         self.skip_bad_annotations = bool(skip_bad_annotations)
         self.skips = SkipLog("AnnotationsToInstances")
 
-    @property
-    def num_skipped(self) -> int:
-        """Records skipped for a malformed annotation so far in this process."""
-        return self.skips.num_skipped
-
     def __call__(self, results: dict[str, Any]) -> dict[str, Any] | None:
         results = dict(results)
-        image = results.get("image")
-        if image is None:
-            raise RecordFormatError(
-                f"AnnotationsToInstances: record ({record_name(results)}) has no 'image'; "
-                "it must come after LoadImage"
-            )
-        if isinstance(image, torch.Tensor):
-            image_size = tuple(image.shape[-2:])
-        else:
-            image_size = tuple(np.shape(image)[:2])
+        image_size = _loaded_image_size(results, "AnnotationsToInstances")
         if "annotations" not in results:
             return results
         transforms = _transforms_of(results)
@@ -321,7 +311,7 @@ class AnnotationsToInstances:
             results["instances"] = self.options.instances(
                 annotations,
                 transforms,
-                image_size,  # type: ignore[arg-type]
+                image_size,
                 file_name=results.get("file_name"),
                 filter_empty=self.filter_empty,
             )
@@ -365,13 +355,7 @@ class LoadProposals:
         if "proposal_boxes" not in results:
             return results
         results = dict(results)
-        image = results.get("image")
-        if image is None:
-            raise RecordFormatError(
-                f"LoadProposals: record ({record_name(results)}) has no 'image'; it must "
-                "come after LoadImage"
-            )
-        size = tuple(image.shape[-2:]) if isinstance(image, torch.Tensor) else image.shape[:2]
+        size = _loaded_image_size(results, "LoadProposals")
         results["proposals"] = proposals_to_instances(
             results,
             _transforms_of(results),

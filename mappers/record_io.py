@@ -12,9 +12,7 @@ Example:
 
 from __future__ import annotations
 
-import copy
 import os
-import pickle
 from typing import Any
 
 import numpy as np
@@ -29,28 +27,12 @@ from .record_size import record_image_size
 __all__ = [
     "check_image_size",
     "copy_for_mapping",
-    "copy_record",
     "image_to_tensor",
     "read_record_image",
     "read_segmentation",
     "read_sized_image",
     "record_name",
 ]
-
-
-def copy_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of a record (a pickle round trip, several times faster than deepcopy).
-
-    Example:
-        >>> r = {"annotations": [{"bbox": [0, 0, 1, 1]}]}
-        >>> c = copy_record(r); c["annotations"][0]["bbox"][0] = 5
-        >>> r["annotations"][0]["bbox"][0]
-        0
-    """
-    try:
-        return pickle.loads(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
-    except Exception:  # something in the record does not pickle: fall back to deepcopy
-        return copy.deepcopy(record)
 
 
 def copy_for_mapping(record: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["SkipLog"]
+__all__ = ["SkipLog", "SkippingStep"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,3 +66,21 @@ class SkipLog:
             exc,
             self.num_skipped,
         )
+
+
+class SkippingStep:
+    """Base of a mapping step that may skip records: it keeps a :class:`SkipLog` in
+    ``skips`` (set by the subclass) and shows its count as ``num_skipped``.
+
+    Example:
+        >>> from mappers.pipeline_steps import LoadImage
+        >>> LoadImage(skip_bad_images=True).num_skipped
+        0
+    """
+
+    skips: SkipLog
+
+    @property
+    def num_skipped(self) -> int:
+        """Records this step skipped so far in this process."""
+        return self.skips.num_skipped

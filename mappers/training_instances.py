@@ -1,6 +1,7 @@
 """A record's annotations, transformed with its image, as training :class:`Instances`.
 
-One function, :func:`annotations_to_training_instances`, used by the Compose step
+One path, :meth:`InstanceOptions.instances` (also as
+:func:`annotations_to_training_instances`), used by the Compose step
 ``AnnotationsToInstances`` and so by :class:`~mappers.dataset_mapper.DatasetMapper`:
 
 * boxes only (no masks, no keypoints): the boxes of all non-crowd annotations are gathered
@@ -24,7 +25,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 import torch
@@ -37,7 +38,7 @@ from .instances import Instances
 from .instances_from_annotations import annotations_to_instances, filter_empty_instances
 from .structures import Boxes
 
-__all__ = ["InstanceOptions", "annotations_to_training_instances"]
+__all__ = ["InstanceOptionValues", "InstanceOptions", "annotations_to_training_instances"]
 
 _MASK_FORMATS = ("polygon", "bitmask")
 _XYXY = BoxMode.XYXY_ABS
@@ -119,74 +120,64 @@ def _box_only_instances(
     return instances
 
 
+class InstanceOptionValues(TypedDict, total=False):
+    """The options that turn annotations into training Instances, as keyword arguments (the
+    defaults and checks are :class:`InstanceOptions`')."""
+
+    use_instance_mask: bool
+    use_keypoint: bool
+    instance_mask_format: str
+    keypoint_hflip_indices: Sequence[int] | None
+    recompute_boxes: bool
+
+
 def annotations_to_training_instances(
     annotations: Sequence[dict[str, Any]],
     transforms: T.Transform,
     image_size: tuple[int, int],
     *,
-    use_instance_mask: bool = False,
-    use_keypoint: bool = False,
-    instance_mask_format: str = "polygon",
-    keypoint_hflip_indices: Sequence[int] | None = None,
-    recompute_boxes: bool = False,
     filter_empty: bool = True,
     file_name: str | None = None,
+    **options: Unpack[InstanceOptionValues],
 ) -> Instances:
     """Transform the non-crowd annotations of one image and build its training Instances.
 
-    Segmentation is dropped unless ``use_instance_mask``, keypoints unless ``use_keypoint``.
-    ``recompute_boxes`` replaces the boxes by the tight boxes of the transformed masks (useful
-    after a crop). Empty instances are filtered out unless ``filter_empty=False``. The
-    annotation dicts may be modified (pass copies). ``file_name`` is named in error messages.
+    Args:
+        annotations: the record's annotation dicts (they may be modified: pass copies).
+        transforms: the transforms applied to the image.
+        image_size: (height, width) of the transformed image.
+        filter_empty: drop empty instances.
+        file_name: named in error messages.
+        **options: the options of :class:`InstanceOptions`: segmentation is dropped unless
+            ``use_instance_mask``, keypoints unless ``use_keypoint``; ``recompute_boxes``
+            replaces the boxes by the tight boxes of the transformed masks (useful after a
+            crop).
 
     Raises:
         RecordFormatError: a missing or malformed annotation key (named, with the file and
             the annotation's position).
         KeypointFlipError: keypoints flipped without (valid) flip indices.
+        ValueError: invalid options (see :class:`InstanceOptions`).
     """
-    if not use_instance_mask and not use_keypoint:
-        fast = _box_only_instances(annotations, transforms, image_size, filter_empty)
-        if fast is not None:
-            return fast
-    kept = []
-    for anno in annotations:
-        if anno.get("iscrowd", 0) != 0:
-            continue
-        if not use_instance_mask:
-            anno.pop("segmentation", None)
-        if not use_keypoint:
-            anno.pop("keypoints", None)
-        kept.append(anno)
-    source = f"file {file_name!r}" if file_name is not None else "image"
-    transform_annotations(
-        kept,
-        transforms,
-        image_size,
-        keypoint_hflip_indices=keypoint_hflip_indices,
-        context=source,
+    return InstanceOptions("annotations_to_training_instances", **options).instances(
+        annotations, transforms, image_size, file_name=file_name, filter_empty=filter_empty
     )
-    instances = annotations_to_instances(
-        kept, image_size, mask_format=instance_mask_format, context=source
-    )
-    if recompute_boxes and instances.has("gt_masks"):  # PolygonMasks or BitMasks
-        instances.gt_boxes = instances.gt_masks.get_bounding_boxes()
-    if filter_empty:
-        instances = filter_empty_instances(instances)
-    if not isinstance(instances.gt_boxes, Boxes):
-        instances.gt_boxes = Boxes(instances.gt_boxes)
-    return instances
 
 
 class InstanceOptions:
     """The validated options that turn a record's annotations into training Instances.
 
-    Shared by the Compose step ``AnnotationsToInstances`` and :class:`DatasetMapper` (which
-    builds that step), so the options are checked in one place.
+    The one place these options are defined and checked: :class:`DatasetMapper`, the Compose
+    step ``AnnotationsToInstances`` and :func:`annotations_to_training_instances` take them
+    as keyword arguments and build one of these.
 
     Args:
         owner: the class named in error messages.
-        use_instance_mask, use_keypoint, instance_mask_format, keypoint_hflip_indices,
-        recompute_boxes: see :func:`annotations_to_training_instances`.
+        use_instance_mask: build ``gt_masks`` from the annotations' ``segmentation``.
+        use_keypoint: build ``gt_keypoints`` from the annotations' ``keypoints``.
+        instance_mask_format: "polygon" (PolygonMasks) or "bitmask" (BitMasks).
+        keypoint_hflip_indices: the keypoint permutation applied after a horizontal flip.
+        recompute_boxes: replace the boxes by the tight boxes of the transformed masks.
 
     Raises:
         ValueError: an unknown mask format, or ``recompute_boxes`` without masks.
@@ -231,16 +222,36 @@ class InstanceOptions:
         file_name: str | None,
         filter_empty: bool = True,
     ) -> Instances:
-        """:func:`annotations_to_training_instances` with these options."""
-        return annotations_to_training_instances(
-            annotations,
+        """The training Instances of ``annotations`` with these options; see
+        :func:`annotations_to_training_instances`."""
+        if not self.use_instance_mask and not self.use_keypoint:
+            fast = _box_only_instances(annotations, transforms, image_size, filter_empty)
+            if fast is not None:
+                return fast
+        kept = []
+        for anno in annotations:
+            if anno.get("iscrowd", 0) != 0:
+                continue
+            if not self.use_instance_mask:
+                anno.pop("segmentation", None)
+            if not self.use_keypoint:
+                anno.pop("keypoints", None)
+            kept.append(anno)
+        source = f"file {file_name!r}" if file_name is not None else "image"
+        transform_annotations(
+            kept,
             transforms,
             image_size,
-            use_instance_mask=self.use_instance_mask,
-            use_keypoint=self.use_keypoint,
-            instance_mask_format=self.instance_mask_format,
             keypoint_hflip_indices=self.keypoint_hflip_indices,
-            recompute_boxes=self.recompute_boxes,
-            filter_empty=filter_empty,
-            file_name=file_name,
+            context=source,
         )
+        instances = annotations_to_instances(
+            kept, image_size, mask_format=self.instance_mask_format, context=source
+        )
+        if self.recompute_boxes and instances.has("gt_masks"):  # PolygonMasks or BitMasks
+            instances.gt_boxes = instances.gt_masks.get_bounding_boxes()
+        if filter_empty:
+            instances = filter_empty_instances(instances)
+        if not isinstance(instances.gt_boxes, Boxes):
+            instances.gt_boxes = Boxes(instances.gt_boxes)
+        return instances

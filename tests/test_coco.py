@@ -649,3 +649,13 @@ def test_every_parser_returns_identical_records_counts_and_categories(tmp_path):
         assert other[2].as_tuple() == first[2].as_tuple()
     with pytest.raises(ValueError, match="parser"):
         load_coco_records(path, "", parser="yaml")
+
+
+def test_register_coco_instances_metadata_may_set_evaluator_type(tmp_path):
+    from catalog import DatasetCatalog, MetadataCatalog, register_coco_instances
+
+    path = tmp_path / "c.json"
+    path.write_text('{"images": [], "annotations": [], "categories": []}')
+    register_coco_instances("eval_type", {"evaluator_type": "lvis"}, str(path), str(tmp_path))
+    assert MetadataCatalog.get("eval_type").evaluator_type == "lvis"
+    assert "eval_type" in DatasetCatalog

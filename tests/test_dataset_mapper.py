@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import pickle
 
@@ -14,7 +15,7 @@ from torch.utils import data
 from catalog.box_mode import BoxMode
 from catalog.errors import RecordFormatError
 from mappers import transforms as T
-from mappers.dataset_mapper import DatasetMapper, check_image_size, copy_record, image_to_tensor
+from mappers.dataset_mapper import DatasetMapper, check_image_size, image_to_tensor
 from mappers.datasets import DatasetFromList, MapDataset
 from mappers.errors import ImageNotFoundError, ImageReadError, ImageSizeMismatchError
 
@@ -62,7 +63,7 @@ def _flip_double():
 
 
 def test_training_output(record):
-    original = copy_record(record)
+    original = copy.deepcopy(record)
     mapper = DatasetMapper(True, augmentations=_flip_double())
     out = mapper(record)
     assert record == original  # the caller's record is untouched
@@ -343,7 +344,7 @@ def test_malformed_box_gets_the_precise_error():
 
 
 def test_caller_record_untouched_with_masks_and_keypoints(record):
-    original = copy_record(record)
+    original = copy.deepcopy(record)
     DatasetMapper(
         True,
         augmentations=_flip_double(),

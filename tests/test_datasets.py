@@ -10,7 +10,7 @@ import torch
 from torch.utils import data
 
 from catalog.serialized_list import SerializedList
-from mappers._function_pickle import ByValueCallable, needs_by_value
+from mappers._function_pickle import PicklableCallable, needs_by_value
 from mappers.datasets import DatasetFromList, MapDataset, MapIterableDataset, ToIterableDataset
 from mappers.errors import MapFuncPickleError, RefetchExhaustedError
 
@@ -294,9 +294,9 @@ def test_lambda_without_cloudpickle_is_a_clear_error(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_cloudpickle)
     with pytest.raises(MapFuncPickleError, match="cloudpickle"):
-        pickle.dumps(ByValueCallable(lambda x: x))
+        pickle.dumps(PicklableCallable(lambda x: x))
     # a module-level function still pickles by reference
-    assert pickle.loads(pickle.dumps(ByValueCallable(_image_id)))({"image_id": 4}) == 4
+    assert pickle.loads(pickle.dumps(PicklableCallable(_image_id)))({"image_id": 4}) == 4
 
 
 class Stream(data.IterableDataset):

@@ -29,7 +29,7 @@ from catalog.disk_cache import (
     remap_file,
     write_serialized,
 )
-from catalog.entry_loading import load_entry
+from catalog.entry_loading import load_records_and_metadata
 
 
 def _records(n: int, tag: str = "a") -> list[dict]:
@@ -374,7 +374,7 @@ class _Entry:
         self.options = options or {}
 
 
-def test_load_entry_restores_the_metadata_the_loader_set(cache_env, source):
+def test_load_records_and_metadata_restores_the_metadata_the_loader_set(cache_env, source):
     from catalog import MetadataCatalog
 
     name = "disk_cache_test_meta"
@@ -390,21 +390,21 @@ def test_load_entry_restores_the_metadata_the_loader_set(cache_env, source):
 
     entry = _Entry(name, loader, [source], {"loader": "test", "opt": 1})
     try:
-        records, extra = load_entry(entry, run)
-        assert extra["metadata"] == {"thing_classes": ["a", "b"], "id_map": {3: 0, 9: 1}}
+        records, metadata = load_records_and_metadata(entry, run)
+        assert metadata == {"thing_classes": ["a", "b"], "id_map": {3: 0, 9: 1}}
         MetadataCatalog.remove(name)
-        records2, _ = load_entry(entry, run)
+        records2, _ = load_records_and_metadata(entry, run)
         assert len(calls) == 1
         assert records2.to_list() == records.to_list() == _records(5)
         assert MetadataCatalog.get(name).id_map == {3: 0, 9: 1}
         # cache=False on the registration: the loader runs again
         entry.options["cache"] = False
         MetadataCatalog.remove(name)
-        load_entry(entry, run)
+        load_records_and_metadata(entry, run)
         assert len(calls) == 2
         # plain functions (no cache key) are never cached
         plain = _Entry(name + "_plain", lambda: [{"x": 1}], [source], None)
-        load_entry(plain, run)
+        load_records_and_metadata(plain, run)
         assert {e.name for e in DiskCache().entries()} == {name}
     finally:
         for n in (name, name + "_plain"):

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mappers._function_pickle import ByValueCallable, needs_by_value, unwrap, wrap_for_pickling
+from mappers._function_pickle import PicklableCallable, needs_by_value, unwrap, wrap_for_pickling
 from mappers.errors import MapFuncPickleError
 
 
@@ -40,16 +40,16 @@ def test_wrap_only_what_needs_it_and_round_trip():
     assert wrap_for_pickling(module_level) is module_level
     offset = 5
     wrapped = wrap_for_pickling(lambda r: r["image_id"] + offset)
-    assert isinstance(wrapped, ByValueCallable) and unwrap(wrapped) is wrapped.fn
+    assert isinstance(wrapped, PicklableCallable) and unwrap(wrapped) is wrapped.fn
     restored = pickle.loads(pickle.dumps(wrapped))
-    assert isinstance(restored, ByValueCallable) and restored({"image_id": 1}) == 6
+    assert isinstance(restored, PicklableCallable) and restored({"image_id": 1}) == 6
     # by reference: the payload names the function, no cloudpickle involved
-    payload = pickle.dumps(ByValueCallable(module_level))
+    payload = pickle.dumps(PicklableCallable(module_level))
     assert b"cloudpickle" not in payload and pickle.loads(payload)({"image_id": 2}) == 2
 
 
 def test_by_value_payload_loads_in_a_fresh_interpreter():
-    payload = pickle.dumps(ByValueCallable(lambda r: r * 3))
+    payload = pickle.dumps(PicklableCallable(lambda r: r * 3))
     code = "import pickle, sys; print(pickle.loads(sys.stdin.buffer.read())(7))"
     out = subprocess.run(
         [sys.executable, "-c", code], input=payload, capture_output=True, check=True, timeout=120
@@ -67,9 +67,9 @@ def test_missing_cloudpickle_names_the_extra(monkeypatch):
 
     monkeypatch.setattr(builtins, "__import__", no_cloudpickle)
     with pytest.raises(MapFuncPickleError, match=r'pip install "catmap\[spawn\]"') as info:
-        pickle.dumps(ByValueCallable(lambda x: x))
+        pickle.dumps(PicklableCallable(lambda x: x))
     assert isinstance(info.value, pickle.PicklingError)
-    assert pickle.loads(pickle.dumps(ByValueCallable(module_level)))({"image_id": 4}) == 4
+    assert pickle.loads(pickle.dumps(PicklableCallable(module_level)))({"image_id": 4}) == 4
 
 
 def test_unpicklable_closure_is_a_typed_error():
@@ -77,4 +77,4 @@ def test_unpicklable_closure_is_a_typed_error():
 
     lock = threading.Lock()
     with pytest.raises(MapFuncPickleError, match="cloudpickle could not pickle"):
-        pickle.dumps(ByValueCallable(lambda x: lock))
+        pickle.dumps(PicklableCallable(lambda x: lock))

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ._indexing import as_index
+from ..structure_common import as_tensor_of, check_cat_parts, select_rows
 from .boxes import Boxes
 from .errors import StructureShapeError
 from .polygon_masks import PolygonMasks, rasterize_polygons
@@ -31,15 +31,7 @@ __all__ = ["BitMasks"]
 
 
 def _as_bool_masks(tensor: Any) -> torch.Tensor:
-    if isinstance(tensor, torch.Tensor):
-        data = tensor.to(torch.bool)
-    else:
-        try:
-            data = torch.as_tensor(tensor, dtype=torch.bool, device=torch.device("cpu"))
-        except (TypeError, ValueError, RuntimeError) as exc:
-            raise StructureShapeError(
-                f"BitMasks needs an (N, H, W) array, got {type(tensor).__name__} ({exc})"
-            ) from None
+    data = as_tensor_of(tensor, torch.bool, "BitMasks", "an (N, H, W) array")
     if data.dim() != 3:
         raise StructureShapeError(f"BitMasks needs an (N, H, W) tensor, got {tuple(data.shape)}")
     return data
@@ -83,12 +75,7 @@ class BitMasks:
         Raises:
             StructureIndexError: out of range, a mask of the wrong length, or no index.
         """
-        index = as_index(item, len(self), "BitMasks")
-        if isinstance(index, int):
-            return BitMasks(self.tensor[index].unsqueeze(0))
-        if isinstance(index, torch.Tensor):
-            index = index.to(self.tensor.device)
-        return BitMasks(self.tensor[index])
+        return BitMasks(select_rows(self.tensor, item, "BitMasks"))
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         """Yield each HxW mask."""
@@ -196,11 +183,8 @@ class BitMasks:
             >>> a = BitMasks(torch.zeros(1, 2, 2)); len(BitMasks.cat([a, a]))
             2
         """
-        if not isinstance(bitmasks_list, (list, tuple)) or len(bitmasks_list) == 0:
-            raise StructureShapeError("BitMasks.cat needs a non-empty list of BitMasks")
+        check_cat_parts(bitmasks_list, BitMasks, allow_empty=False)
         for i, masks in enumerate(bitmasks_list):
-            if not isinstance(masks, BitMasks):
-                raise StructureShapeError(f"BitMasks.cat: element {i} is a {type(masks).__name__}")
             if masks.image_size != bitmasks_list[0].image_size:
                 raise StructureShapeError(
                     f"BitMasks.cat: element {i} has size {masks.image_size}, element 0 has "

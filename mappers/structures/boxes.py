@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ._indexing import as_index
+from ..structure_common import as_tensor_of, check_cat_parts, select_rows
 from .errors import StructureShapeError
 
 __all__ = ["Boxes"]
@@ -27,16 +27,7 @@ __all__ = ["Boxes"]
 
 def _as_float_boxes(tensor: Any, columns: int, owner: str) -> torch.Tensor:
     """Convert ``tensor`` to a float32 (N, columns) tensor (empty → (0, columns))."""
-    if isinstance(tensor, torch.Tensor):
-        data = tensor.to(torch.float32)
-    else:
-        try:
-            data = torch.as_tensor(tensor, dtype=torch.float32, device=torch.device("cpu"))
-        except (TypeError, ValueError, RuntimeError) as exc:
-            raise StructureShapeError(
-                f"{owner} needs an (N, {columns}) array of numbers, got {type(tensor).__name__} "
-                f"({exc})"
-            ) from None
+    data = as_tensor_of(tensor, torch.float32, owner, f"an (N, {columns}) array of numbers")
     if data.numel() == 0:
         data = data.reshape((-1, columns)).to(dtype=torch.float32)
     if data.dim() != 2 or data.size(-1) != columns:
@@ -176,18 +167,8 @@ class Boxes:
             >>> len(Boxes.cat([Boxes([[0, 0, 1, 1]]), Boxes([[1, 1, 2, 2]])]))
             2
         """
-        if not isinstance(boxes_list, (list, tuple)):
-            raise StructureShapeError(
-                f"{cls.__name__}.cat needs a list of {cls.__name__}, got "
-                f"{type(boxes_list).__name__}"
-            )
-        if len(boxes_list) == 0:
+        if len(check_cat_parts(boxes_list, cls)) == 0:
             return cls(torch.empty(0))
-        for i, box in enumerate(boxes_list):
-            if not isinstance(box, cls):
-                raise StructureShapeError(
-                    f"{cls.__name__}.cat: element {i} is a {type(box).__name__}, not {cls.__name__}"
-                )
         return cls(torch.cat([b.tensor for b in boxes_list], dim=0))
 
     def __getitem__(self, item: Any) -> Boxes:
@@ -198,12 +179,7 @@ class Boxes:
         Raises:
             StructureIndexError: out of range, a mask of the wrong length, or no index.
         """
-        index = as_index(item, len(self), "Boxes")
-        if isinstance(index, int):
-            return Boxes(self.tensor[index].view(1, -1))
-        if isinstance(index, torch.Tensor):
-            index = index.to(self.tensor.device)
-        return Boxes(self.tensor[index])
+        return Boxes(select_rows(self.tensor, item, "Boxes"))
 
     def __len__(self) -> int:
         return int(self.tensor.shape[0])

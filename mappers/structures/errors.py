@@ -1,4 +1,4 @@
-"""Typed errors of :mod:`mappers.structures`.
+"""Typed errors of :mod:`mappers.structures` (defined in :mod:`mappers.errors`).
 
 Example:
     >>> from mappers.structures import Boxes
@@ -11,15 +11,6 @@ Example:
 
 from __future__ import annotations
 
-from catalog.errors import CatmapError
+from ..errors import StructureIndexError, StructureShapeError
 
 __all__ = ["StructureIndexError", "StructureShapeError"]
-
-
-class StructureShapeError(CatmapError, ValueError):
-    """A structure (boxes, masks, keypoints, images) got data of the wrong shape, dtype or
-    type; the message names the structure and the shape it needs."""
-
-
-class StructureIndexError(CatmapError, IndexError):
-    """A structure was indexed with something it cannot be indexed by, or out of range."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ._indexing import as_index
+from ..structure_common import check_cat_parts, select_rows
 from .boxes import Boxes
 from .errors import StructureShapeError
 
@@ -124,12 +124,7 @@ class Keypoints:
         Raises:
             StructureIndexError: out of range, a mask of the wrong length, or no index.
         """
-        index = as_index(item, len(self), "Keypoints")
-        if isinstance(index, int):
-            return Keypoints(self.tensor[index].unsqueeze(0))
-        if isinstance(index, torch.Tensor):
-            index = index.to(self.tensor.device)
-        return Keypoints(self.tensor[index])
+        return Keypoints(select_rows(self.tensor, item, "Keypoints"))
 
     def __repr__(self) -> str:
         return f"Keypoints(num_instances={len(self)})"
@@ -145,11 +140,7 @@ class Keypoints:
             >>> k = Keypoints(torch.zeros(1, 2, 3)); len(Keypoints.cat([k, k]))
             2
         """
-        if not isinstance(keypoints_list, (list, tuple)) or len(keypoints_list) == 0:
-            raise StructureShapeError("Keypoints.cat needs a non-empty list of Keypoints")
-        for i, kps in enumerate(keypoints_list):
-            if not isinstance(kps, Keypoints):
-                raise StructureShapeError(f"Keypoints.cat: element {i} is a {type(kps).__name__}")
+        check_cat_parts(keypoints_list, Keypoints, allow_empty=False)
         try:
             return Keypoints(torch.cat([k.tensor for k in keypoints_list], dim=0))
         except RuntimeError as exc:

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from ..mask_rasterize import polygons_to_bitmask
-from ._indexing import as_index
+from ..polygon_geometry import clip_polygon, polygon_area
+from ..structure_common import as_index, check_cat_parts, is_flat_polygon
 from .boxes import Boxes
 from .errors import StructureShapeError
 
@@ -29,13 +30,7 @@ __all__ = ["PolygonMasks", "clip_polygon", "polygon_area", "rasterize_polygons"]
 
 
 def _as_polygon(polygon: Any, where: str) -> np.ndarray:
-    if (
-        type(polygon) is np.ndarray
-        and polygon.dtype == np.float64
-        and polygon.ndim == 1
-        and polygon.size >= 6
-        and polygon.size % 2 == 0
-    ):
+    if is_flat_polygon(polygon):
         if not np.isfinite(polygon.sum()):  # one reduction: NaN or inf anywhere shows here
             raise StructureShapeError(f"PolygonMasks: {where} has a non-finite coordinate")
         return polygon
@@ -53,51 +48,6 @@ def _as_polygon(polygon: Any, where: str) -> np.ndarray:
     if not np.isfinite(arr).all():
         raise StructureShapeError(f"PolygonMasks: {where} has a non-finite coordinate")
     return arr
-
-
-def polygon_area(polygon: np.ndarray) -> float:
-    """Area of one flat polygon by the shoelace formula (absolute value).
-
-    Example:
-        >>> polygon_area(np.array([0.0, 0, 2, 0, 2, 2, 0, 2]))
-        4.0
-    """
-    x, y = polygon[0::2], polygon[1::2]
-    return 0.5 * abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))
-
-
-def _clip_axis(points: np.ndarray, axis: int, bound: float, keep_above: bool) -> np.ndarray:
-    """One Sutherland-Hodgman pass of an Nx2 closed polygon against x or y = bound."""
-    if len(points) == 0:
-        return points
-    values = points[:, axis]
-    inside = values >= bound if keep_above else values <= bound
-    if inside.all() or not inside.any():
-        return points if inside.all() else points[:0]
-    nxt = np.roll(points, -1, axis=0)
-    crosses = inside != np.roll(inside, -1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(crosses, (bound - values) / (nxt[:, axis] - values), 0.0)
-    crossing = points + t[:, None] * (nxt - points)
-    crossing[:, axis] = bound
-    stacked = np.stack([points, crossing], axis=1).reshape(-1, 2)
-    return stacked[np.stack([inside, crosses], axis=1).reshape(-1)]
-
-
-def clip_polygon(polygon: np.ndarray, x0: float, y0: float, x1: float, y1: float) -> np.ndarray:
-    """Clip a flat polygon to the rectangle [x0, x1] x [y0, y1]; may return an empty array.
-
-    The part of the polygon inside the rectangle is unchanged, so a rasterization inside the
-    rectangle is the same.
-
-    Example:
-        >>> clip_polygon(np.array([-2.0, 0, 2, 0, 2, 2, -2, 2]), 0, 0, 5, 5).tolist()
-        [0.0, 0.0, 2.0, 0.0, 2.0, 2.0, 0.0, 2.0]
-    """
-    points = polygon.reshape(-1, 2)
-    for axis, bound, above in ((0, x0, True), (0, x1, False), (1, y0, True), (1, y1, False)):
-        points = _clip_axis(points, axis, bound, above)
-    return points.reshape(-1)
 
 
 def rasterize_polygons(polygons: Sequence[np.ndarray], height: int, width: int) -> np.ndarray:
@@ -278,15 +228,7 @@ class PolygonMasks:
             >>> a = PolygonMasks([[[0, 0, 1, 0, 1, 1]]]); len(PolygonMasks.cat([a, a]))
             2
         """
-        if not isinstance(polymasks_list, (list, tuple)):
-            raise StructureShapeError(
-                f"PolygonMasks.cat needs a list, got {type(polymasks_list).__name__}"
-            )
-        for i, masks in enumerate(polymasks_list):
-            if not isinstance(masks, PolygonMasks):
-                raise StructureShapeError(
-                    f"PolygonMasks.cat: element {i} is a {type(masks).__name__}"
-                )
+        check_cat_parts(polymasks_list, PolygonMasks)
         out = cls.__new__(cls)
         out.polygons = list(itertools.chain.from_iterable(m.polygons for m in polymasks_list))
         return out

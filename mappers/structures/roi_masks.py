@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ._indexing import as_index
+from ..structure_common import select_rows
 from .bitmasks import BitMasks
 from .boxes import Boxes
 from .errors import StructureShapeError
@@ -125,12 +125,7 @@ class ROIMasks:
         Raises:
             StructureIndexError: out of range, a mask of the wrong length, or no index.
         """
-        index = as_index(item, len(self), "ROIMasks")
-        if isinstance(index, int):
-            return ROIMasks(self.tensor[index].unsqueeze(0))
-        if isinstance(index, torch.Tensor):
-            index = index.to(self.tensor.device)
-        return ROIMasks(self.tensor[index])
+        return ROIMasks(select_rows(self.tensor, item, "ROIMasks"))
 
     def __repr__(self) -> str:
         return f"ROIMasks(num_instances={len(self)})"

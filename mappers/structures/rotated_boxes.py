@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ._indexing import as_index
+from ..structure_common import select_rows
 from .boxes import Boxes, _as_float_boxes
 from .errors import StructureShapeError
 
@@ -193,12 +193,7 @@ class RotatedBoxes(Boxes):
         Raises:
             StructureIndexError: out of range, a mask of the wrong length, or no index.
         """
-        index = as_index(item, len(self), "RotatedBoxes")
-        if isinstance(index, int):
-            return RotatedBoxes(self.tensor[index].view(1, -1))
-        if isinstance(index, torch.Tensor):
-            index = index.to(self.tensor.device)
-        return RotatedBoxes(self.tensor[index])
+        return RotatedBoxes(select_rows(self.tensor, item, "RotatedBoxes"))
 
     def __repr__(self) -> str:
         return f"RotatedBoxes({self.tensor})"

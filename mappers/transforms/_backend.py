@@ -10,7 +10,6 @@ backend is installed.
 from __future__ import annotations
 
 import functools
-import logging
 from typing import Any
 
 import numpy as np
@@ -22,9 +21,9 @@ __all__ = [
     "flip_array",
     "as_contiguous",
     "INTERP_NAMES",
+    "CV2_INTERP_NAMES",
 ]
 
-logger = logging.getLogger(__name__)
 
 #: Pillow's resampling constants, by value.
 INTERP_NAMES: dict[int, str] = {
@@ -60,8 +59,26 @@ def _get_pil_image() -> Any | None:
     return Image
 
 
-def normalize_interp(interp: int | str | None, default: str = "bilinear") -> str:
-    """Return the canonical name of an interpolation given as a Pillow constant or a name.
+_PIL_CODES = "a Pillow constant (0 NEAREST, 1 LANCZOS, 2 BILINEAR, 3 BICUBIC, 4 BOX, 5 HAMMING)"
+_CV2_CODES = (
+    "an OpenCV flag (0 INTER_NEAREST, 1 INTER_LINEAR, 2 INTER_CUBIC, 3 INTER_AREA, "
+    "4 INTER_LANCZOS4)"
+)
+#: OpenCV's interpolation flags, by value.
+CV2_INTERP_NAMES: dict[int, str] = {
+    0: "nearest",
+    1: "bilinear",
+    2: "bicubic",
+    3: "box",
+    4: "lanczos",
+}
+
+
+def normalize_interp(
+    interp: int | str | None, default: str = "bilinear", *, opencv: bool = False
+) -> str:
+    """Return the canonical name of an interpolation given as a name or a numeric constant:
+    Pillow's (:data:`INTERP_NAMES`), or OpenCV's (:data:`CV2_INTERP_NAMES`) with ``opencv``.
 
     Raises:
         ValueError: the value names no known interpolation.
@@ -69,9 +86,12 @@ def normalize_interp(interp: int | str | None, default: str = "bilinear") -> str
     Example:
         >>> normalize_interp(2), normalize_interp("NEAREST"), normalize_interp(None)
         ('bilinear', 'nearest', 'bilinear')
+        >>> normalize_interp(2, opencv=True)
+        'bicubic'
     """
     if interp is None:
         return default
+    codes = CV2_INTERP_NAMES if opencv else INTERP_NAMES
     if isinstance(interp, str):
         name = interp.lower()
         name = _NAME_ALIASES.get(name, name)
@@ -82,11 +102,11 @@ def normalize_interp(interp: int | str | None, default: str = "bilinear") -> str
             value = int(interp)
         except (TypeError, ValueError):
             value = -1
-        if value in INTERP_NAMES:
-            return INTERP_NAMES[value]
+        if value in codes:
+            return codes[value]
     raise ValueError(
-        f"unknown interpolation {interp!r}; use a Pillow constant (0 NEAREST, 1 LANCZOS, "
-        f"2 BILINEAR, 3 BICUBIC, 4 BOX, 5 HAMMING) or one of {sorted(_NAME_TO_PIL)}"
+        f"unknown interpolation {interp!r}; use {_CV2_CODES if opencv else _PIL_CODES} or one "
+        f"of {sorted(_NAME_TO_PIL)}"
     )
 
 

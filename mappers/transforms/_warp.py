@@ -85,23 +85,24 @@ def _filled(img: np.ndarray, out_h: int, out_w: int, fill: Any) -> np.ndarray:
     return out
 
 
+def _gather(img: np.ndarray, col: np.ndarray, row: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Write ``img[row, col]`` into ``out`` wherever (row, col) lies inside ``img``."""
+    h, w = img.shape[:2]
+    inside = (col >= 0) & (col < w) & (row >= 0) & (row < h)
+    out[inside] = img[row[inside].astype(np.intp), col[inside].astype(np.intp)]
+    return out
+
+
 def _warp_nearest(
     img: np.ndarray, matrix: np.ndarray, out_h: int, out_w: int, fill: Any
 ) -> np.ndarray:
-    h, w = img.shape[:2]
     src_x, src_y = _source_points(matrix, out_h, out_w)
-    col = np.floor(src_x)
-    row = np.floor(src_y)
-    valid = (col >= 0) & (col < w) & (row >= 0) & (row < h)
-    out = _filled(img, out_h, out_w, fill)
-    out[valid] = img[row[valid].astype(np.intp), col[valid].astype(np.intp)]
-    return out
+    return _gather(img, np.floor(src_x), np.floor(src_y), _filled(img, out_h, out_w, fill))
 
 
 def _warp_bilinear_numpy(
     img: np.ndarray, matrix: np.ndarray, out_h: int, out_w: int, fill: Any
 ) -> np.ndarray:
-    h, w = img.shape[:2]
     src_x, src_y = _source_points(matrix, out_h, out_w)
     # Index coordinates: pixel centres sit at integers.
     fx, fy = src_x - 0.5, src_y - 0.5
@@ -109,15 +110,11 @@ def _warp_bilinear_numpy(
     wx, wy = fx - x0, fy - y0
     channels = img.shape[2:]
     src = img.astype(np.float64, copy=False)
-    fill_value = np.broadcast_to(np.asarray(fill, np.float64), channels or ())
+    background = _filled(src, out_h, out_w, fill)
     acc = np.zeros((out_h, out_w) + channels, dtype=np.float64)
     for dy, dx in ((0, 0), (0, 1), (1, 0), (1, 1)):
-        cx, cy = x0 + dx, y0 + dy
         weight = (wx if dx else 1.0 - wx) * (wy if dy else 1.0 - wy)
-        inside = (cx >= 0) & (cx < w) & (cy >= 0) & (cy < h)
-        values = np.empty((out_h, out_w) + channels, dtype=np.float64)
-        values[...] = fill_value
-        values[inside] = src[cy[inside].astype(np.intp), cx[inside].astype(np.intp)]
+        values = _gather(src, x0 + dx, y0 + dy, background.copy())
         if channels:
             weight = weight.reshape(weight.shape + (1,) * len(channels))
         acc += weight * values

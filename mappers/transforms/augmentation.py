@@ -24,7 +24,6 @@ Example:
 from __future__ import annotations
 
 import inspect
-import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -41,8 +40,6 @@ __all__ = [
     "RandomApply",
     "apply_augmentations",
 ]
-
-logger = logging.getLogger(__name__)
 
 
 class AugInput:

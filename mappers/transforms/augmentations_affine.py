@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from ._backend import normalize_interp
 from .augmentation import Augmentation
 from .transform import NoOpTransform, Transform
-from .transform_affine import ExtentTransform, RotationTransform, _cv2_interp_name
+from .transform_affine import ExtentTransform, RotationTransform
 
 __all__ = ["RandomRotation", "RandomExtent"]
 
@@ -90,7 +91,7 @@ class RandomRotation(Augmentation):
                     "RandomRotation: sample_style='range' needs center=[[min_x, min_y], "
                     f"[max_x, max_y]], got {center!r}"
                 )
-        _cv2_interp_name(interp)
+        normalize_interp(interp, opencv=True)
         self.angle = angles
         self.expand = bool(expand)
         self.center = centers

@@ -15,7 +15,6 @@ Example:
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import numpy as np
@@ -24,8 +23,6 @@ from .augmentation import Augmentation
 from .transform import BlendTransform, Transform
 
 __all__ = ["RandomBrightness", "RandomContrast", "RandomSaturation"]
-
-logger = logging.getLogger(__name__)
 
 
 class _RandomIntensity(Augmentation):

@@ -13,7 +13,6 @@ Example:
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections.abc import Sequence
 
@@ -32,7 +31,6 @@ from .transform import (
 
 __all__ = ["RandomFlip", "Resize", "ResizeShortestEdge", "RandomCrop"]
 
-logger = logging.getLogger(__name__)
 
 _BILINEAR = 2  # PIL.Image.BILINEAR
 

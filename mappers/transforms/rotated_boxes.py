@@ -35,12 +35,12 @@ from typing import Any
 import numpy as np
 
 from .transform import (
+    GeometryPreservingTransform,
     ResizeTransform,
     Transform,
     TransformError,
     TransformList,
     _AxisFlipTransform,
-    _PixelwiseTransform,
 )
 
 __all__ = ["transform_rotated_boxes", "as_rotated_boxes"]
@@ -152,7 +152,7 @@ def transform_rotated_boxes(transform: Transform, rotated_boxes: Any) -> Any:
         >>> transform_rotated_boxes(t, [[10.0, 20.0, 4.0, 2.0, 45.0]]).round(6).tolist()
         [[20.0, 40.0, 8.0, 4.0, 45.0]]
     """
-    if isinstance(transform, _PixelwiseTransform):
+    if isinstance(transform, GeometryPreservingTransform):
         return rotated_boxes
     if isinstance(transform, TransformList):
         out = as_rotated_boxes(rotated_boxes)

@@ -35,7 +35,6 @@ Example:
 from __future__ import annotations
 
 import inspect
-import logging
 import pprint
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -56,14 +55,26 @@ __all__ = [
     "CropTransform",
     "PadTransform",
     "BlendTransform",
+    "GeometryPreservingTransform",
     "TransformError",
 ]
-
-logger = logging.getLogger(__name__)
 
 
 class TransformError(CatmapError, ValueError):
     """A transform was given input it cannot handle (wrong image size, malformed coordinates)."""
+
+
+def check_input_size(transform: Any, array: np.ndarray, what: str) -> None:
+    """Raise unless ``array`` (an image or segmentation map) is ``transform.h x transform.w``.
+
+    Raises:
+        TransformError: names the transform, ``what`` it got and both sizes.
+    """
+    if array.shape[:2] != (transform.h, transform.w):
+        raise TransformError(
+            f"{type(transform).__name__} expects an {what} of size (h, w) = "
+            f"({transform.h}, {transform.w}), got shape {tuple(array.shape)}"
+        )
 
 
 def _as_float_coords(coords: Any, what: str = "coords") -> np.ndarray:
@@ -238,9 +249,10 @@ class Transform:
         return _param_repr(self, always_first=True)
 
 
-class _PixelwiseTransform(Transform):
-    """A transform that moves no pixel: coordinates, boxes, polygons and segmentation maps
-    come back unchanged (the very objects given); subclasses define ``apply_image``.
+class GeometryPreservingTransform(Transform):
+    """A geometry-preserving transform: it changes pixel values only (colour, blending) and
+    moves no pixel, so coordinates, boxes, polygons and segmentation maps come back unchanged
+    (the very objects given); subclasses define ``apply_image``.
 
     Example:
         >>> BlendTransform(0, 0.5, 0.5).apply_box([[1, 2, 3, 4]])
@@ -266,7 +278,7 @@ class _PixelwiseTransform(Transform):
         return int(height), int(width)
 
 
-class NoOpTransform(_PixelwiseTransform):
+class NoOpTransform(GeometryPreservingTransform):
     """The identity: every ``apply_*`` returns its input.
 
     Example:
@@ -347,7 +359,7 @@ class TransformList(Transform):
         return (
             bool(transforms)
             and all(moves_box_edges(t) for t in transforms)
-            and not all(isinstance(t, _PixelwiseTransform) for t in transforms)
+            and not all(isinstance(t, GeometryPreservingTransform) for t in transforms)
         )
 
     def apply_box_inplace(self, boxes: np.ndarray) -> bool:

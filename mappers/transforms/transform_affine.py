@@ -24,31 +24,17 @@ import numpy as np
 from ._backend import normalize_interp
 from ._warp import affine_coords, warp_affine
 from .rotated_boxes import as_rotated_boxes
-from .transform import CropTransform, Transform, TransformError, TransformList, _as_float_coords
+from .transform import (
+    CropTransform,
+    Transform,
+    TransformList,
+    _as_float_coords,
+    check_input_size,
+)
 
 __all__ = ["RotationTransform", "ExtentTransform"]
 
 _BILINEAR = 2  # PIL.Image.BILINEAR
-#: OpenCV interpolation flags (what detectron2's RotationTransform takes), by value.
-_CV2_INTERP = {0: "nearest", 1: "bilinear", 2: "bicubic", 3: "box", 4: "lanczos"}
-
-
-def _cv2_interp_name(interp: int | str | None) -> str:
-    """Canonical interpolation name for an OpenCV flag (int) or a name; None is bilinear."""
-    if interp is None:
-        return "bilinear"
-    if isinstance(interp, str):
-        return normalize_interp(interp)
-    try:
-        value = int(interp)
-    except (TypeError, ValueError):
-        value = -1
-    if value in _CV2_INTERP:
-        return _CV2_INTERP[value]
-    raise ValueError(
-        f"RotationTransform: unknown interpolation {interp!r}; use an OpenCV flag (0 "
-        "INTER_NEAREST, 1 INTER_LINEAR, 2 INTER_CUBIC, 3 INTER_AREA, 4 INTER_LANCZOS4) or a name"
-    )
 
 
 def _positive_int(owner: str, name: str, value: Any) -> int:
@@ -133,7 +119,7 @@ class RotationTransform(Transform):
                 _finite("RotationTransform", "center", center[1]),
             )
         self.center = center
-        _cv2_interp_name(interp)
+        normalize_interp(interp, opencv=True)
         self.interp = interp
         self.pad_value = pad_value
         self.seg_pad_value = seg_pad_value
@@ -164,24 +150,17 @@ class RotationTransform(Transform):
     def _is_identity(self) -> bool:
         return self.angle % 360 == 0
 
-    def _check_size(self, img: np.ndarray, what: str) -> None:
-        if img.shape[:2] != (self.h, self.w):
-            raise TransformError(
-                f"RotationTransform expects an {what} of size (h, w) = ({self.h}, {self.w}), "
-                f"got shape {tuple(img.shape)}"
-            )
-
     def apply_image(self, img: np.ndarray, interp: int | str | None = None) -> np.ndarray:
         if self._is_identity() or len(img) == 0:
             return img
-        self._check_size(img, "image")
-        name = _cv2_interp_name(interp if interp is not None else self.interp)
+        check_input_size(self, img, "image")
+        name = normalize_interp(interp if interp is not None else self.interp, opencv=True)
         return warp_affine(img, self.matrix, self.bound_h, self.bound_w, name, self.pad_value)
 
     def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
         if self._is_identity() or len(segmentation) == 0:
             return segmentation
-        self._check_size(segmentation, "segmentation map")
+        check_input_size(self, segmentation, "segmentation map")
         fill = _seg_fill(segmentation, self.seg_pad_value)
         return warp_affine(segmentation, self.matrix, self.bound_h, self.bound_w, "nearest", fill)
 

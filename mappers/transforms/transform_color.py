@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .transform import NoOpTransform, Transform, TransformError, _PixelwiseTransform
+from .transform import GeometryPreservingTransform, NoOpTransform, Transform, TransformError
 
 __all__ = ["ColorTransform", "PILColorTransform"]
 
@@ -29,7 +29,7 @@ def _describe(op: Any) -> str:
     return getattr(op, "__qualname__", None) or type(op).__name__
 
 
-class ColorTransform(_PixelwiseTransform):
+class ColorTransform(GeometryPreservingTransform):
     """Apply ``op`` (ndarray -> ndarray) to images; leave every annotation as it is.
 
     ``op`` must keep the image size; a result of another height or width raises, since the

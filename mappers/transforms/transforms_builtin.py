@@ -20,14 +20,15 @@ from typing import Any
 
 import numpy as np
 
+from ..polygon_geometry import clip_points, polygon_area
 from ._backend import flip_array, normalize_interp, resize_array
 from .transform import (
+    GeometryPreservingTransform,
     NoOpTransform,
     Transform,
-    TransformError,
     _apply_box_by_edges,
     _as_float_coords,
-    _PixelwiseTransform,
+    check_input_size,
 )
 
 __all__ = [
@@ -147,21 +148,14 @@ class ResizeTransform(Transform):
         self.h, self.w, self.new_h, self.new_w = int(h), int(w), int(new_h), int(new_w)
         self.interp = interp
 
-    def _check_size(self, img: np.ndarray, what: str) -> None:
-        if img.shape[:2] != (self.h, self.w):
-            raise TransformError(
-                f"ResizeTransform expects an {what} of size (h, w) = ({self.h}, {self.w}), "
-                f"got shape {tuple(img.shape)}"
-            )
-
     def apply_image(self, img: np.ndarray, interp: int | str | None = None) -> np.ndarray:
-        self._check_size(img, "image")
+        check_input_size(self, img, "image")
         return resize_array(
             img, self.new_h, self.new_w, interp if interp is not None else self.interp
         )
 
     def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
-        self._check_size(segmentation, "segmentation map")
+        check_input_size(self, segmentation, "segmentation map")
         return resize_array(segmentation, self.new_h, self.new_w, "nearest")
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
@@ -186,31 +180,6 @@ class ResizeTransform(Transform):
 
     def inverse(self) -> Transform:
         return ResizeTransform(self.new_h, self.new_w, self.h, self.w, self.interp)
-
-
-def _clip_half_plane(pts: np.ndarray, axis: int, bound: float, keep_above: bool) -> np.ndarray:
-    """One Sutherland-Hodgman pass: keep the part of a closed polygon on one side of a line."""
-    vals = pts[:, axis]
-    inside = vals >= bound if keep_above else vals <= bound
-    if inside.all():
-        return pts
-    if not inside.any():
-        return pts[:0]
-    nxt = np.roll(pts, -1, axis=0)
-    crosses = inside != np.roll(inside, -1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(crosses, (bound - vals) / (nxt[:, axis] - vals), 0.0)
-    inter = pts + t[:, None] * (nxt - pts)
-    inter[:, axis] = bound
-    # Vertex i contributes itself when inside, then the crossing of edge (i, i+1) if any.
-    candidates = np.stack([pts, inter], axis=1).reshape(-1, 2)
-    keep = np.stack([inside, crosses], axis=1).reshape(-1)
-    return candidates[keep]
-
-
-def _polygon_area(pts: np.ndarray) -> float:
-    x, y = pts[:, 0], pts[:, 1]
-    return 0.5 * abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))
 
 
 class CropTransform(Transform):
@@ -275,17 +244,8 @@ class CropTransform(Transform):
         result = []
         for polygon in polygons:
             pts = _as_float_coords(polygon, "polygon")
-            clipped = pts
-            for axis, bound, keep_above in (
-                (0, self.x0, True),
-                (0, x1, False),
-                (1, self.y0, True),
-                (1, y1, False),
-            ):
-                clipped = _clip_half_plane(clipped, axis, bound, keep_above)
-                if len(clipped) == 0:
-                    break
-            if len(clipped) < 3 or (clipped is not pts and _polygon_area(clipped) <= 0.0):
+            clipped = clip_points(pts, self.x0, self.y0, x1, y1)
+            if len(clipped) < 3 or (clipped is not pts and polygon_area(clipped.reshape(-1)) <= 0):
                 continue
             result.append(self.apply_coords(clipped))
         return result
@@ -370,7 +330,7 @@ class PadTransform(Transform):
         return CropTransform(self.x0, self.y0, self.orig_w, self.orig_h, new_w, new_h)
 
 
-class BlendTransform(_PixelwiseTransform):
+class BlendTransform(GeometryPreservingTransform):
     """Blend the image with ``src_image``: ``src_weight * src_image + dst_weight * img``.
 
     Colour augmentations use it. uint8 images are clipped to [0, 255] and stay uint8 (values

@@ -1,0 +1,185 @@
+"""What ``Instances`` and the structures share: index normalization (int, slice, bool mask,
+index list/array), conversion of the input data, row selection of the tensor-backed structures, and the argument check of
+their ``cat``, and the test that a polygon is already in its checked flat form.
+
+Example:
+    >>> as_index([True, False, True], 3, "Boxes")
+    tensor([ True, False,  True])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import StructureIndexError, StructureShapeError
+
+__all__ = [
+    "as_index",
+    "as_tensor_of",
+    "check_cat_parts",
+    "is_flat_polygon",
+    "is_int_index",
+    "select_rows",
+]
+
+
+def is_int_index(item: Any) -> bool:
+    """Whether ``item`` selects one element (a Python/numpy int or a 0-d integer tensor)."""
+    if isinstance(item, (bool, np.bool_)):
+        return False
+    if isinstance(item, (int, np.integer)):
+        return True
+    return (
+        isinstance(item, torch.Tensor)
+        and item.dim() == 0
+        and not item.dtype.is_floating_point
+        and item.dtype != torch.bool
+    )
+
+
+def as_index(item: Any, length: int, owner: str) -> int | slice | torch.Tensor:
+    """Turn ``item`` into an int, a slice, a 1-D bool mask or a 1-D int64 index tensor.
+
+    Args:
+        item: what the user indexed with.
+        length: the number of elements of the structure.
+        owner: the structure's name, for error messages.
+
+    Raises:
+        StructureIndexError: an int or index out of range, a mask of the wrong length, a
+            float or multi-dimensional index, or an object that is no index.
+    """
+    if isinstance(item, (bool, np.bool_)):
+        raise StructureIndexError(f"{owner} cannot be indexed by a single bool; use a bool mask")
+    if is_int_index(item):
+        index = int(item)
+        if index >= length or index < -length:
+            raise StructureIndexError(f"{owner} index {index} out of range for length {length}")
+        return index % length
+    if isinstance(item, slice):
+        return item
+    if isinstance(item, torch.Tensor):
+        tensor = item
+    else:
+        try:
+            arr = np.asarray(item)
+        except (TypeError, ValueError):
+            raise StructureIndexError(
+                f"{owner} cannot be indexed by {type(item).__name__}"
+            ) from None
+        if arr.size == 0:
+            arr = arr.astype(np.int64)
+        if arr.dtype.kind not in "biu":
+            raise StructureIndexError(
+                f"{owner} cannot be indexed by {type(item).__name__} of dtype {arr.dtype}"
+            )
+        tensor = torch.from_numpy(np.ascontiguousarray(arr))
+    if tensor.dtype == torch.bool:
+        if tensor.dim() != 1 or tensor.numel() != length:
+            raise StructureIndexError(
+                f"{owner} bool mask must have shape ({length},), got {tuple(tensor.shape)}"
+            )
+        return tensor
+    if tensor.dtype.is_floating_point or tensor.dtype.is_complex or tensor.dim() != 1:
+        raise StructureIndexError(
+            f"{owner} index must be an int, a slice, a 1-D bool mask or 1-D integer indices; "
+            f"got {tensor.dtype} of shape {tuple(tensor.shape)}"
+        )
+    tensor = tensor.to(torch.int64)
+    if tensor.numel() and (int(tensor.max()) >= length or int(tensor.min()) < -length):
+        raise StructureIndexError(f"{owner} index out of range for length {length}")
+    return tensor
+
+
+def select_rows(tensor: torch.Tensor, item: Any, owner: str) -> torch.Tensor:
+    """The rows of ``tensor`` (N x ...) that ``item`` selects; an int keeps a leading 1.
+
+    The result may share memory with ``tensor`` (as tensor indexing does).
+
+    Raises:
+        StructureIndexError: see :func:`as_index`.
+
+    Example:
+        >>> select_rows(torch.arange(6).view(3, 2), 1, "Boxes").tolist()
+        [[2, 3]]
+    """
+    index = as_index(item, int(tensor.shape[0]), owner)
+    if isinstance(index, int):
+        return tensor[index].unsqueeze(0)
+    if isinstance(index, torch.Tensor):
+        index = index.to(tensor.device)
+    return tensor[index]
+
+
+def check_cat_parts(parts: Any, cls: type, *, allow_empty: bool = True) -> Sequence[Any]:
+    """Check the argument of ``cls.cat``: a list or tuple of ``cls`` (non-empty unless
+    ``allow_empty``); return it.
+
+    Raises:
+        StructureShapeError: not a list/tuple, empty where not allowed, or an element of
+            another type (named with its position).
+
+    Example:
+        >>> check_cat_parts([1, "a"], int)
+        Traceback (most recent call last):
+        ...
+        mappers.errors.StructureShapeError: int.cat: element 1 is a str, not int
+    """
+    name = cls.__name__
+    if not isinstance(parts, (list, tuple)):
+        raise StructureShapeError(f"{name}.cat needs a list of {name}, got {type(parts).__name__}")
+    if not parts and not allow_empty:
+        raise StructureShapeError(f"{name}.cat needs a non-empty list of {name}")
+    for i, part in enumerate(parts):
+        if not isinstance(part, cls):
+            raise StructureShapeError(
+                f"{name}.cat: element {i} is a {type(part).__name__}, not {name}"
+            )
+    return parts
+
+
+def as_tensor_of(data: Any, dtype: torch.dtype, owner: str, needs: str) -> torch.Tensor:
+    """``data`` as a tensor of ``dtype`` (a tensor keeps its device; anything else goes to CPU).
+
+    Args:
+        data: a tensor, array or nested sequence of numbers.
+        dtype: the dtype of the result.
+        owner: the structure's name, for the message.
+        needs: what the structure needs, for the message (e.g. "an (N, 4) array of numbers").
+
+    Raises:
+        StructureShapeError: ``data`` cannot be converted.
+
+    Example:
+        >>> as_tensor_of([[0, 1]], torch.float32, "Boxes", "an (N, 4) array").dtype
+        torch.float32
+    """
+    if isinstance(data, torch.Tensor):
+        return data.to(dtype)
+    try:
+        return torch.as_tensor(data, dtype=dtype, device=torch.device("cpu"))
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise StructureShapeError(
+            f"{owner} needs {needs}, got {type(data).__name__} ({exc})"
+        ) from None
+
+
+def is_flat_polygon(polygon: Any) -> bool:
+    """Whether ``polygon`` is already a flat float64 array of an even count >= 6 of numbers
+    (the form polygons have after a transform; only finiteness is left to check).
+
+    Example:
+        >>> is_flat_polygon(np.zeros(6)), is_flat_polygon([0.0] * 6)
+        (True, False)
+    """
+    return (
+        type(polygon) is np.ndarray
+        and polygon.dtype == np.float64
+        and polygon.ndim == 1
+        and polygon.size >= 6
+        and polygon.size % 2 == 0
+    )
