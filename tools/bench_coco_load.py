@@ -39,10 +39,7 @@ import tempfile
 import time
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from tools._bench_common import add_json_argument, write_json_results  # noqa: E402
+from tools._bench_common import HelpFormatter, add_json_argument, write_json_results
 
 __all__ = ["METHODS", "convert_pycocotools", "main", "run_method"]
 
@@ -190,7 +187,9 @@ def _table(results: dict[str, list[dict[str, Any]]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter
+    )
     parser.add_argument("--images", type=int, default=118_287, help="synthetic file size")
     parser.add_argument("--json-file", help="use this COCO file instead of a synthetic one")
     parser.add_argument("--repeat", type=int, default=1, help="runs per method (median shown)")

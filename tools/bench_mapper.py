@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -43,13 +42,11 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tools.bench_photos import HEIGHT, WIDTH
 
 __all__ = ["main"]
 
 logger = logging.getLogger(__name__)
-
-from tools.bench_photos import HEIGHT, WIDTH  # noqa: E402
 
 SHORT_EDGES = (640, 672, 704, 736, 768, 800)
 MAX_SIZE = 1333

@@ -27,7 +27,6 @@ import multiprocessing as mp
 import os
 import resource
 import statistics
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -35,8 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 __all__ = ["main"]
 

@@ -49,10 +49,7 @@ from typing import Any
 
 import numpy as np
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from tools._bench_common import add_json_argument, write_json_results  # noqa: E402
+from tools._bench_common import HelpFormatter, add_json_argument, write_json_results
 
 __all__ = ["LAYOUTS", "make_records", "main", "measure_layout"]
 
@@ -369,7 +366,9 @@ def _mib(value: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; returns the exit status."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter
+    )
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers per rank")
     parser.add_argument("--records", type=int, default=1_000_000, help="over both datasets")

@@ -39,12 +39,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from catalog.seeding import numpy_generator  # noqa: E402
+from catalog.seeding import numpy_generator
+from tools._bench_common import HelpFormatter
 
 __all__ = ["synthetic_records", "main"]
 
@@ -323,7 +321,9 @@ def _report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter
+    )
     parser.add_argument("--n", type=int, default=1_000_000, help="number of records")
     parser.add_argument("--workers", type=int, default=4, help="DataLoader workers")
     parser.add_argument("--gets", type=int, default=20_000, help="random gets timed")

@@ -46,10 +46,8 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from tools.coco_reference import reference_outcome  # noqa: E402
+from tools._bench_common import HelpFormatter
+from tools.coco_reference import reference_outcome
 
 __all__ = [
     "FIELDS", "VALUES", "RAW_VALUES", "mutate", "run_paths", "classify", "default_seeds", "main",
@@ -384,7 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the fuzzer; print a table of outcomes per format; exit status 1 on any problem."""
     from tools.fuzz_formats import FORMATS
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter
+    )
     parser.add_argument("seeds", nargs="*", help="seed COCO files (default: ../shared/external)")
     parser.add_argument("--format", action="append", choices=("coco", *FORMATS, "all"),
                         help="format to fuzz (repeatable; default coco; 'all' = every one)")
