@@ -11,7 +11,6 @@ one pass over the images, one over the annotations.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 from collections.abc import Iterable, Sequence
@@ -23,6 +22,7 @@ from .coco_generic import convert_generic
 from .coco_json import PARSERS, parse_json_bytes, read_json_file
 from .config_values import plain_container
 from .dataset_catalog import DatasetCatalog
+from .gc_pause import gc_paused
 from .metadata import MetadataCatalog
 from .version import __version__
 
@@ -43,7 +43,6 @@ logger = logging.getLogger(__name__)
 COCO_PARSERS = ("auto", "msgspec", *PARSERS)
 
 #: Kept for code that imported the counts class from here.
-_Counts = SkipCounts
 
 
 def load_coco_json(
@@ -150,7 +149,7 @@ def load_coco_json(
     records, categories, counts = load_coco_records(
         json_file, image_root, tuple(extra_annotation_keys or ())
     )
-    _report(counts, json_file)
+    report_skips(counts, json_file)
     if dataset_name is not None:
         # A missing or null name becomes the id as a string.
         thing_classes = [c["name"] if c["name"] is not None else str(c["id"]) for c in categories]
@@ -197,9 +196,7 @@ def load_coco_records(
     json_file = os.fspath(json_file)
     image_root = os.fspath(image_root)
     extra = tuple(extra_annotation_keys)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused(promote=True):
         if parser in ("auto", "msgspec") and coco_typed.AVAILABLE:
             try:
                 counts = SkipCounts()
@@ -214,29 +211,10 @@ def load_coco_records(
         records, categories = convert_generic(data, json_file, image_root, extra, counts)
         del data
         return records, categories, counts
-    finally:
-        if gc_was_enabled:
-            _resume_gc()
 
 
-def _resume_gc() -> None:
-    """Re-enable the garbage collector after a bulk load.
-
-    Everything created while it was paused sits in the youngest generation, so the first
-    allocation afterwards would scan millions of objects (seconds for COCO train), and the
-    middle generation would scan them again. The records hold no reference cycles, so they
-    are moved straight to the oldest generation instead (``gc.freeze()`` then
-    ``gc.unfreeze()``); this changes only when they are scanned, never whether garbage is
-    freed. Skipped when the application froze objects itself (e.g. before forking workers):
-    unfreezing would undo that.
-    """
-    if gc.get_freeze_count() == 0:
-        gc.freeze()
-        gc.unfreeze()
-    gc.enable()
-
-
-def _report(counts: _Counts, json_file: str) -> None:
+def report_skips(counts: SkipCounts, json_file: str) -> None:
+    """Log the one summary warning of what loading ``json_file`` skipped (nothing if none)."""
     if counts.orphans:
         logger.warning(
             "%s: skipped %d annotations whose image_id is not among the images "

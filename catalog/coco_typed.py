@@ -13,7 +13,6 @@ which produces the precise error message. Both paths give the same records and s
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Sequence
 from operator import attrgetter
 from typing import Annotated, Any, Literal
@@ -40,7 +39,6 @@ from .errors import AnnotationFormatError
 
 __all__ = ["AVAILABLE", "FallBack", "convert_typed"]
 
-logger = logging.getLogger(__name__)
 
 try:
     import msgspec

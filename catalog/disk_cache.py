@@ -54,7 +54,7 @@ from .cache_listing import CacheEntry
 from .cache_secret import CacheKeyFileError, key_file_path, load_secret
 from .errors import CacheError
 from .records_file import CacheCorruptError, UnsafeEntryError, open_entry, write_serialized
-from .records_map import MappedFile, MappedReopen, map_serialized, remap_file
+from .records_map import FileRemapper, MappedFile, map_serialized, remap_file
 from .serialized_list import SerializedList
 
 __all__ = [
@@ -69,7 +69,7 @@ __all__ = [
     "CacheUnavailableError",
     "DiskCache",
     "MappedFile",
-    "MappedReopen",
+    "FileRemapper",
     "UnsafeEntryError",
     "cache_dir",
     "cache_enabled",

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .disk_cache import cache_enabled
+from .env_flags import env_flag
 from .errors import SharedAttachError
 from .version import __version__
 
@@ -35,7 +36,6 @@ __all__ = [
     "sharing_enabled",
 ]
 
-_OFF_VALUES = {"0", "false", "off", "no"}
 # What every rank sends at the handshake, with the types accepted from other ranks.
 _SETTING_TYPES: dict[str, type | tuple[type, ...]] = {
     "node": str,
@@ -76,7 +76,7 @@ def sharing_enabled() -> bool:
         >>> sharing_enabled()  # unless CATMAP_SHARE=0 is set  # doctest: +SKIP
         True
     """
-    return os.environ.get("CATMAP_SHARE", "1").strip().lower() not in _OFF_VALUES
+    return env_flag("CATMAP_SHARE", default=True)
 
 
 def rank_settings(name: str) -> dict[str, Any]:

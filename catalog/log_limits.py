@@ -45,6 +45,7 @@ __all__ = [
     "counts",
     "log_summary",
     "register_kind",
+    "reset_counts",
     "shared_counters",
     "warn_limited",
 ]
@@ -64,6 +65,8 @@ _counters: np.ndarray | None = None
 _names: np.ndarray | None = None
 _map: mmap.mmap | None = None
 _fd: int | None = None
+_slots: dict[str, int] = {}  # this process's cache of kind -> slot
+_OVERFLOW_SLOT = _SLOTS - 1
 _owner: tuple[int, str] | None = None
 
 
@@ -145,6 +148,7 @@ def shared_counters() -> np.ndarray:
             _owner = (os.getpid(), path)
             atexit.register(_close_owner)
         _fd = fd
+        _slots.clear()
         mapped = mmap.mmap(fd, _SIZE)
         _map = mapped
         _counters = np.ndarray((_SLOTS,), dtype=np.int64, buffer=mapped)
@@ -154,14 +158,35 @@ def shared_counters() -> np.ndarray:
 
 
 def register_kind(kind: str) -> int:
-    """Write ``kind``'s name into its slot (so every process can name it); returns the slot."""
+    """The slot of ``kind``'s counter, claimed with its name on first use (so every process
+    can name it); kinds whose hashes collide take the next free slot (open addressing, under a
+    lock that excludes other processes)."""
     shared_counters()
-    slot = _slot(kind)
-    assert _names is not None
+    slot = _slots.get(kind)
+    if slot is not None:
+        return slot
+    assert _names is not None and _fd is not None
     encoded = kind.encode()[:_NAME_BYTES]
-    if bytes(_names[slot, : len(encoded)]) != encoded:
-        _names[slot, :] = 0
-        _names[slot, : len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
+    name_row = np.zeros(_NAME_BYTES, dtype=np.uint8)
+    name_row[: len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
+    names_offset = _SLOTS * 8
+    with _state_lock:
+        fcntl.lockf(_fd, fcntl.LOCK_EX, _SLOTS * _NAME_BYTES, names_offset)
+        try:
+            start = _slot(kind)
+            for probe in range(_SLOTS):
+                slot = (start + probe) % _SLOTS
+                row = _names[slot]
+                if not row.any():
+                    row[:] = name_row  # a free slot: claim it
+                    break
+                if np.array_equal(row, name_row):
+                    break
+            else:
+                slot = _OVERFLOW_SLOT  # every slot taken: count with the last one
+        finally:
+            fcntl.lockf(_fd, fcntl.LOCK_UN, _SLOTS * _NAME_BYTES, names_offset)
+    _slots[kind] = slot
     return slot
 
 
@@ -185,6 +210,19 @@ def warn_limited(log: logging.Logger, kind: str, message: str, *args: object) ->
         message += " (further warnings of this kind are counted and summarized at exit)"
     log.warning(message, *args)
     return True
+
+
+def reset_counts() -> None:
+    """Set every counter of this run back to zero (kinds keep their slots); for tests, which
+    each expect to see the first warnings of a kind.
+
+    Example:
+        >>> reset_counts(); counts()
+        {}
+    """
+    counters = shared_counters()
+    with _state_lock:
+        counters[:] = 0
 
 
 def counts() -> dict[str, int]:

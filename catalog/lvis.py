@@ -10,18 +10,18 @@ keys and their checks.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .coco import _report, _resume_gc
+from .coco import report_skips
 from .coco_common import INT64_MAX, INT64_MIN, SkipCounts, short_repr
 from .coco_generic import convert_generic
 from .coco_json import parse_json_bytes
 from .dataset_catalog import DatasetCatalog
 from .errors import AnnotationFormatError
+from .gc_pause import gc_paused
 from .metadata import MetadataCatalog
 from .safe_parse import read_bytes
 from .version import __version__
@@ -93,7 +93,7 @@ def load_lvis_json(
     records, categories, counts = load_lvis_records(
         json_file, image_root, tuple(extra_annotation_keys or ())
     )
-    _report(counts, json_file)
+    report_skips(counts, json_file)
     if dataset_name is not None:
         _set_metadata(dataset_name, categories)
     logger.info(
@@ -124,9 +124,7 @@ def load_lvis_records(
     json_file = os.fspath(json_file)
     image_root = os.fspath(image_root)
     data = parse_json_bytes(read_bytes(json_file, what="LVIS annotation file"), json_file)
-    gc_was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused(promote=True):
         if type(data) is not dict or type(data.get("images")) is not list:
             convert_generic(data, json_file, image_root, (), SkipCounts())  # raises its error
         images, id_lists = _lvis_images(data["images"], json_file)
@@ -148,9 +146,6 @@ def load_lvis_records(
                 record[key] = ids
         records.sort(key=lambda r: r["image_id"])
         return records, categories, counts
-    finally:
-        if gc_was_enabled:
-            _resume_gc()
 
 
 def _lvis_images(images: list[Any], json_file: str) -> tuple[list[Any], list[tuple[list, list]]]:

@@ -9,7 +9,6 @@ each record so that every record unpickles on its own.
 
 from __future__ import annotations
 
-import gc
 import io
 import logging
 import pickle
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .annotation_columns import AnnotationColumns
+from .gc_pause import gc_paused
 from .record_columns import RecordColumns, _columns_of, _flag_column, _int_column
 from .record_split import ColumnBuilder, finish_columns
 
@@ -89,38 +89,36 @@ def build_arrays(
             ends_list.append(tell())
         chunk.clear()
 
-    gc_was_enabled = gc.isenabled()
-    gc.disable()  # nothing here creates cycles; collections would rescan every record
     try:
-        for record in iterator:
-            chunk.append(record)
-            if not isinstance(record, dict):
-                heights.append(-1)
-                widths.append(-1)
-                ann_counts.append(0)
-            else:
-                heights.append(record.get("height", -1))
-                widths.append(record.get("width", -1))
-                annos = record.get("annotations")
-                if not annos:
+        # nothing here creates cycles: collections would only rescan every record
+        with gc_paused():
+            for record in iterator:
+                chunk.append(record)
+                if not isinstance(record, dict):
+                    heights.append(-1)
+                    widths.append(-1)
                     ann_counts.append(0)
                 else:
-                    try:  # fast path: a list of dicts
-                        cat_ids += map(_get, annos, _CATEGORY, _MINUS_ONE)
-                        crowd_flags += map(_get, annos, _ISCROWD, _ZERO)
-                        ann_counts.append(len(annos))
-                    except (AttributeError, TypeError):
-                        del cat_ids[len(crowd_flags) :]  # undo a half-done extend
-                        _, _, cats, crowd = _columns_of(record)
-                        cat_ids += cats
-                        crowd_flags += crowd
-                        ann_counts.append(len(cats))
-            if len(chunk) >= _CHUNK:
-                flush()
-        flush()
+                    heights.append(record.get("height", -1))
+                    widths.append(record.get("width", -1))
+                    annos = record.get("annotations")
+                    if not annos:
+                        ann_counts.append(0)
+                    else:
+                        try:  # fast path: a list of dicts
+                            cat_ids += map(_get, annos, _CATEGORY, _MINUS_ONE)
+                            crowd_flags += map(_get, annos, _ISCROWD, _ZERO)
+                            ann_counts.append(len(annos))
+                        except (AttributeError, TypeError):
+                            del cat_ids[len(crowd_flags) :]  # undo a half-done extend
+                            _, _, cats, crowd = _columns_of(record)
+                            cat_ids += cats
+                            crowd_flags += crowd
+                            ann_counts.append(len(cats))
+                if len(chunk) >= _CHUNK:
+                    flush()
+            flush()
     finally:
-        if gc_was_enabled:
-            gc.enable()
         if bar is not None:
             bar.close()
     ends = np.asarray(ends_list, dtype=np.int64)

@@ -44,7 +44,7 @@ from .records_file import (
 )
 from .serialized_list import RecordColumns, SerializedList
 
-__all__ = ["MappedFile", "MappedReopen", "map_serialized", "remap_file"]
+__all__ = ["MappedFile", "FileRemapper", "map_serialized", "remap_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class MappedFile:
                 pass
 
 
-class MappedReopen:
+class FileRemapper:
     """A picklable callable that maps the same file again in another process.
 
     Pickled in process P, it records ``/proc/P/fd/<fd>`` (the exact same file, valid while P
@@ -198,7 +198,7 @@ class MappedReopen:
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (MappedReopen, (None, self._name, self._remote_args()))
+        return (FileRemapper, (None, self._name, self._remote_args()))
 
     def __call__(self) -> SerializedList:
         if self._owner is not None:
@@ -219,7 +219,7 @@ def _list_from_mapped(
             columns,
             annotations=annotations,
             name=name,
-            reopen=MappedReopen(owner, name, shared=shared),
+            reopen=FileRemapper(owner, name, shared=shared),
             owner=owner,
         )
     except ValueError as exc:

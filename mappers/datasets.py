@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch.utils import data
 
+from catalog.log_limits import warn_limited
 from catalog.seeding import derive_seed
 from catalog.serialized_list import SerializedList
 from catalog.validation import check_int
@@ -342,7 +343,9 @@ class MapDataset(_MapBase, data.Dataset):
         state.ever_failed.add(index)
         if index not in state.warned:
             state.warned.add(index)
-            logger.warning(
+            warn_limited(
+                logger,
+                "MapDataset.refetch",
                 "MapDataset: %s mapped to None; trying another index (%d failures so far in "
                 "this process)",
                 _describe(index, record),
@@ -394,7 +397,9 @@ class MapIterableDataset(_MapBase, data.IterableDataset):
             state.ever_failed.add(position)
             count = state.num_failures
             if count & (count - 1) == 0:
-                logger.warning(
+                warn_limited(
+                    logger,
+                    "MapDataset.stream_skip",
                     "MapDataset: stream item %s mapped to None and is skipped (%d skipped so "
                     "far in this process)",
                     _describe(position, record),

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 
+from catalog.log_limits import warn_limited
+
 __all__ = ["SkipLog", "SkippingStep"]
 
 logger = logging.getLogger(__name__)
@@ -58,7 +60,9 @@ class SkipLog:
                 return
         else:
             self._warned.add(key)
-        logger.warning(
+        warn_limited(
+            logger,
+            f"{self.owner}.skip_{what}",
             "%s: skipping a record with unusable %s, %s (%s); %d skipped so far in this process",
             self.owner,
             what,

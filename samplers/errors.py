@@ -5,7 +5,7 @@ Every message names the sampler and, where known, the state key, option or index
 
 from __future__ import annotations
 
-from catalog.errors import CatmapError
+from catalog.errors import CatmapError, CatmapErrorWithFields
 
 __all__ = [
     "SamplerError",
@@ -23,12 +23,12 @@ class SamplerError(CatmapError):
     """Base class of the errors raised on purpose by the samplers package."""
 
 
-class SamplerErrorWithFields(SamplerError):
-    """A SamplerError that keeps its keyword arguments as attributes of the same names.
+class SamplerErrorWithFields(SamplerError, CatmapErrorWithFields):
+    """A SamplerError with keyword fields (:class:`catalog.errors.CatmapErrorWithFields`).
 
-    A subclass documents its fields and has a typed ``__init__(message, *, field=None, ...)``
-    that passes them on; the message stays the only positional argument, as torch's worker
-    re-raise (``cls(message)``) needs, and every field defaults to None.
+    A subclass names its fields in ``field_names`` and has a typed ``__init__(message, *,
+    field=None, ...)`` that passes them on; the message stays the only positional argument, as
+    torch's worker re-raise (``cls(message)``) needs, and every field defaults to None.
 
     Example:
         >>> err = LoaderTimeoutError("no batch in 5 s", worker_id=1, timeout=5.0)
@@ -36,9 +36,6 @@ class SamplerErrorWithFields(SamplerError):
         (1, None, 5.0)
     """
 
-    def __init__(self, message: str = "", **fields: object) -> None:
-        super().__init__(message)
-        self.__dict__.update(fields)
 
 
 class SamplerStateError(SamplerError, ValueError):
@@ -70,6 +67,8 @@ class StateMismatchError(SamplerStateError, SamplerErrorWithFields):
     strict=False)`` loads the state anyway.
     """
 
+    field_names = ("key", "saved", "current")
+
     def __init__(
         self, message: str, *, key: str | None = None, saved: object = None, current: object = None
     ) -> None:
@@ -82,6 +81,8 @@ class LoaderTimeoutError(SamplerErrorWithFields, TimeoutError):
     ``worker_id`` and ``index`` name the worker and the dataset index it was working on,
     where known; ``timeout`` is the limit in seconds.
     """
+
+    field_names = ("worker_id", "index", "timeout")
 
     def __init__(
         self,

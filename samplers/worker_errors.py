@@ -52,6 +52,8 @@ class LoaderWorkerError(SamplerErrorWithFields, RuntimeError):
     worker's traceback.
     """
 
+    field_names = ("worker_id", "index", "exc_type")
+
     def __init__(self, message: str, *, worker_id: int | None = None, index: int | None = None,
                  exc_type: str | None = None) -> None:
         super().__init__(message, worker_id=worker_id, index=index, exc_type=exc_type)
@@ -63,6 +65,8 @@ class WorkerExitedError(SamplerErrorWithFields, RuntimeError):
     ``worker_id`` / ``pid`` name it and ``index`` is the dataset index it was mapping, where
     known.
     """
+
+    field_names = ("worker_id", "pid", "index")
 
     def __init__(self, message: str, *, worker_id: int | None = None, pid: int | None = None,
                  index: int | None = None) -> None:

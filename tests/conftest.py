@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from catalog.log_limits import reset_counts
 from catalog.testing import isolated_catalogs
 
 __all__ = ["isolated_cache_dir", "restore_catalogs"]
@@ -41,5 +42,6 @@ def restore_catalogs() -> Iterator[None]:
     """Snapshot DatasetCatalog and MetadataCatalog before a test and restore them after it
     (:func:`catalog.testing.isolated_catalogs`), so that registrations made by one test never
     leak into another."""
+    reset_counts()  # each test sees the first warnings of every kind
     with isolated_catalogs():
         yield

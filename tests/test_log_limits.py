@@ -69,3 +69,34 @@ def test_summary_at_exit_of_the_creating_process():
     assert len(lines) == FIRST_PER_KIND + 1
     assert lines[-1] == f"{50 - FIRST_PER_KIND} more warnings of kind 'exit.kind' were not " \
                         "logged (50 in all)"
+
+
+def test_map_dataset_refetch_warnings_are_rate_limited(caplog):
+    from mappers import DatasetFromList, MapDataset
+
+    records = [{"file_name": f"{i}.jpg", "i": i} for i in range(60)]
+    dataset = MapDataset(DatasetFromList(records),
+                         lambda r: None if r["i"] % 2 else r["i"], seed=0)
+    before = counts().get("MapDataset.refetch", 0)
+    assert before == 0  # the conftest resets the counters before each test
+    caplog.set_level(logging.WARNING)
+    for index in range(1, 60, 2):  # every odd index fails once, then a replacement is used
+        assert dataset[index] % 2 == 0
+    after = counts()["MapDataset.refetch"]
+    assert after - before >= 30  # every failure is counted
+    lines = [r for r in caplog.records if "mapped to None" in r.getMessage()]
+    assert len(lines) == FIRST_PER_KIND
+
+
+def test_kinds_whose_hashes_collide_count_apart():
+    from catalog.log_limits import _slot, register_kind
+
+    base = "collide.base"
+    other = next(f"collide.{i}" for i in range(100_000) if _slot(f"collide.{i}") == _slot(base)
+                 and f"collide.{i}" != base)
+    assert register_kind(base) != register_kind(other)
+    log_ = logging.getLogger("tests.collide")
+    warn_limited(log_, base, "a")
+    warn_limited(log_, other, "b")
+    warn_limited(log_, other, "b")
+    assert counts()[base] == 1 and counts()[other] == 2
