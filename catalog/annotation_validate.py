@@ -43,6 +43,7 @@ from .annotation_errors import (
     AnnotationSkips,
     ParseDataInfoError,
 )
+from .validation import is_int
 
 __all__ = [
     "AnnotationFieldError",
@@ -90,12 +91,6 @@ def _finite_numbers(values: Any) -> bool:
         return all(map(math.isfinite, values))
     except (OverflowError, TypeError, ValueError):  # an int too large for a float
         return False
-
-
-def _is_int(value: Any) -> bool:
-    return type(value) is int or (
-        not isinstance(value, bool) and isinstance(value, numbers.Integral)
-    )
 
 
 def _rle_string_total(counts: str) -> int | None:
@@ -234,7 +229,7 @@ class Validator:
             )
         img_id = info.get("img_id")
         if img_id is not None and not (
-            _is_int(img_id) or (type(img_id) is str and len(img_id) <= MAX_PATH_CHARS)
+            is_int(img_id) or (type(img_id) is str and len(img_id) <= MAX_PATH_CHARS)
         ):
             raise self._fail(
                 f"must be an int or a string of at most {MAX_PATH_CHARS} characters",
@@ -262,7 +257,7 @@ class Validator:
                         **where,
                     )
             elif key in ("height", "width"):
-                if not _is_int(value):
+                if not is_int(value):
                     raise self._fail("must be an int", value, key=key, wrong_type=True, **where)
                 if not 1 <= value <= MAX_IMAGE_SIDE:
                     raise self._fail(f"must be in 1..{MAX_IMAGE_SIDE}", value, key=key, **where)
@@ -307,7 +302,7 @@ class Validator:
                 degenerate = not (value[2] > value[0] and value[3] > value[1])
             elif key == "bbox_label":
                 limit = self.num_classes if self.num_classes is not None else MAX_LABEL + 1
-                if not _is_int(value):
+                if not is_int(value):
                     raise self._fail("must be an int", value, key=key, wrong_type=True, **where)
                 if not 0 <= value < limit:
                     raise self._fail(f"must be in 0..{limit - 1} (the class indices)", value,
@@ -362,7 +357,7 @@ class Validator:
         if not (
             isinstance(size, (list, tuple))
             and len(size) == 2
-            and all(_is_int(s) and 1 <= s <= MAX_IMAGE_SIDE for s in size)
+            and all(is_int(s) and 1 <= s <= MAX_IMAGE_SIDE for s in size)
         ):
             raise self._fail(f"an RLE mask needs 'size' [h, w], ints in 1..{MAX_IMAGE_SIDE}",
                              size, key="mask", **where)
@@ -372,7 +367,7 @@ class Validator:
         pixels = int(size[0]) * int(size[1])
         if type(counts) is str:
             total = _rle_string_total(counts)
-        elif isinstance(counts, (list, tuple)) and all(_is_int(c) and c >= 0 for c in counts):
+        elif isinstance(counts, (list, tuple)) and all(is_int(c) and c >= 0 for c in counts):
             total = sum(counts)
         else:
             raise self._fail("RLE 'counts' must be a string or a list of ints >= 0", counts,

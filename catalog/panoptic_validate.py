@@ -10,9 +10,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .annotation_validate import _finite_numbers, _is_int
+from .annotation_validate import _finite_numbers
 from .coco_common import INT64_MAX, INT64_MIN, MAX_IMAGE_SIDE, extra_value_problem, short_repr
 from .format_errors import PanopticFormatError
+from .validation import is_int
 
 __all__ = [
     "MAX_SEGMENT_ID",
@@ -54,7 +55,7 @@ def id_map(meta: Mapping[str, Any], key: str, path: str) -> dict[int, int]:
     if value is None:
         return {}
     if not isinstance(value, Mapping) or not all(
-        _is_int(k) and _is_int(v) and v >= 0 for k, v in value.items()
+        is_int(k) and is_int(v) and v >= 0 for k, v in value.items()
     ):
         raise PanopticFormatError(
             f"{path}: meta[{key!r}] must map dataset category ids (ints) to contiguous ids "

@@ -32,6 +32,7 @@ import torch
 
 from catalog.errors import RecordFormatError
 from catalog.registry import Registry
+from catalog.validation import check_int
 
 from . import transforms as T
 from .errors import ImageReadError, PipelineStepError
@@ -346,9 +347,7 @@ class LoadProposals:
     """
 
     def __init__(self, topk: int, min_box_size: float = 0.0) -> None:
-        if isinstance(topk, bool) or not isinstance(topk, int) or topk < 0:
-            raise ValueError(f"LoadProposals: topk must be an int >= 0, got {topk!r}")
-        self.topk = topk
+        self.topk = check_int(topk, "topk", minimum=0, error=ValueError, where="LoadProposals")
         self.min_box_size = float(min_box_size)
 
     def __call__(self, results: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from typing import Any
 
 from torch.utils import data
 
+from catalog.validation import check_int
+
 __all__ = ["ToIterableDataset"]
 
 
@@ -72,14 +74,8 @@ class ToIterableDataset(data.IterableDataset):
     ) -> None:
         if isinstance(dataset, data.IterableDataset):
             raise TypeError("ToIterableDataset: dataset must be map-style, got an IterableDataset")
-        if (
-            isinstance(shard_chunk_size, bool)
-            or not isinstance(shard_chunk_size, int)
-            or shard_chunk_size < 1
-        ):
-            raise ValueError(
-                f"ToIterableDataset: shard_chunk_size must be an int >= 1, got {shard_chunk_size!r}"
-            )
+        shard_chunk_size = check_int(shard_chunk_size, "shard_chunk_size", minimum=1,
+                                     error=ValueError, where="ToIterableDataset")
         if not isinstance(sampler, Iterable):
             raise TypeError(
                 f"ToIterableDataset: sampler must be an iterable of indices, got "

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from catalog.errors import CatmapError
+from catalog.validation import is_int
 
 __all__ = ["TorchvisionTargetError", "to_torchvision_batch", "to_torchvision_detection"]
 
@@ -72,7 +73,7 @@ def _fail(sample: Mapping[str, Any], key: str, problem: str) -> TorchvisionTarge
 
 
 def _check_offset(label_offset: Any) -> int:
-    if isinstance(label_offset, bool) or not isinstance(label_offset, (int, np.integer)):
+    if not is_int(label_offset):
         raise TypeError(
             "to_torchvision_detection: label_offset must be an int (1 for models with a "
             f"background class at 0, 0 otherwise), got {type(label_offset).__name__}"

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
+from catalog.validation import is_int
+
 from .errors import SamplerStateError
 
 __all__ = [
@@ -102,11 +104,7 @@ def check_state(
             f"{kind}.load_state_dict: the state was written by {repr(found)[:80]}, not {kind!r}"
         )
     version = state.get("version")
-    if (
-        isinstance(version, bool)
-        or not isinstance(version, int)
-        or not OLDEST_STATE_VERSION <= version <= STATE_VERSION
-    ):
+    if not is_int(version) or not OLDEST_STATE_VERSION <= version <= STATE_VERSION:
         raise SamplerStateError(
             f"{kind}.load_state_dict: unsupported state version {repr(version)[:80]} "
             f"(this catmap reads versions {OLDEST_STATE_VERSION} to {STATE_VERSION})"

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from catalog.validation import is_int
+
 from .errors import StructureIndexError, StructureShapeError
 
 __all__ = ["ImageList"]
@@ -66,7 +68,7 @@ class ImageList:
         Raises:
             StructureIndexError: idx is not an int in range.
         """
-        if isinstance(idx, bool) or not isinstance(idx, int):
+        if not is_int(idx):
             raise StructureIndexError(f"ImageList is indexed by an int, got {type(idx).__name__}")
         if not -len(self) <= idx < len(self):
             raise StructureIndexError(f"ImageList index {idx} out of range for {len(self)}")
