@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from . import coco_typed
@@ -289,6 +289,33 @@ def register_coco_instances(
         >>> register_coco_instances("my_val", {}, "ann/val.json", "images/val")  # doctest: +SKIP
         >>> DatasetCatalog.get("my_val")  # reads the file now  # doctest: +SKIP
     """
+    register_json_instances(
+        name, metadata, json_file, image_root, load_coco_json,
+        loader_name="catalog.coco.load_coco_json", evaluator_type="coco",
+        keys_set_by_loader=("thing_classes", "thing_dataset_id_to_contiguous_id"),
+        extra_annotation_keys=extra_annotation_keys, cache=cache,
+    )
+
+
+def register_json_instances(
+    name: str,
+    metadata: Any,
+    json_file: str | os.PathLike,
+    image_root: str | os.PathLike,
+    load: Callable[..., list[dict]],
+    *,
+    loader_name: str,
+    evaluator_type: str,
+    keys_set_by_loader: tuple[str, ...],
+    extra_annotation_keys: Iterable[str] | None,
+    cache: bool,
+) -> None:
+    """Register a COCO-style instances file (COCO, LVIS) read by ``load(json_file, image_root,
+    name, extra_annotation_keys=...)`` at the first get, through the on-disk cache.
+
+    ``metadata`` (a dict, a ``DictConfig`` or any mapping) is set now with ``json_file``,
+    ``image_root`` and ``evaluator_type`` (which it may override, as in detectron2).
+    """
     json_file = os.fspath(json_file)
     image_root = os.fspath(image_root)
     if not isinstance(name, str):
@@ -300,26 +327,25 @@ def register_coco_instances(
         )
     extra = tuple(extra_annotation_keys or ())
 
-    def load() -> list[dict]:
-        return load_coco_json(json_file, image_root, name, extra_annotation_keys=extra)
+    def load_records() -> list[dict]:
+        return load(json_file, image_root, name, extra_annotation_keys=extra)
 
     DatasetCatalog.register(
         name,
-        load,
+        load_records,
         source_files=(json_file,),
         options={"cache": cache},
         cache_key={
-            "loader": "catalog.coco.load_coco_json",
+            "loader": loader_name,
             "catmap_version": __version__,
             "json_file": os.path.abspath(json_file),
             "image_root": image_root,
             "extra_annotation_keys": list(extra),
-            "metadata_keys_set_by_loader": ["thing_classes", "thing_dataset_id_to_contiguous_id"],
+            "metadata_keys_set_by_loader": list(keys_set_by_loader),
         },
     )
     try:
-        # detectron2 order: the given metadata may set its own evaluator_type (e.g. "lvis")
-        values = {"evaluator_type": "coco", **(metadata or {})}
+        values = {"evaluator_type": evaluator_type, **(metadata or {})}
         values.update(json_file=json_file, image_root=image_root)
         MetadataCatalog.get(name, warn_unregistered=False).set(**values)
     except Exception:

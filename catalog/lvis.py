@@ -15,16 +15,14 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .coco import report_skips
+from .coco import register_json_instances, report_skips
 from .coco_common import INT64_MAX, INT64_MIN, SkipCounts, short_repr
 from .coco_generic import convert_generic
 from .coco_json import parse_json_bytes
-from .dataset_catalog import DatasetCatalog
 from .errors import AnnotationFormatError
 from .gc_pause import gc_paused
 from .metadata import MetadataCatalog
 from .safe_parse import read_bytes
-from .version import __version__
 
 __all__ = ["load_lvis_json", "register_lvis_instances", "load_lvis_records", "LVIS_FREQUENCIES"]
 
@@ -275,42 +273,10 @@ def register_lvis_instances(
     Example:
         >>> register_lvis_instances("my_lvis", {}, "lvis_v1_val.json", "coco")  # doctest: +SKIP
     """
-    json_file = os.fspath(json_file)
-    image_root = os.fspath(image_root)
-    if not isinstance(name, str):
-        raise TypeError(f"a dataset name must be a str, got {type(name).__name__}: {name!r}")
-    if metadata is not None and not isinstance(metadata, dict):
-        raise TypeError(
-            f"metadata of dataset {name!r} must be a dict, got {type(metadata).__name__}"
-        )
-    extra = tuple(extra_annotation_keys or ())
-
-    def load() -> list[dict]:
-        return load_lvis_json(json_file, image_root, name, extra_annotation_keys=extra)
-
-    DatasetCatalog.register(
-        name,
-        load,
-        source_files=(json_file,),
-        options={"cache": cache},
-        cache_key={
-            "loader": "catalog.lvis.load_lvis_json",
-            "catmap_version": __version__,
-            "json_file": os.path.abspath(json_file),
-            "image_root": image_root,
-            "extra_annotation_keys": list(extra),
-            "metadata_keys_set_by_loader": [
-                "thing_classes",
-                "thing_dataset_id_to_contiguous_id",
-                "class_image_count",
-                "class_frequency",
-            ],
-        },
+    register_json_instances(
+        name, metadata, json_file, image_root, load_lvis_json,
+        loader_name="catalog.lvis.load_lvis_json", evaluator_type="lvis",
+        keys_set_by_loader=("thing_classes", "thing_dataset_id_to_contiguous_id",
+                            "class_image_count", "class_frequency"),
+        extra_annotation_keys=extra_annotation_keys, cache=cache,
     )
-    try:
-        MetadataCatalog.get(name).set(
-            json_file=json_file, image_root=image_root, evaluator_type="lvis", **(metadata or {})
-        )
-    except Exception:
-        DatasetCatalog.remove(name)
-        raise
