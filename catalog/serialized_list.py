@@ -7,9 +7,12 @@ reading a record only reads pages and memory stays shared after ``fork``. When t
 sent to ``spawn`` / ``forkserver`` workers through multiprocessing, the arrays are moved once
 into shared memory and the workers attach to them instead of receiving a copy.
 
-Detection records are stored *columnar* (:mod:`catalog.annotation_columns`): the numbers of
-their annotations (boxes, polygons, keypoints) in flat integer columns, the rest of the record
-pickled; every access rebuilds exactly the record that was given. Alongside, a few numpy
+Records are pickled whole by default. With ``columnar=True`` (or ``CATMAP_COLUMNAR_RECORDS=1``
+for every list catmap builds) detection records are stored *columnar*
+(:mod:`catalog.annotation_columns`): the numbers of their annotations (boxes, polygons,
+keypoints) in flat integer columns, the rest of the record pickled — about half the bytes, at
+about 3x the build time and 1.5-2x the time per access (``tools/bench_serialize.py``); every
+access rebuilds exactly the record that was given. Alongside, a few numpy
 columns (image height and width, per-annotation category ids and crowd flags,
 :class:`~catalog.record_columns.RecordColumns`) let samplers compute aspect-ratio groups and
 repeat factors without rebuilding a record.
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .annotation_columns import AnnotationColumns
+from .env_flags import env_flag
 from .errors import CatmapError
 from .record_build import PROGRESS_MIN_RECORDS, build_arrays
 from .record_columns import RecordColumns
@@ -70,8 +74,9 @@ class SerializedList(Sequence):
         progress: show a tqdm progress bar; by default only when there are at least
             ``PROGRESS_MIN_RECORDS`` records and tqdm is installed.
         columnar: store the annotations' numbers as columns (:mod:`catalog.annotation_columns`;
-            about half the bytes of pickles); ``False`` pickles every record whole, which builds
-            faster. Either way every record comes back exactly as given.
+            about half the bytes of pickles, about 3x the build time); ``False`` pickles every
+            record whole. ``None`` (the default): ``CATMAP_COLUMNAR_RECORDS`` (off unless set).
+            Either way every record comes back exactly as given.
 
     Example:
         >>> records = SerializedList([{"file_name": "a.jpg", "height": 4, "width": 6}])
@@ -89,7 +94,7 @@ class SerializedList(Sequence):
         *,
         name: str | None = None,
         progress: bool | None = None,
-        columnar: bool = True,
+        columnar: bool | None = None,
     ) -> None:
         self.name = name
         self._reopen: Callable[[], SerializedList] | None = None
@@ -101,6 +106,8 @@ class SerializedList(Sequence):
             if name is None:
                 self.name = records.name
             return
+        if columnar is None:
+            columnar = env_flag("CATMAP_COLUMNAR_RECORDS", default=False)
         self._set_arrays(*build_arrays(records, name, progress, columnar))
         mib = self.nbytes / 2**20
         log = logger.info if len(self) >= PROGRESS_MIN_RECORDS else logger.debug

@@ -20,6 +20,13 @@ from catalog.records_file import write_serialized
 from catalog.records_map import map_serialized
 
 
+@pytest.fixture(autouse=True)
+def columnar_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the columnar storage: make it the default for every list built
+    here (``CATMAP_COLUMNAR_RECORDS=1``), as a user who opts in does."""
+    monkeypatch.setenv("CATMAP_COLUMNAR_RECORDS", "1")
+
+
 def same(a: Any, b: Any) -> bool:
     """Deep equality that also requires equal types, key order and the sign of zero."""
     if type(a) is not type(b):
@@ -268,3 +275,12 @@ def test_many_schemas_overflow_to_pickles():
     sl = check_roundtrip(records)
     kinds = sl.annotation_columns.kinds
     assert (kinds[:255] == KIND_FLOAT).all() and (kinds[255:] == KIND_PICKLED).all()
+
+
+def test_records_are_pickled_whole_unless_columnar_is_asked_for(monkeypatch):
+    records = [{"file_name": "a.jpg", "annotations": [{"bbox": [1.5, 2.0, 3.0, 4.0],
+                                                       "category_id": 0}]}] * 4
+    monkeypatch.delenv("CATMAP_COLUMNAR_RECORDS")
+    plain, columnar = SerializedList(records), SerializedList(records, columnar=True)
+    assert plain.nbytes > columnar.nbytes
+    assert all(same(a, b) for a, b in zip(plain, columnar, strict=True))
