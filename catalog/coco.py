@@ -149,7 +149,6 @@ def load_coco_json(
     records, categories, counts = load_coco_records(
         json_file, image_root, tuple(extra_annotation_keys or ())
     )
-    report_skips(counts, json_file)
     if dataset_name is not None:
         # A missing or null name becomes the id as a string.
         thing_classes = [c["name"] if c["name"] is not None else str(c["id"]) for c in categories]
@@ -157,11 +156,19 @@ def load_coco_json(
         MetadataCatalog.get(dataset_name, warn_unregistered=False).set(
             thing_classes=thing_classes, thing_dataset_id_to_contiguous_id=id_map
         )
+    return finish_load(records, counts, json_file, "COCO")
+
+
+def finish_load(records: list[dict], counts: SkipCounts, json_file: str, kind: str) -> list[dict]:
+    """Report what loading ``json_file`` skipped (one warning) and what it loaded; return the
+    records."""
+    report_skips(counts, json_file)
     logger.info(
-        "loaded %d images and %d instances from %s",
+        "loaded %d images and %d instances from %s (%s)",
         len(records),
         sum(len(r["annotations"]) for r in records),
         json_file,
+        kind,
     )
     return records
 

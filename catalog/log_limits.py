@@ -120,14 +120,22 @@ def _increment(slot: int) -> int:
     """Add one to a counter under a lock that excludes other processes (POSIX record lock)
     and other threads; returns the new count."""
     counters = shared_counters()
+    fd, _ = _mapped()
     with _state_lock:
-        assert _fd is not None
-        fcntl.lockf(_fd, fcntl.LOCK_EX, 8, slot * 8)
+        fcntl.lockf(fd, fcntl.LOCK_EX, 8, slot * 8)
         try:
             counters[slot] += 1
             return int(counters[slot])
         finally:
-            fcntl.lockf(_fd, fcntl.LOCK_UN, 8, slot * 8)
+            fcntl.lockf(fd, fcntl.LOCK_UN, 8, slot * 8)
+
+
+def _mapped() -> tuple[int, np.ndarray]:
+    """This process's counters file descriptor and name table (mapping them if needed)."""
+    shared_counters()
+    if _fd is None or _names is None:  # only after the creator's exit hook ran
+        raise RuntimeError("catmap's warning counters are closed (the process is exiting)")
+    return _fd, _names
 
 
 def shared_counters() -> np.ndarray:
@@ -165,18 +173,18 @@ def register_kind(kind: str) -> int:
     slot = _slots.get(kind)
     if slot is not None:
         return slot
-    assert _names is not None and _fd is not None
+    fd, names = _mapped()
     encoded = kind.encode()[:_NAME_BYTES]
     name_row = np.zeros(_NAME_BYTES, dtype=np.uint8)
     name_row[: len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
     names_offset = _SLOTS * 8
     with _state_lock:
-        fcntl.lockf(_fd, fcntl.LOCK_EX, _SLOTS * _NAME_BYTES, names_offset)
+        fcntl.lockf(fd, fcntl.LOCK_EX, _SLOTS * _NAME_BYTES, names_offset)
         try:
             start = _slot(kind)
             for probe in range(_SLOTS):
                 slot = (start + probe) % _SLOTS
-                row = _names[slot]
+                row = names[slot]
                 if not row.any():
                     row[:] = name_row  # a free slot: claim it
                     break
@@ -185,7 +193,7 @@ def register_kind(kind: str) -> int:
             else:
                 slot = _OVERFLOW_SLOT  # every slot taken: count with the last one
         finally:
-            fcntl.lockf(_fd, fcntl.LOCK_UN, _SLOTS * _NAME_BYTES, names_offset)
+            fcntl.lockf(fd, fcntl.LOCK_UN, _SLOTS * _NAME_BYTES, names_offset)
     _slots[kind] = slot
     return slot
 
@@ -233,10 +241,10 @@ def counts() -> dict[str, int]:
         True
     """
     counters = shared_counters()
-    assert _names is not None
+    _, names = _mapped()
     result = {}
     for slot in np.flatnonzero(counters):
-        name = bytes(_names[slot]).rstrip(b"\0").decode(errors="replace") or f"slot {slot}"
+        name = bytes(names[slot]).rstrip(b"\0").decode(errors="replace") or f"slot {slot}"
         result[name] = int(counters[slot])
     return result
 

@@ -10,12 +10,11 @@ keys and their checks.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .coco import register_json_instances, report_skips
+from .coco import finish_load, register_json_instances
 from .coco_common import INT64_MAX, INT64_MIN, SkipCounts, short_repr
 from .coco_generic import convert_generic
 from .coco_json import parse_json_bytes
@@ -26,7 +25,6 @@ from .safe_parse import read_bytes
 
 __all__ = ["load_lvis_json", "register_lvis_instances", "load_lvis_records", "LVIS_FREQUENCIES"]
 
-logger = logging.getLogger(__name__)
 
 #: The LVIS frequency groups: rare (1-10 training images), common (11-100), frequent (>100).
 LVIS_FREQUENCIES = ("r", "c", "f")
@@ -91,16 +89,9 @@ def load_lvis_json(
     records, categories, counts = load_lvis_records(
         json_file, image_root, tuple(extra_annotation_keys or ())
     )
-    report_skips(counts, json_file)
     if dataset_name is not None:
         _set_metadata(dataset_name, categories)
-    logger.info(
-        "loaded %d images and %d instances from %s (LVIS)",
-        len(records),
-        sum(len(r["annotations"]) for r in records),
-        json_file,
-    )
-    return records
+    return finish_load(records, counts, json_file, "LVIS")
 
 
 def load_lvis_records(
