@@ -74,7 +74,8 @@ class AnnotationColumns:
 
     Example:
         >>> from catalog import SerializedList
-        >>> sl = SerializedList([{"annotations": [{"bbox": [1.5, 2.0, 3.25, 4.0]}]}])
+        >>> sl = SerializedList([{"annotations": [{"bbox": [1.5, 2.0, 3.25, 4.0]}]}],
+        ...                     columnar=True)
         >>> sl.annotation_columns.kinds.tolist(), sl.annotation_columns.values.tolist()
         ([1], [150, 200, 325, 400])
     """
