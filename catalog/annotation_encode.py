@@ -114,22 +114,15 @@ def _by_record(
     return _place(counts, parts), counts.sum(axis=1)
 
 
-def _mixed(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """Fixed-point floats; anything that is not a float is marked not representable."""
-    floats = _mask(map(is_, map(type, values), repeat(float)), len(values))
+def _mixed(values: list[Any], kind: type = float) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed-point floats (``kind=float``) or ints (``kind=int``); any value of another type
+    is marked not representable."""
+    wanted = _mask(map(is_, map(type, values), repeat(kind)), len(values))
     enc = np.zeros(len(values), dtype=np.int64)
     ok = np.zeros(len(values), dtype=bool)
-    if floats.any():
-        enc[floats], ok[floats] = _fixed_point(list(compress(values, floats.tolist())))
-    return enc, ok
-
-
-def _mixed_int(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    ints = _mask(map(is_, map(type, values), repeat(int)), len(values))
-    enc = np.zeros(len(values), dtype=np.int64)
-    ok = np.zeros(len(values), dtype=bool)
-    if ints.any():
-        enc[ints], ok[ints] = _ints(list(compress(values, ints.tolist())))
+    if wanted.any():
+        encode = _fixed_point if kind is float else _ints
+        enc[wanted], ok[wanted] = encode(list(compress(values, wanted.tolist())))
     return enc, ok
 
 

@@ -52,7 +52,6 @@ from .annotation_encode import (
     _keypoints,
     _mask,
     _mixed,
-    _mixed_int,
     _polygons,
 )
 
@@ -61,20 +60,20 @@ __all__ = ["ColumnBuilder", "finish_columns"]
 _COORD_CODES = (C_BBOX, C_POLY, C_KPTS)
 
 
+#: The column code of each (key, value type) the columns store; any other pair stays in the
+#: skeleton (``C_LEFT``).
+_CODES: dict[tuple[str, type], int] = {
+    ("bbox", list): C_BBOX,
+    ("category_id", int): C_CAT,
+    ("iscrowd", int): C_CROWD,
+    **{("bbox_mode", kind): C_MODE for kind in _MODE_TYPES},
+    ("segmentation", list): C_POLY,
+    ("keypoints", list): C_KPTS,
+}
+
+
 def _code(key: Any, kind: type) -> int:
-    if key == "bbox" and kind is list:
-        return C_BBOX
-    if key == "category_id" and kind is int:
-        return C_CAT
-    if key == "iscrowd" and kind is int:
-        return C_CROWD
-    if key == "bbox_mode" and kind in _MODE_TYPES:
-        return C_MODE
-    if key == "segmentation" and kind is list:
-        return C_POLY
-    if key == "keypoints" and kind is list:
-        return C_KPTS
-    return C_LEFT
+    return _CODES.get((key, kind), C_LEFT)  # dict keys are hashable
 
 
 class ColumnBuilder:
@@ -248,14 +247,15 @@ class ColumnBuilder:
             restrict(_mask(map(is_, map(type, annos), repeat(dict)), len(annos)))
             if not annos:
                 return None
+        def keep_most_common(values: list[Any], same: Any) -> Any:
+            """The most common of ``values`` (one per annotation); keeps the records whose
+            annotations all have it."""
+            common = Counter(values).most_common(1)[0][0]
+            restrict(_mask(map(same, values, repeat(common)), len(values)))
+            return common
+
         keysets = set(map(tuple, annos))
-        if len(keysets) == 1:
-            keys = keysets.pop()
-        else:
-            keytuples = list(map(tuple, annos))
-            keys = Counter(keytuples).most_common(1)[0][0]
-            restrict(_mask(map(keys.__eq__, keytuples), len(keytuples)))
-            del keytuples
+        keys = keysets.pop() if len(keysets) == 1 else keep_most_common(list(map(tuple, annos)), eq)
         codes = []
         taken_before = len(annos)
         columns: list[list[Any]] = []
@@ -264,12 +264,7 @@ class ColumnBuilder:
                 return None
             vals = list(map(itemgetter(key), annos))
             kinds = set(map(type, vals))
-            if len(kinds) == 1:
-                kind = kinds.pop()
-            else:
-                types = list(map(type, vals))
-                kind = Counter(types).most_common(1)[0][0]
-                restrict(_mask(map(is_, types, repeat(kind)), len(types)))
+            kind = kinds.pop() if len(kinds) == 1 else keep_most_common(list(map(type, vals)), is_)
             codes.append(_code(key, kind))
             columns.append(vals)
         m = len(annos)
@@ -339,9 +334,10 @@ class ColumnBuilder:
         del flats, arrays
         if vis is not None:  # keypoint visibilities, after the coordinates
             vis_values, triplets = vis
-            enc, ok = _ints(vis_values) if set(map(type, vis_values)) <= _INT else _mixed_int(
-                vis_values
-            )
+            if set(map(type, vis_values)) <= _INT:
+                enc, ok = _ints(vis_values)
+            else:
+                enc, ok = _mixed(vis_values, int)
             bad |= _per_record(~ok, triplets)
             encoded.append((enc, triplets))
         rec_bad = _per_record(bad, n)
