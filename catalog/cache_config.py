@@ -1,5 +1,5 @@
 """The cache's switches and warnings: ``CATMAP_CACHE``, ``CATMAP_CACHE_SHARED``,
-``CATMAP_CACHE_DIR``, and warnings given once per process.
+``CATMAP_CACHE_DIR``, ``CATMAP_CACHE_LOCK_TIMEOUT``, and warnings given once per process.
 
 Example:
     >>> cache_enabled(False), shared_enabled(True)
@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 import os
 import warnings
 from pathlib import Path
@@ -17,11 +18,14 @@ from .env_flags import env_flag
 from .errors import CacheError, CatmapErrorWithFields
 
 __all__ = [
+    "DEFAULT_LOCK_TIMEOUT",
     "CacheCorruptWarning",
+    "CacheSettingError",
     "CacheSkippedWarning",
     "CacheUnavailableError",
     "cache_dir",
     "cache_enabled",
+    "lock_timeout",
     "shared_enabled",
     "warn_once",
 ]
@@ -49,6 +53,52 @@ class CacheUnavailableError(CacheError, CatmapErrorWithFields):
     """
 
     field_names = ("directory",)
+
+
+class CacheSettingError(CatmapErrorWithFields, CacheError, ValueError):
+    """A cache environment variable holds a value catmap cannot use.
+
+    Attributes:
+        variable: the variable's name.
+        value: its value.
+    """
+
+    field_names = ("variable", "value")
+
+
+#: Seconds a process waits for another one building the same cache entry before it builds the
+#: records itself without the cache (``CATMAP_CACHE_LOCK_TIMEOUT`` overrides it).
+DEFAULT_LOCK_TIMEOUT = 1800.0
+
+
+def lock_timeout() -> float:
+    """How long to wait for another process's build of an entry: ``CATMAP_CACHE_LOCK_TIMEOUT``
+    (seconds, > 0) or :data:`DEFAULT_LOCK_TIMEOUT`.
+
+    Raises:
+        CacheSettingError: the variable is not a positive finite number.
+
+    Example:
+        >>> import os
+        >>> os.environ["CATMAP_CACHE_LOCK_TIMEOUT"] = "90"
+        >>> lock_timeout()
+        90.0
+        >>> del os.environ["CATMAP_CACHE_LOCK_TIMEOUT"]
+    """
+    value = os.environ.get("CATMAP_CACHE_LOCK_TIMEOUT", "").strip()
+    if not value:
+        return DEFAULT_LOCK_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise CacheSettingError(
+            f"CATMAP_CACHE_LOCK_TIMEOUT={value!r} is not a positive number of seconds",
+            variable="CATMAP_CACHE_LOCK_TIMEOUT",
+            value=value,
+        )
+    return seconds
 
 
 def warn_once(tag: str, message: str, category: type[Warning] = CacheSkippedWarning) -> None:

@@ -16,7 +16,9 @@ Rules (see also :mod:`catalog.records_file` for the entry format and its MAC):
   fsync-ed and renamed into place; the records are then mapped from the descriptor that was
   written through (never re-opened by path).
 - One process per machine builds an entry while the others wait: a ``filelock`` per key in
-  the directory; the entry is looked up again once the lock is held.
+  the directory; the entry is looked up again once the lock is held. A process that waits
+  longer than ``CATMAP_CACHE_LOCK_TIMEOUT`` (default 30 min) for another one builds the
+  records itself, without the cache, with a warning: a stuck builder never hangs the others.
 - When no usable directory or key file exists (no home directory, read-only file system),
   loading goes on without the cache, with one warning per process.
 """
@@ -41,6 +43,7 @@ from .cache_config import (
     CacheUnavailableError,
     cache_dir,
     cache_enabled,
+    lock_timeout,
     shared_enabled,
     warn_once,
 )
@@ -72,6 +75,7 @@ logger = logging.getLogger(__name__)
 
 _TEMP_PREFIX = ".tmp-"
 _LOCK_SUFFIX = ".lock"
+_LOCK_LOG_EVERY = 60.0  # seconds between "still waiting" log lines
 _DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC
 
 Loaded = tuple[SerializedList, dict[str, Any]]
@@ -281,23 +285,51 @@ class DiskCache:
                 remove_idle_lock(other.with_name(other.name + _LOCK_SUFFIX))
 
     @contextlib.contextmanager
-    def _lock(self, key: CacheKey) -> Iterator[None]:
+    def _lock(self, key: CacheKey) -> Iterator[bool]:
+        """Hold the entry's build lock; yields False when another process kept it past
+        :func:`~catalog.cache_config.lock_timeout` (the caller then builds without the cache)."""
         path = str(self.directory / (key.file_name() + _LOCK_SUFFIX))
         lock = filelock.FileLock(path, mode=0o640 if self.shared else 0o600)
         try:
-            try:
-                lock.acquire(timeout=0)
-            except filelock.Timeout:
-                logger.info("waiting for another process to build the cache of %r", key.name)
-                lock.acquire()
+            held = self._acquire(lock, key, path)
         except OSError as exc:
             warn_once(f"lock:{self.directory}", f"catmap cache: cannot lock {path} ({exc})")
-            yield
+            yield True
+            return
+        if not held:
+            yield False
             return
         try:
-            yield
+            yield True
         finally:
             lock.release()
+
+    @staticmethod
+    def _acquire(lock: filelock.FileLock, key: CacheKey, path: str) -> bool:
+        try:
+            lock.acquire(timeout=0)
+            return True
+        except filelock.Timeout:
+            pass
+        limit = lock_timeout()
+        waited = 0.0
+        while waited < limit:
+            logger.info(
+                "waiting for another process to build the cache of %r (%.0f s of %.0f s)",
+                key.name, waited, limit,
+            )  # fmt: skip
+            step = min(_LOCK_LOG_EVERY, limit - waited)
+            try:
+                lock.acquire(timeout=step)
+                return True
+            except filelock.Timeout:
+                waited += step
+        warn_once(
+            f"lock-timeout:{path}",
+            f"catmap cache: another process has held {path} for {limit:.0f} s "
+            f"(CATMAP_CACHE_LOCK_TIMEOUT); building {key.name!r} here without the cache",
+        )
+        return False
 
     # ------------------------------------------------------------------ public API
     def entries(self) -> list[CacheEntry]:
@@ -391,7 +423,9 @@ class DiskCache:
             hit = self._load_in(dfd, key, secret)
             if hit is not None:
                 return hit
-            with self._lock(key):
+            with self._lock(key) as held:
+                if not held:
+                    return build()
                 hit = self._load_in(dfd, key, secret)
                 if hit is not None:
                     return hit

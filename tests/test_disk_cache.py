@@ -501,3 +501,51 @@ def test_register_annotation_file_caching(cache_env, tmp_path, kwargs, cached):
     records = DatasetCatalog.get("dc_mm")
     assert len(records) == 1
     assert [e.name for e in DiskCache().entries()] == (["dc_mm"] if cached else [])
+
+
+def _slow_builder_child(cache_dir: str, source: str, started: str) -> None:
+    os.environ["CATMAP_CACHE_DIR"] = cache_dir
+
+    def build():
+        Path(started).touch()
+        time.sleep(4.0)  # holds the build lock well past the other process's limit
+        return json.loads(Path(source).read_text()), {"pid": os.getpid()}
+
+    load_with_cache("toy", [source], build, loader="json-list")
+
+
+def test_a_stuck_builder_does_not_hang_the_others(cache_env, source, tmp_path, monkeypatch):
+    # Was: a process waited for another one's build lock with no limit. Now it waits
+    # CATMAP_CACHE_LOCK_TIMEOUT seconds, then builds without the cache and says so.
+    started = tmp_path / "started"
+    child = mp.get_context("fork").Process(
+        target=_slow_builder_child, args=(str(cache_env), str(source), str(started))
+    )
+    child.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert started.exists()
+        monkeypatch.setenv("CATMAP_CACHE_LOCK_TIMEOUT", "0.5")
+        builder = CountingBuilder(source)
+        begin = time.monotonic()
+        with pytest.warns(cache_config.CacheSkippedWarning, match="CATMAP_CACHE_LOCK_TIMEOUT"):
+            records, extra = _load(source, builder)
+        waited = time.monotonic() - begin
+        assert builder.calls == 1 and records.to_list() == _records(5)
+        assert waited < 3.5  # returned before the other process finished its build
+        assert child.is_alive()
+    finally:
+        child.join(30)
+    assert child.exitcode == 0
+    (entry,) = _cache_files(cache_env)  # written by the process that held the lock
+    assert map_serialized(entry)[0].to_list() == _records(5)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "soon", "nan", "inf"])
+def test_a_bad_lock_timeout_is_a_typed_error(value, monkeypatch):
+    monkeypatch.setenv("CATMAP_CACHE_LOCK_TIMEOUT", value)
+    with pytest.raises(cache_config.CacheSettingError) as info:
+        cache_config.lock_timeout()
+    assert info.value.variable == "CATMAP_CACHE_LOCK_TIMEOUT" and info.value.value == value
