@@ -11,8 +11,7 @@ from __future__ import annotations
 import colorsys
 from typing import Any
 
-from .lvis_v0_5_categories import LVIS_V0_5_CLASSES
-from .lvis_v1_categories import LVIS_V1_CLASSES, LVIS_V1_FREQUENCY, LVIS_V1_IMAGE_COUNT
+from .lvis_categories import lvis_categories
 from .pascal_voc import VOC_CLASSES
 
 __all__ = [
@@ -216,12 +215,13 @@ def _coco_panoptic_standard() -> dict[str, Any]:
 
 
 def _lvis_v1() -> dict[str, Any]:
+    cats = lvis_categories("v1")
     return {
-        "thing_classes": list(LVIS_V1_CLASSES),
+        "thing_classes": list(cats.classes),
         "class_image_count": [
-            {"id": i + 1, "image_count": n} for i, n in enumerate(LVIS_V1_IMAGE_COUNT)
+            {"id": i + 1, "image_count": n} for i, n in enumerate(cats.image_count or ())
         ],
-        "class_frequency": list(LVIS_V1_FREQUENCY),
+        "class_frequency": list(cats.frequency or ""),
     }
 
 
@@ -231,7 +231,7 @@ _BUILDERS = {
     "coco_panoptic_separated": _coco_panoptic_separated,
     "coco_panoptic_standard": _coco_panoptic_standard,
     "lvis_v1": _lvis_v1,
-    "lvis_v0.5": lambda: {"thing_classes": list(LVIS_V0_5_CLASSES)},
+    "lvis_v0.5": lambda: {"thing_classes": list(lvis_categories("v0.5").classes)},
     "lvis_v0.5_cocofied": _coco_instances,
     "cityscapes": lambda: {
         "thing_classes": list(CITYSCAPES_THING_CLASSES),

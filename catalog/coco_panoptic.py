@@ -97,7 +97,14 @@ def load_coco_panoptic_json(
         True
     """
     path, image_dir, gt_dir = os.fspath(json_file), os.fspath(image_dir), os.fspath(gt_dir)
-    meta = as_dict(meta, path)
+    meta = as_dict(
+        meta,
+        lambda got: PanopticFormatError(
+            f"{path}: meta must be a mapping (or Metadata) holding "
+            f"thing_dataset_id_to_contiguous_id, got {got}",
+            path=path,
+        ),
+    )
     things = id_map(meta, "thing_dataset_id_to_contiguous_id", path)
     stuff = id_map(meta, "stuff_dataset_id_to_contiguous_id", path)
     data = parse_json_bytes(
@@ -158,13 +165,12 @@ def load_coco_panoptic_json(
 
 
 def _metadata_dict(name: str, metadata: Any) -> dict[str, Any]:
-    if hasattr(metadata, "as_dict") and callable(metadata.as_dict):
-        metadata = metadata.as_dict()
-    if not isinstance(metadata, Mapping):
-        raise TypeError(
-            f"metadata of dataset {name!r} must be a mapping, got {type(metadata).__name__}"
-        )
-    return {k: v for k, v in dict(metadata).items() if k != "name"}
+    values = as_dict(
+        metadata,
+        lambda got: TypeError(f"metadata of dataset {name!r} must be a mapping, got {got}"),
+    )
+    values.pop("name", None)
+    return values
 
 
 def _set_metadata(name: str, values: dict[str, Any]) -> None:

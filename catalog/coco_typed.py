@@ -17,22 +17,9 @@ from collections.abc import Sequence
 from operator import attrgetter
 from typing import Annotated, Any, Literal
 
+from . import coco_common as common
 from .box_mode import BoxMode
-from .coco_common import (
-    INT64_MAX,
-    INT64_MIN,
-    MAX_IMAGE_SIDE,
-    MAX_JSON_DEPTH,
-    MAX_NUM_KEYPOINTS,
-    MAX_RLE_RUN,
-    RLE_CHARS,
-    SkipCounts,
-    extra_value_problem,
-    image_record,
-    keypoints_problem,
-    rle_dict,
-    shift_keypoints,
-)
+from .coco_common import MAX_JSON_DEPTH, SkipCounts
 from .coco_generic import RECORD_KEYS, VALIDATED_KEYS, rle_sum_problem
 from .coco_json import check_utf8, json_depth
 from .errors import AnnotationFormatError
@@ -58,13 +45,13 @@ class FallBack(Exception):
 
 if AVAILABLE:
     Meta = msgspec.Meta
-    _Id = Annotated[int, Meta(ge=INT64_MIN, le=INT64_MAX)]
-    _Side = Annotated[int, Meta(ge=1, le=MAX_IMAGE_SIDE)]
+    _Id = Annotated[int, Meta(ge=common.INT64_MIN, le=common.INT64_MAX)]
+    _Side = Annotated[int, Meta(ge=1, le=common.MAX_IMAGE_SIDE)]
     # msgspec refuses floats too large for a double by itself; a range constraint on floats
     # would cost about 15% of the decoding time.
     _Coord = _Id | float
-    _RleCounts = Annotated[str, Meta(pattern=RLE_CHARS)] | list[
-        Annotated[int, Meta(ge=0, le=MAX_RLE_RUN)]
+    _RleCounts = Annotated[str, Meta(pattern=common.RLE_CHARS)] | list[
+        Annotated[int, Meta(ge=0, le=common.MAX_RLE_RUN)]
     ]
     _Unset = msgspec.UnsetType
 
@@ -94,7 +81,11 @@ if AVAILABLE:
         ("id", _Id | None, None),
         ("keypoints", list[_Coord] | None, None),
         ("ignore", Literal[0, 1] | bool | _Unset, msgspec.UNSET),
-        ("num_keypoints", Annotated[int, Meta(ge=0, le=MAX_NUM_KEYPOINTS)] | _Unset, msgspec.UNSET),
+        (
+            "num_keypoints",
+            Annotated[int, Meta(ge=0, le=common.MAX_NUM_KEYPOINTS)] | _Unset,
+            msgspec.UNSET,
+        ),
     ]
     _FIELD_NAMES = frozenset(f[0] for f in _BASE_FIELDS)
 
@@ -204,7 +195,9 @@ def _records(images: list[Any], image_root: str, counts: SkipCounts) -> tuple[li
         annos: list[dict] = []
         annos_of_image[image_id] = annos
         records.append(
-            image_record(img.file_name, image_root, img.height, img.width, image_id, annos, counts)
+            common.image_record(
+                img.file_name, image_root, img.height, img.width, image_id, annos, counts
+            )
         )
     return records, annos_of_image
 
@@ -228,7 +221,7 @@ def _attach(
     for ann in annotations:
         segm = ann.segmentation
         keypoints = ann.keypoints
-        if keypoints and keypoints_problem(keypoints, None):
+        if keypoints and common.keypoints_problem(keypoints, None):
             raise FallBack("malformed keypoints")
         if type(segm) is rle and rle_sum_problem(segm.size, segm.counts):
             raise FallBack("RLE counts do not match its size")
@@ -242,7 +235,7 @@ def _attach(
         if category is None:
             raise FallBack("unknown category")
         if keypoints and keypoint_counts[category] is not None:
-            if keypoints_problem(keypoints, keypoint_counts[category]):
+            if common.keypoints_problem(keypoints, keypoint_counts[category]):
                 raise FallBack("keypoints do not match the category")
         bbox = ann.bbox
         if not (bbox[2] > 0 and bbox[3] > 0):
@@ -269,9 +262,9 @@ def _attach(
                         continue
                 obj["segmentation"] = segm
             else:
-                obj["segmentation"] = rle_dict(segm.size, segm.counts)
+                obj["segmentation"] = common.rle_dict(segm.size, segm.counts)
         if keypoints:
-            obj["keypoints"] = shift_keypoints(keypoints)
+            obj["keypoints"] = common.shift_keypoints(keypoints)
         if extra:
             obj.update(extra)
         target.append(obj)
@@ -283,7 +276,7 @@ def _extra_values(ann: Any, extra_keys: tuple[str, ...], validated_keys: tuple[s
     for key in extra_keys:
         value = getattr(ann, key)
         if value is not unset:
-            if extra_value_problem(value):
+            if common.extra_value_problem(value):
                 raise FallBack(f"extra key {key!r}")
             extra[key] = value
     for key in validated_keys:

@@ -14,12 +14,12 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .coco import finish_load, register_json_instances
 from .coco_common import INT64_MAX, INT64_MIN, SkipCounts, short_repr
 from .coco_generic import convert_generic
 from .coco_json import parse_json_bytes
 from .errors import AnnotationFormatError
 from .gc_pause import gc_paused
+from .json_instances import finish_load, register_json_instances
 from .metadata import MetadataCatalog
 from .safe_parse import read_bytes
 
@@ -55,8 +55,9 @@ def load_lvis_json(
 
     Every value is checked with the policy of :func:`catalog.coco.load_coco_json`; in
     addition: ``coco_url`` not a str, holding a query or fragment (``?``, ``#``), or whose
-    last two components are empty, ``.``, ``..`` or hold a NUL or backslash; ``not_exhaustive_category_ids`` / ``neg_category_ids`` not a list
-    of ids among the file's categories; a category's ``synonyms`` not a non-empty list of str,
+    last two components are empty, ``.``, ``..`` or hold a NUL or backslash;
+    ``not_exhaustive_category_ids`` / ``neg_category_ids`` not a list of ids among the file's
+    categories; a category's ``synonyms`` not a non-empty list of str,
     ``frequency`` not one of ``r``, ``c``, ``f``, or ``image_count`` / ``instance_count`` not
     an int >= 0: :class:`AnnotationFormatError` naming the file, the image or category (id and
     index) and the key. Invalid polygons are dropped and counted (detectron2 asserts instead).

@@ -7,7 +7,7 @@ image id, the segment id and the key.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .annotation_validate import _finite_numbers
@@ -31,16 +31,22 @@ _MAX_PATH_CHARS = 4096
 _SEGMENT_KEYS = ("id", "category_id", "iscrowd", "bbox", "area")
 
 
-def as_dict(meta: Any, path: str) -> dict[str, Any]:
-    """``meta`` (a mapping or :class:`Metadata`) as a plain dict."""
+def as_dict(meta: Any, refuse: Callable[[str], BaseException]) -> dict[str, Any]:
+    """``meta`` (a mapping, or an object with ``as_dict()`` such as :class:`Metadata`) as a
+    plain dict; anything else raises ``refuse(<its type name>)``.
+
+    Example:
+        >>> as_dict({"a": 1}, TypeError)
+        {'a': 1}
+        >>> as_dict([1], lambda got: TypeError(f"metadata must be a mapping, got {got}"))
+        Traceback (most recent call last):
+        ...
+        TypeError: metadata must be a mapping, got list
+    """
     if hasattr(meta, "as_dict") and callable(meta.as_dict):
         meta = meta.as_dict()
     if not isinstance(meta, Mapping):
-        raise PanopticFormatError(
-            f"{path}: meta must be a mapping (or Metadata) holding "
-            f"thing_dataset_id_to_contiguous_id, got {type(meta).__name__}",
-            path=path,
-        )
+        raise refuse(type(meta).__name__)
     return dict(meta)
 
 

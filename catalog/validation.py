@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, TypeVar, overload
 
 import numpy as np
 
@@ -60,6 +60,45 @@ SEED_LIMIT = 2**64
 _DEFAULT_ERROR: ErrorSpec = (TypeError, ValueError)
 _T = TypeVar("_T")
 
+if TYPE_CHECKING:  # the overloads' keyword options; typing only
+    from typing_extensions import Unpack
+
+_No = Literal[False]  # optional=False (the default): the checks return no None
+
+
+class _Options(TypedDict, total=False):
+    """The keyword options every check takes (the overloads of :func:`check_int` and
+    :func:`check_float` spell them once)."""
+
+    error: ErrorSpec
+    where: str
+
+
+class _Ints(_Options, total=False):
+    """The keyword options of :func:`check_int`, besides ``optional``."""
+
+    minimum: int | None
+    maximum: int | None
+
+
+class _Floats(_Options, total=False):
+    """The keyword options of :func:`check_float`, besides ``optional``."""
+
+    minimum: float | None
+    maximum: float | None
+    above: float | None
+    below: float | None
+    finite: bool
+
+
+def _wrong_type(
+    error: ErrorSpec, where: str, name: str, kind: str, value: Any, optional: bool = False
+) -> BaseException:
+    """The error for a value of the wrong type: ``<name> must be <kind>[ or None], got <type>
+    <value>``."""
+    got = f"got {type(value).__name__} {short_repr(value)}"
+    return failure(error, True, where, name, f"{kind}{' or None' if optional else ''}, {got}")
+
 
 def is_int(value: Any) -> bool:
     """True for a Python or numpy integer; False for a bool (or ``numpy.bool_``) and a float.
@@ -82,27 +121,9 @@ def is_number(value: Any) -> bool:
 
 
 @overload
-def check_int(
-    value: Any,
-    name: str,
-    *,
-    minimum: int | None = ...,
-    maximum: int | None = ...,
-    optional: Literal[False] = ...,
-    error: ErrorSpec = ...,
-    where: str = ...,
-) -> int: ...
+def check_int(value: Any, name: str, *, optional: _No = ..., **kw: Unpack[_Ints]) -> int: ...
 @overload
-def check_int(
-    value: Any,
-    name: str,
-    *,
-    minimum: int | None = ...,
-    maximum: int | None = ...,
-    optional: Literal[True],
-    error: ErrorSpec = ...,
-    where: str = ...,
-) -> int | None: ...
+def check_int(value: Any, name: str, *, optional: bool, **kw: Unpack[_Ints]) -> int | None: ...
 def check_int(
     value: Any,
     name: str,
@@ -140,10 +161,7 @@ def check_int(
     if value is None and optional:
         return None
     if not is_int(value):
-        kind = int_kind(minimum, maximum) + (" or None" if optional else "")
-        raise failure(
-            error, True, where, name, f"{kind}, got {type(value).__name__} {short_repr(value)}"
-        )
+        raise _wrong_type(error, where, name, int_kind(minimum, maximum), value, optional)
     number = int(value)
     if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
         raise failure(
@@ -153,33 +171,10 @@ def check_int(
 
 
 @overload
-def check_float(
-    value: Any,
-    name: str,
-    *,
-    minimum: float | None = ...,
-    maximum: float | None = ...,
-    above: float | None = ...,
-    below: float | None = ...,
-    finite: bool = ...,
-    optional: Literal[False] = ...,
-    error: ErrorSpec = ...,
-    where: str = ...,
-) -> float: ...
+def check_float(value: Any, name: str, *, optional: _No = ..., **kw: Unpack[_Floats]) -> float: ...
 @overload
-def check_float(
-    value: Any,
-    name: str,
-    *,
-    minimum: float | None = ...,
-    maximum: float | None = ...,
-    above: float | None = ...,
-    below: float | None = ...,
-    finite: bool = ...,
-    optional: Literal[True],
-    error: ErrorSpec = ...,
-    where: str = ...,
-) -> float | None: ...
+def check_float(value: Any, name: str, *, optional: bool, **kw: Unpack[_Floats]) -> float | None:
+    ...
 def check_float(
     value: Any,
     name: str,
@@ -220,10 +215,7 @@ def check_float(
         return None
     span = float_range(minimum, maximum, above, below)
     if not is_number(value):
-        kind = float_kind(span, finite) + (" or None" if optional else "")
-        raise failure(
-            error, True, where, name, f"{kind}, got {type(value).__name__} {short_repr(value)}"
-        )
+        raise _wrong_type(error, where, name, float_kind(span, finite), value, optional)
     try:
         number = float(value)
     except OverflowError:  # an int beyond the float range
@@ -257,13 +249,7 @@ def check_bool(
         TypeError: TrainingSampler: shuffle must be true or false, got str 'yes'
     """
     if not isinstance(value, (bool, np.bool_)):
-        raise failure(
-            error,
-            True,
-            where,
-            name,
-            f"true or false, got {type(value).__name__} {short_repr(value)}",
-        )
+        raise _wrong_type(error, where, name, "true or false", value)
     return bool(value)
 
 
@@ -277,9 +263,7 @@ def check_str(value: Any, name: str, *, error: ErrorSpec = _DEFAULT_ERROR, where
         TypeError: config: name must be a str, got int 3
     """
     if not isinstance(value, str):
-        raise failure(
-            error, True, where, name, f"a str, got {type(value).__name__} {short_repr(value)}"
-        )
+        raise _wrong_type(error, where, name, "a str", value)
     return value
 
 
@@ -369,10 +353,7 @@ def check_list(
     if value is None and optional:
         return None
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
-        kind = f"a list of {what}" + (" or None" if optional else "")
-        raise failure(
-            error, True, where, name, f"{kind}, got {type(value).__name__} {short_repr(value)}"
-        )
+        raise _wrong_type(error, where, name, f"a list of {what}", value, optional)
     return [
         check(item, f"{name} {element} {i}", error=error, where=where, **options)
         for i, item in enumerate(value)

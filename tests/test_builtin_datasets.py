@@ -25,7 +25,7 @@ from catalog.builtin_metadata import (
     class_colors,
     get_builtin_metadata,
 )
-from catalog.lvis_v1_categories import LVIS_V1_CLASSES, LVIS_V1_FREQUENCY, LVIS_V1_IMAGE_COUNT
+from catalog.lvis_categories import LVIS_V1_CLASSES, LVIS_V1_FREQUENCY, LVIS_V1_IMAGE_COUNT
 
 EXPECTED_NAMES = [
     "coco_2014_train", "coco_2014_val", "coco_2014_minival", "coco_2014_valminusminival",

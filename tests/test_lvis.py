@@ -209,7 +209,7 @@ def test_register_rejects_bad_arguments(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not EXTERNAL_LVIS.is_dir(), reason="external LVIS samples not present")
 def test_real_lvis_v0_5_sample_loads() -> None:
-    from catalog.lvis_v0_5_categories import LVIS_V0_5_CLASSES
+    from catalog.lvis_categories import LVIS_V0_5_CLASSES
 
     records = load_lvis_json(EXTERNAL_LVIS / "lvis_val_100.json", "coco", "lvis_test_real")
     assert len(records) == 100
