@@ -1,20 +1,19 @@
 """Repeat-factor sampling (LVIS-style class balancing, RepeatDataset, ClassBalancedDataset).
 
 Each pass repeats record ``i`` ``floor(r_i)`` times plus once more with probability
-``frac(r_i)`` (stochastic rounding), then shuffles the expanded list. Pass ``p`` is keyed by
-``(seed, p)`` and never materialized: record ``i``'s rounding draw is
-``keyed_uniform(i, "rounding", seed, p)`` (compared as 53-bit integers), the pass keeps the running sum of the repeat counts
-(one int64 per record: the size of the configuration, not of the position), and position
-``j`` of the pass is the record whose count range holds ``KeyedPermutation(length, "shuffle",
-seed, p)[j]`` (a binary search). Computing a pass's counts is one vectorized O(records) step;
-resuming does it for the saved pass only.
+``frac(r_i)``, then shuffles the expanded list. Pass ``p`` is keyed by ``(seed, p)`` and never
+materialized: the extra copies come from systematic rounding with one keyed offset per pass
+(:mod:`samplers.repeat_rounding`: running sums precomputed once per sampler, so a pass's
+length is O(1)), and position ``j`` of the pass is the record whose count range holds
+``KeyedPermutation(length, "shuffle", seed, p)[j]`` (a binary search in a small window).
+Resuming at any depth of any pass costs O(chunk), not O(records).
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,19 +23,19 @@ from catalog.errors import RecordFormatError
 from catalog.serialized_list import RecordColumns
 from catalog.validation import check_float, check_int
 
-from .keyed_permutation import KeyedPermutation, keyed_bits53
-from .pass_order import ExpandedOrder, PassOrder, PermutedOrder, RangeOrder
-from .state_fields import array_digest
+from .errors import StateMismatchError
+from .keyed_permutation import KeyedPermutation
+from .pass_order import PassOrder, PermutedOrder, RangeOrder
+from .repeat_rounding import MAX_FACTOR_SUM, ROUNDING, RoundedOrder, SystematicRounding
+from .state_fields import MAX_PASS, LoadNotes, array_digest
 from .stream import EndlessPassStream
 
 __all__ = ["RepeatFactorTrainingSampler", "repeat_factors_from_category_frequency"]
 
 logger = logging.getLogger(__name__)
 
-#: Records whose rounding is drawn at a time (bounds the temporaries of a pass's counts).
-_ROUNDING_CHUNK = 1 << 16
-#: Passes whose running counts are kept (one int64 per record each).
-_COUNTS_CACHE = 3
+#: How a state saved before ``config["rounding"]`` rounded the factors.
+_OLD_ROUNDING = "independent per-record rounding (catmap before systematic rounding)"
 
 
 def _check_threshold(repeat_thresh: Any) -> float:
@@ -165,15 +164,62 @@ def repeat_factors_from_category_frequency(
     return torch.from_numpy(factors.astype(np.float32))
 
 
+def _check_factors(repeat_factors: Any, owner: str) -> np.ndarray:
+    """The factors as a read-only float64 array we own, checked."""
+    if isinstance(repeat_factors, torch.Tensor):
+        repeat_factors = repeat_factors.detach().cpu().numpy()
+    try:
+        factors = np.array(repeat_factors, dtype=np.float64)  # a copy we own
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{owner}: repeat_factors must be numbers ({exc})") from None
+    if factors.ndim != 1 or factors.size == 0:
+        raise ValueError(
+            f"{owner}: repeat_factors must be a non-empty 1-D sequence, got shape "
+            f"{factors.shape}"
+        )
+    bad = ~(np.isfinite(factors) & (factors > 0))
+    if bad.any():
+        index = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"{owner}: repeat factor of record {index} is {factors[index]}; factors must "
+            f"be positive and finite"
+        )
+    total = float(factors.sum())
+    if total < 1.0:
+        raise ValueError(
+            f"{owner}: the repeat factors sum to {total:.3g}; a pass could hold no "
+            f"record (the sum must be >= 1)"
+        )
+    if total > MAX_FACTOR_SUM:
+        raise ValueError(
+            f"{owner}: the repeat factors sum to {total:.3g}; a pass of more than "
+            f"2**52 indices is not supported"
+        )
+    factors.flags.writeable = False
+    return factors
+
+
 class RepeatFactorTrainingSampler(EndlessPassStream):
     """Endless passes where record ``i`` appears ``r_i`` times on average, shuffled.
 
     Replaces ``RepeatDataset(times=k)`` (a constant factor ``k``) and ``ClassBalancedDataset``
     (factors from :func:`repeat_factors_from_category_frequency`).
 
+    In every pass record ``i`` appears ``floor(r_i)`` or ``ceil(r_i)`` times, ``ceil`` with
+    probability ``frac(r_i)`` (to 53 bits, from keyed integer arithmetic), as in detectron2.
+    The rounding is *systematic* (see :mod:`samplers.repeat_rounding`): one keyed offset per
+    pass decides every record's extra copy, so a pass's length and any of its positions are
+    computed without a per-pass O(records) step, and resuming at any depth is O(chunk).
+    Each record's count has exactly the distribution of detectron2's independent per-image
+    rounding; only the joint distribution differs (the pass length is the floor or ceil of
+    the factors' sum, and extra copies are spread out along a fixed keyed order of the
+    records instead of drawn independently). Construction does the O(records) work once
+    (about 22 bytes per record kept, besides the factors).
+
     Args:
         repeat_factors: one positive finite factor per record (tensor, array or sequence).
-        shuffle: shuffle each expanded pass.
+        shuffle: shuffle each expanded pass (without shuffling, a pass lists the records in
+            index order, and the extra copies are spread along the index order).
         seed: the shared seed (None: drawn on rank 0 and broadcast).
         rank: this process's rank (default: from torch.distributed, else 0).
         world_size: the number of ranks (default: from torch.distributed, else 1).
@@ -181,7 +227,7 @@ class RepeatFactorTrainingSampler(EndlessPassStream):
     Raises:
         TypeError: the factors are not numbers.
         ValueError: not 1-D, empty, a factor is not positive and finite (names the index), or
-            the factors sum to less than 1 (most passes would be empty).
+            the factors sum to less than 1 or more than 2**52.
 
     Example:
         >>> import itertools
@@ -203,43 +249,11 @@ class RepeatFactorTrainingSampler(EndlessPassStream):
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
-        owner = "RepeatFactorTrainingSampler"
-        if isinstance(repeat_factors, torch.Tensor):
-            repeat_factors = repeat_factors.detach().cpu().numpy()
-        try:
-            factors = np.array(repeat_factors, dtype=np.float64)  # a copy we own
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{owner}: repeat_factors must be numbers ({exc})") from None
-        if factors.ndim != 1 or factors.size == 0:
-            raise ValueError(
-                f"{owner}: repeat_factors must be a non-empty 1-D sequence, got shape "
-                f"{factors.shape}"
-            )
-        bad = ~(np.isfinite(factors) & (factors > 0))
-        if bad.any():
-            index = int(np.flatnonzero(bad)[0])
-            raise ValueError(
-                f"{owner}: repeat factor of record {index} is {factors[index]}; factors must "
-                f"be positive and finite"
-            )
-        if float(factors.sum()) < 1.0:
-            raise ValueError(
-                f"{owner}: the repeat factors sum to {float(factors.sum()):.3g}; a pass would "
-                f"hold no record most of the time (the sum must be >= 1)"
-            )
-        factors.flags.writeable = False
-        self._factors = factors
-        self._digest: str | None = None
-        self._int_part = np.floor(factors).astype(np.int64)
-        self._rounded = np.flatnonzero(factors != self._int_part)  # records with a fraction
-        # a record gets its extra copy when its 53 keyed bits lie below frac * 2**53 (exact)
-        self._thresholds = np.ceil((factors - self._int_part)[self._rounded] * 2.0**53).astype(
-            np.uint64
-        )
-        self._int_cumulative: np.ndarray | None = None  # when no record has a fraction
-        # the running counts of the last few passes (a ConcatSampler reads across two)
-        self._counts_cache: dict[tuple[int, int], np.ndarray] = {}
+        self._factors = _check_factors(repeat_factors, "RepeatFactorTrainingSampler")
+        # hashed now (O(records), like the running sums) so that no load or save hashes them
+        self._digest = array_digest(self._factors, "<f8")
         self._shuffle = bool(shuffle)
+        self._rounding = SystematicRounding(self._factors, permute=self._shuffle)
         super().__init__(seed=seed, rank=rank, world_size=world_size)
 
     @classmethod
@@ -270,68 +284,72 @@ class RepeatFactorTrainingSampler(EndlessPassStream):
         view.flags.writeable = False
         return view
 
-    def _cumulative(self, seed: int, pass_index: int) -> np.ndarray:
-        """The running sum of how often each record appears in pass ``pass_index`` (stochastic
-        rounding: record ``i`` gets one more copy when its keyed draw is below its fraction)."""
-        if not len(self._rounded):
-            if self._int_cumulative is None:
-                self._int_cumulative = np.cumsum(self._int_part)
-            return self._int_cumulative
-        key = (seed, pass_index)
-        cached = self._counts_cache.get(key)
-        if cached is not None:
-            return cached
-        counts = self._int_part.copy()
-        for low in range(0, len(self._rounded), _ROUNDING_CHUNK):  # bounded temporaries
-            where = self._rounded[low : low + _ROUNDING_CHUNK]
-            draws = keyed_bits53(where, "rounding", seed, pass_index)
-            counts[where] += draws < self._thresholds[low : low + _ROUNDING_CHUNK]
-        cumulative = np.cumsum(counts, out=counts)
-        cumulative.flags.writeable = False
-        if len(self._counts_cache) >= _COUNTS_CACHE:
-            self._counts_cache.pop(next(iter(self._counts_cache)))
-        self._counts_cache[key] = cumulative
-        return cumulative
-
     def pass_counts(self, pass_index: int) -> np.ndarray:
-        """How often each record appears in pass ``pass_index`` (int64, one per record).
+        """How often each record appears in pass ``pass_index`` (int64, one per record;
+        O(records), unlike iterating or resuming).
 
         Example:
             >>> s = RepeatFactorTrainingSampler([2.0, 0.5], seed=0, rank=0, world_size=1)
             >>> int(s.pass_counts(0)[0]), int(s.pass_counts(0)[1]) in (0, 1)
             (2, True)
         """
-        return np.diff(self._cumulative(self._seed, pass_index), prepend=0)
+        index = check_int(pass_index, "pass_index", minimum=0, maximum=MAX_PASS - 1,
+                          where="RepeatFactorTrainingSampler.pass_counts")
+        return self._rounding.counts(self._rounding.offset(self._seed, index))
 
     def _make_pass(self, pass_index: int) -> PassOrder:
-        cumulative = self._cumulative(self._seed, pass_index)
-        length = int(cumulative[-1])
+        offset = self._rounding.offset(self._seed, pass_index)
+        length = self._rounding.length(offset)
         if self._shuffle and length:
             inner: PassOrder = PermutedOrder(
                 KeyedPermutation(length, "shuffle", self._seed, pass_index)
             )
         else:
             inner = RangeOrder(length)
-        return ExpandedOrder(cumulative, inner)
+        return RoundedOrder(self._rounding, offset, inner)
 
     def _pass_length(self, seed: int, pass_index: int, extra: Any) -> int:
-        return int(self._cumulative(seed, pass_index)[-1])
+        return self._rounding.length(self._rounding.offset(seed, pass_index))
 
     def _constant_pass_length(self) -> int | None:
-        return None if len(self._rounded) else int(self._cumulative(self._seed, 0)[-1])
-
-    def _factors_digest(self) -> str:
-        """blake2b digest of the float64 factors (computed once: the array is read-only)."""
-        if self._digest is None:
-            self._digest = array_digest(self._factors, "<f8")
-        return self._digest
+        return None if self._rounding.fractional else self._rounding.length(0)
 
     def _config(self) -> dict[str, Any]:
         return {
             "size": len(self._factors),
             "shuffle": self._shuffle,
-            "repeat_factors": self._factors_digest(),
+            "repeat_factors": self._digest,
+            "rounding": ROUNDING,
         }
 
     def _legacy_config(self) -> dict[str, Any]:
         return {"size": len(self._factors), "shuffle": self._shuffle}
+
+    def _prepare_load(
+        self, state_dict: Any, *, strict: bool, notes: LoadNotes
+    ) -> Callable[[], None]:
+        """As the base class, and refuse a state of the independent per-record rounding
+        (saved before ``config["rounding"]`` existed) when some factor has a fraction: its
+        passes held other counts. With integer factors both schemes give the same stream."""
+        config = state_dict.get("config") if isinstance(state_dict, Mapping) else None
+        if not isinstance(config, Mapping) or "rounding" in config:
+            return super()._prepare_load(state_dict, strict=strict, notes=notes)
+        patched = {**state_dict, "config": {**config, "rounding": ROUNDING}}
+        commit = super()._prepare_load(patched, strict=strict, notes=notes)  # every other field
+        if self._rounding.fractional:
+            if strict:
+                raise StateMismatchError(
+                    f"RepeatFactorTrainingSampler.load_state_dict: the state was saved by an "
+                    f"older catmap that rounded each record's repeat factor independently; "
+                    f"this version rounds systematically ({ROUNDING!r}), so the resumed passes "
+                    f"would hold other records (config key 'rounding'). Start the sampler "
+                    f"afresh, or pass strict=False to keep its cursor in the new passes",
+                    key="rounding",
+                    saved=_OLD_ROUNDING,
+                    current=ROUNDING,
+                )
+            notes.add(
+                f"loaded with strict=False although the state was saved with "
+                f"{_OLD_ROUNDING}: its cursor continues in passes rounded by {ROUNDING!r}"
+            )
+        return commit

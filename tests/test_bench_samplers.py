@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from tools.bench_samplers import (
+    IndependentRounding,
     PermutationTrainingSampler,
     baseline_concat_resume,
     baseline_expand_pass,
@@ -36,6 +37,14 @@ def test_baselines_compute_what_the_samplers_compute():
     assert all(sorted(old[k : k + 7]) == list(range(7)) for k in (0, 7, 14))
     assert 0 <= baseline_repeat_resume(np.array([1.5, 0.5, 2.0]), 0, 0, 1) < 3
     assert 0 <= baseline_concat_resume([3, 4], 0, 0, 5) < 7
+    # catmap's independent rounding before systematic rounding: floor or ceil per record,
+    # the fraction's frequency over passes, and a resume reads that pass's order
+    factors = np.array([1.5, 0.25, 2.0, 0.9])
+    old = IndependentRounding(factors)
+    counts = np.stack([np.diff(old.cumulative(3, p), prepend=0) for p in range(2000)])
+    assert ((counts == np.floor(factors)) | (counts == np.ceil(factors))).all()
+    np.testing.assert_allclose(counts.mean(axis=0), factors, atol=0.05)
+    assert old.resume(3, 5, 0) in set(np.flatnonzero(np.diff(old.cumulative(3, 5), prepend=0)))
 
 
 def test_main_runs_every_stage_at_small_sizes(capsys):
@@ -58,10 +67,27 @@ def test_main_runs_every_stage_at_small_sizes(capsys):
         "resume 2.5 passes into a 1,000-item stream",
     ]
     assert resumes[2].startswith("resume 0.9 pass, repeat factors of 1,000 records (")
-    assert resumes[3:] == ["resume 0.9 pass, concat of 2 x 1,000 records"]
+    assert resumes[3:] == [
+        "resume 0.9 pass, repeat factors of 1,000 records: rounding per pass",
+        "resume 0.9 pass, concat of 2 x 1,000 records",
+    ]
+    assert "build the repeat-factor sampler once, 1,000 records (checks, digest, tables)" in stages
     assert [s for s in stages if s.startswith("tracemalloc")] == [
         "tracemalloc peak, resume 0.9 pass into 2,000 items",
         "tracemalloc peak, resume and iterate 200 of 2,000 items",
+        "tracemalloc peak, resume 0.9 pass, repeat factors of 1,000 records",
     ]
     assert all(row[3].endswith("x") for row in rows)
     assert "| stage" in capsys.readouterr().out
+
+
+def test_stages_run_only_the_chosen_parts():
+    threads = torch.get_num_threads()
+    try:
+        rows = main(["--items", "2000", "--stages", "other-resumes"])
+    finally:
+        torch.set_num_threads(threads)
+    assert [row[0].split(",")[0] for row in rows] == [
+        "resume 0.9 pass", "resume 0.9 pass", "build the repeat-factor sampler once",
+        "resume 0.9 pass",
+    ]  # fmt: skip

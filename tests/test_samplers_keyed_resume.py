@@ -193,5 +193,6 @@ def test_repeat_factor_memory_is_the_size_of_the_records_not_the_position():
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    # one running count per record (8 MB) and its temporaries; no pass-sized array (~12 MB)
+    # no array of the pass's size (~12 MB) nor of the records' (8 MB): the tighter bound is
+    # in test_samplers_repeat_rounding.py
     assert peak < 3.2 * 8 * len(factors)

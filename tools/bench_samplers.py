@@ -14,8 +14,12 @@ Measured side by side in one run:
 5. resume cost: ``load_state_dict`` at a position (e.g. 0.1, 0.9, 2.5 passes into training)
    plus the first index, against the permutation approach, which regenerates the pass's whole
    permutation to read one chunk (likewise for a repeat-factor pass and a two-part concat);
+   for the repeat-factor pass also against the independent keyed rounding catmap used before
+   systematic rounding (every record's rounding drawn and summed for the resumed pass), and
+   the one-time construction of both (measured apart from the resume);
 6. memory: the tracemalloc peak while resuming 0.9 pass into the stream and while iterating
-   ``--iterate`` indices, keyed against the permutation approach.
+   ``--iterate`` indices, keyed against the permutation approach, and while resuming 0.9 pass
+   into a repeat-factor pass, systematic against independent rounding.
 
 Memory (USS / PSS of this process, from psutil) is reported after each stage.
 
@@ -23,6 +27,7 @@ Usage::
 
     python tools/bench_samplers.py                       # full size (10M items, 1M images)
     python tools/bench_samplers.py --items 200000 --images 20000   # quick
+    python -m tools.bench_samplers --stages other-resumes memory     # resume stages only
 """
 
 from __future__ import annotations
@@ -41,100 +46,37 @@ import numpy as np
 import torch
 
 from catalog import SerializedList
-from catalog.seeding import numpy_generator
 from samplers import (
     ConcatSampler,
     RepeatFactorTrainingSampler,
     TrainingSampler,
     repeat_factors_from_category_frequency,
 )
+from samplers.state_fields import array_digest
 from samplers.stream import CHUNK  # noqa: F401  (the chunk both orders are read in)
 from tools._bench_common import HelpFormatter
+from tools.bench_samplers_baselines import (
+    IndependentRounding,
+    PermutationTrainingSampler,
+    baseline_concat_resume,
+    baseline_expand_pass,
+    baseline_repeat_factors,
+    baseline_repeat_resume,
+    baseline_state,
+    baseline_training_stream,
+)
 
-__all__ = ["main"]
-
-
-# ---------------------------------------------------------------------- baselines
-def baseline_training_stream(size: int, seed: int, rank: int, world_size: int) -> Iterator[int]:
-    """Endless permutations joined into one stream, every world_size-th item kept."""
-    generator = torch.Generator()
-    generator.manual_seed(seed)
-
-    def endless() -> Iterator[int]:
-        while True:
-            yield from torch.randperm(size, generator=generator).tolist()
-
-    return itertools.islice(endless(), rank, None, world_size)
-
-
-class PermutationTrainingSampler(TrainingSampler):
-    """TrainingSampler as it was before keyed passes (the same cursor, chunking and state):
-    each pass a materialized ``numpy`` permutation of ``(seed, pass)``."""
-
-    def _make_pass(self, pass_index: int) -> np.ndarray:
-        return numpy_generator(self._seed, pass_index).permutation(self._size)
-
-
-def baseline_state(items: int, position: int) -> dict[str, Any]:
-    """A PermutationTrainingSampler state (seed 1) saved after ``position`` draws."""
-    pass_index, offset = divmod(position, items)
-    state = PermutationTrainingSampler(items, seed=1, rank=0, world_size=1).state_dict()
-    return dict(state, pass_index=pass_index, offset=offset)
-
-
-def baseline_repeat_resume(factors: np.ndarray, seed: int, pass_index: int, offset: int) -> int:
-    """Resume inside a repeat-factor pass before keyed passes: draw the rounding of every
-    record, expand, permute the whole pass, read one chunk."""
-    generator = numpy_generator(seed, pass_index)
-    whole = np.floor(factors)
-    repeats = (whole + (generator.random(len(factors)) < factors - whole)).astype(np.int64)
-    expanded = np.repeat(np.arange(len(factors), dtype=np.int64), repeats)
-    order = expanded[generator.permutation(len(expanded))]
-    return order[offset : offset + CHUNK].tolist()[0]
-
-
-def baseline_concat_resume(sizes: list[int], seed: int, pass_index: int, offset: int) -> int:
-    """Resume inside a concat pass before keyed passes: draw the part of every draw of the
-    pass, permute each part's pass, assemble the pass, read one chunk."""
-    generator = numpy_generator(seed, pass_index)
-    total = sum(sizes)
-    weights = np.cumsum(sizes) / total
-    choices = np.searchsorted(weights, generator.random(total), side="right")
-    out = np.empty(total, dtype=np.int64)
-    start = 0
-    for j, size in enumerate(sizes):
-        where = np.flatnonzero(choices == j)
-        order = numpy_generator(seed, j, pass_index).permutation(size)
-        out[where] = np.resize(order, len(where)) + start
-        start += size
-    return out[offset : offset + CHUNK].tolist()[0]
-
-
-def baseline_repeat_factors(records: list[dict], thresh: float) -> torch.Tensor:
-    """Image frequency of each category and the per-image maximum, one image at a time."""
-    images_with = collections.defaultdict(int)
-    for record in records:
-        for category in {a["category_id"] for a in record["annotations"]}:
-            images_with[category] += 1
-    n = len(records)
-    factor_of = {c: max(1.0, math.sqrt(thresh / (count / n))) for c, count in images_with.items()}
-    factors = []
-    for record in records:
-        categories = {a["category_id"] for a in record["annotations"]}
-        factors.append(max((factor_of[c] for c in categories), default=1.0))
-    return torch.tensor(factors, dtype=torch.float32)
-
-
-def baseline_expand_pass(factors: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Stochastic rounding, then one ``extend`` per image, then a shuffle."""
-    whole = torch.trunc(factors)
-    frac = factors - whole
-    repeats = whole + (torch.rand(len(frac), generator=generator) < frac).float()
-    indices: list[int] = []
-    for image, count in enumerate(repeats):
-        indices.extend([image] * int(count.item()))
-    out = torch.tensor(indices, dtype=torch.int64)
-    return out[torch.randperm(len(out), generator=generator)]
+__all__ = [  # the baselines are re-exported for the tests and for other benchmarks
+    "IndependentRounding",
+    "PermutationTrainingSampler",
+    "baseline_concat_resume",
+    "baseline_expand_pass",
+    "baseline_repeat_factors",
+    "baseline_repeat_resume",
+    "baseline_state",
+    "baseline_training_stream",
+    "main",
+]
 
 
 # ---------------------------------------------------------------------- helpers
@@ -310,25 +252,61 @@ def bench_resume(items: int, passes: list[float], rows: list[tuple[str, ...]]) -
     print(f"  resume done ({memory_mib()})", flush=True)
 
 
+def _fresh_resume_seconds(make: Callable[[], Any], state: dict[str, Any], repeat: int) -> float:
+    """Best time of ``load_state_dict`` plus the first index on a freshly built sampler (the
+    construction is not timed)."""
+    best = math.inf
+    for _ in range(repeat):
+        sampler = make()
+        gc.collect()
+        start = time.perf_counter()
+        sampler.load_state_dict(state)
+        next(iter(sampler))
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
 def bench_other_resumes(items: int, rows: list[tuple[str, ...]]) -> None:
     """Resume 0.9 pass into a repeat-factor pass and a two-part concat pass of ``items``."""
     factors = np.random.default_rng(0).uniform(0.5, 2.5, items // 2)  # ~items per pass
-    repeat = RepeatFactorTrainingSampler(factors, seed=1, rank=0, world_size=1)
-    length = len(repeat._make_pass(0))
-    state = dict(repeat.state_dict(), offset=int(length * 0.9))
-    base, _ = timed(lambda: baseline_repeat_resume(factors, 1, 0, int(length * 0.9)), 3)
-    ours, _ = timed(
-        lambda: _resume(
-            lambda: RepeatFactorTrainingSampler(factors, seed=7, rank=0, world_size=1), state
-        ),
-        3,
+    build, repeat = timed(
+        lambda: RepeatFactorTrainingSampler(factors, seed=1, rank=0, world_size=1), 3
     )
+    # the previous sampler's construction: the same checks, its rounding tables, and the digest
+    # of the factors (which it computed at the first save or load)
+    old_build, old = timed(
+        lambda: (array_digest(factors, "<f8"), IndependentRounding(factors))[1], 3
+    )
+    length = len(repeat._make_pass(0))
+    offset = int(length * 0.9)
+    state = dict(repeat.state_dict(), offset=offset)
+    base, _ = timed(lambda: baseline_repeat_resume(factors, 1, 0, offset), 3)
+    old_resume, _ = timed(lambda: old.resume(1, 0, offset), 3)
+    make = lambda: RepeatFactorTrainingSampler(factors, seed=7, rank=0, world_size=1)  # noqa: E731
+    ours = _fresh_resume_seconds(make, state, 3)
+    records = f"{len(factors):,} records"
     rows.append(
         (
-            f"resume 0.9 pass, repeat factors of {len(factors):,} records ({length:,} indices)",
+            f"resume 0.9 pass, repeat factors of {records} ({length:,} indices)",
             f"{base * 1e3:.1f} ms (permutation)",
             f"{ours * 1e3:.2f} ms (keyed)",
             f"{base / ours:.0f}x",
+        )
+    )
+    rows.append(
+        (
+            f"resume 0.9 pass, repeat factors of {records}: rounding per pass",
+            f"{old_resume * 1e3:.1f} ms (independent)",
+            f"{ours * 1e3:.2f} ms (systematic)",
+            f"{old_resume / ours:.0f}x",
+        )
+    )
+    rows.append(
+        (
+            f"build the repeat-factor sampler once, {records} (checks, digest, tables)",
+            f"{old_build * 1e3:.0f} ms (independent)",
+            f"{build * 1e3:.0f} ms (systematic)",
+            f"{old_build / build:.2f}x",
         )
     )
     sizes = [items // 2, items - items // 2]
@@ -389,7 +367,28 @@ def bench_memory(items: int, iterate: int, rows: list[tuple[str, ...]]) -> None:
                 f"{base_peak / max(our_peak, 1e-6):.0f}x",
             )
         )
+    # a repeat-factor pass: both samplers built first, only the resume traced
+    factors = np.random.default_rng(0).uniform(0.5, 2.5, items // 2)
+    old = IndependentRounding(factors)
+    repeat_state = RepeatFactorTrainingSampler(factors, seed=1, rank=0, world_size=1).state_dict()
+    repeat = RepeatFactorTrainingSampler(factors, seed=7, rank=0, world_size=1)
+    offset = int(len(repeat._make_pass(1)) * 0.9)
+    repeat_state.update(pass_index=1, offset=offset)
+    base_peak = traced_peak_mib(lambda: old.resume(1, 1, offset))
+    our_peak = traced_peak_mib(lambda: (repeat.load_state_dict(repeat_state), next(iter(repeat))))
+    rows.append(
+        (
+            f"tracemalloc peak, resume 0.9 pass, repeat factors of {len(factors):,} records",
+            f"{base_peak:.2f} MiB (independent)",
+            f"{our_peak:.2f} MiB (systematic)",
+            f"{base_peak / max(our_peak, 1e-6):.0f}x",
+        )
+    )
     print(f"  memory done ({memory_mib()})", flush=True)
+
+
+#: The stages, in the order they run (``--stages`` picks some).
+STAGES = ("one-pass", "repeat-factors", "iterate", "resume", "other-resumes", "memory")
 
 
 def main(argv: list[str] | None = None) -> list[tuple[str, ...]]:
@@ -410,6 +409,9 @@ def main(argv: list[str] | None = None) -> list[tuple[str, ...]]:
         "--iterate", type=int, default=1_000_000, help="indices iterated for the memory peak"
     )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument(
+        "--stages", nargs="+", choices=STAGES, default=list(STAGES), help="stages to run"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     rows: list[tuple[str, ...]] = []
@@ -417,13 +419,20 @@ def main(argv: list[str] | None = None) -> list[tuple[str, ...]]:
         f"torch {torch.__version__}, numpy {np.__version__}, {args.threads} torch thread(s)",
         flush=True,
     )
-    bench_one_pass(args.items, rows)
-    bench_repeat_factors(args.images, args.categories, args.mean_annotations, rows)
-    bench_iterate(args.items, rows)
-    for items in args.resume_items:
-        bench_resume(items, args.resume_passes, rows)
-    bench_other_resumes(args.items, rows)
-    bench_memory(args.items, args.iterate, rows)
+    stages = set(args.stages)
+    if "one-pass" in stages:
+        bench_one_pass(args.items, rows)
+    if "repeat-factors" in stages:
+        bench_repeat_factors(args.images, args.categories, args.mean_annotations, rows)
+    if "iterate" in stages:
+        bench_iterate(args.items, rows)
+    if "resume" in stages:
+        for items in args.resume_items:
+            bench_resume(items, args.resume_passes, rows)
+    if "other-resumes" in stages:
+        bench_other_resumes(args.items, rows)
+    if "memory" in stages:
+        bench_memory(args.items, args.iterate, rows)
     header = ("stage", "baseline (loop / permutation)", "catmap", "speed-up / ratio")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     print()
