@@ -369,6 +369,8 @@ def png_header(data: bytes) -> PngHeader | None:
     """The IHDR of a PNG file, or None when ``data`` does not start like a PNG.
 
     Example:
+        >>> png_header(b"GIF89a") is None
+        True
         >>> import io
         >>> from PIL import Image
         >>> buf = io.BytesIO(); Image.new("I;16", (5, 3)).save(buf, "PNG")

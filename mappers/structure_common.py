@@ -10,7 +10,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import torch
@@ -24,6 +24,7 @@ __all__ = [
     "is_flat_polygon",
     "is_int_index",
     "select_rows",
+    "TensorRows",
 ]
 
 
@@ -183,3 +184,43 @@ def is_flat_polygon(polygon: Any) -> bool:
         and polygon.size >= 6
         and polygon.size % 2 == 0
     )
+
+
+class TensorRows:
+    """The methods a structure holding one ``tensor`` row per instance shares.
+
+    ``device``, ``len``, ``to`` (moved or cast as ``Tensor.to`` would; the constructor keeps
+    its dtype), indexing (an int gives a one-row structure; a slice, bool mask or indices
+    give the selected rows, possibly sharing memory) and a short repr. A subclass sets
+    ``tensor`` in its constructor, which takes the tensor as its only argument.
+
+    Raises:
+        StructureIndexError: (indexing) out of range, a mask of the wrong length, or no index.
+
+    Example:
+        >>> from mappers.structures import Keypoints
+        >>> k = Keypoints(torch.zeros(3, 2, 3))
+        >>> len(k[1:]), k[0].tensor.shape, k.to("cpu").device.type, k
+        (2, torch.Size([1, 2, 3]), 'cpu', Keypoints(num_instances=3))
+    """
+
+    tensor: torch.Tensor
+
+    @property
+    def device(self) -> torch.device:
+        """The device of ``tensor``."""
+        return self.tensor.device
+
+    def to(self, *args: Any, **kwargs: Any) -> Self:
+        """A structure of the same class with ``tensor.to(*args, **kwargs)``."""
+        return type(self)(self.tensor.to(*args, **kwargs))  # type: ignore[call-arg]
+
+    def __getitem__(self, item: Any) -> Self:
+        rows = select_rows(self.tensor, item, type(self).__name__)
+        return type(self)(rows)  # type: ignore[call-arg]
+
+    def __len__(self) -> int:
+        return int(self.tensor.shape[0])
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_instances={len(self)})"

@@ -32,6 +32,8 @@ import torch
 from mappers.instances import Instances
 from mappers.structures import TRANSPORTABLE_STRUCTURES
 
+from .value_class import value_class
+
 __all__ = ["BatchPlan", "Region", "plan_batch", "unpack_batch", "write_batch"]
 
 #: Byte alignment of every region in the arena (a cache line; any dtype views cleanly).
@@ -54,50 +56,34 @@ _TORCH_DTYPES: dict[str, torch.dtype] = {
 _DTYPE_NAMES = {dtype: name for name, dtype in _TORCH_DTYPES.items()}
 
 
+@value_class
 class _Ref:
     """Stands in the skeleton for one array: ``kind`` ("t" torch / "n" numpy), dtype name,
     shape, strides (in elements) and offset in the arena (in elements for torch, bytes for
     numpy)."""
 
-    __slots__ = ("kind", "dtype", "shape", "stride", "offset")
-
-    def __init__(self, kind: str, dtype: str, shape: tuple[int, ...],
-                 stride: tuple[int, ...], offset: int = 0) -> None:
-        self.kind = kind
-        self.dtype = dtype
-        self.shape = shape
-        self.stride = stride
-        self.offset = offset
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_Ref, (self.kind, self.dtype, self.shape, self.stride, self.offset))
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int = 0
 
 
+@value_class
 class _InstancesNode:
     """Stands in the skeleton for an ``Instances`` (its fields packed like any dict)."""
 
-    __slots__ = ("image_size", "fields")
-
-    def __init__(self, image_size: tuple[int, int], fields: dict[str, Any]) -> None:
-        self.image_size = image_size
-        self.fields = fields
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_InstancesNode, (self.image_size, self.fields))
+    image_size: tuple[int, int]
+    fields: dict[str, Any]
 
 
+@value_class
 class _StructureNode:
     """Stands in the skeleton for a structure (``Boxes``, ``BitMasks``, ``PolygonMasks`` ...):
     its class and its attributes, packed like a dict; rebuilt without calling the constructor."""
 
-    __slots__ = ("cls", "state")
-
-    def __init__(self, cls: type, state: dict[str, Any]) -> None:
-        self.cls = cls
-        self.state = state
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_StructureNode, (self.cls, self.state))
+    cls: type
+    state: dict[str, Any]
 
 
 _STRUCTURES = frozenset(TRANSPORTABLE_STRUCTURES)

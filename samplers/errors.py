@@ -26,9 +26,9 @@ class SamplerError(CatmapError):
 class SamplerErrorWithFields(SamplerError, CatmapErrorWithFields):
     """A SamplerError with keyword fields (:class:`catalog.errors.CatmapErrorWithFields`).
 
-    A subclass names its fields in ``field_names`` and has a typed ``__init__(message, *,
-    field=None, ...)`` that passes them on; the message stays the only positional argument, as
-    torch's worker re-raise (``cls(message)``) needs, and every field defaults to None.
+    A subclass names its fields in ``field_names``: they are its keyword arguments, each
+    None by default; the message stays the only positional argument, as torch's worker
+    re-raise (``cls(message)``) needs.
 
     Example:
         >>> err = LoaderTimeoutError("no batch in 5 s", worker_id=1, timeout=5.0)
@@ -69,11 +69,6 @@ class StateMismatchError(SamplerStateError, SamplerErrorWithFields):
 
     field_names = ("key", "saved", "current")
 
-    def __init__(
-        self, message: str, *, key: str | None = None, saved: object = None, current: object = None
-    ) -> None:
-        super().__init__(message, key=key, saved=saved, current=current)
-
 
 class LoaderTimeoutError(SamplerErrorWithFields, TimeoutError):
     """A loader worker produced nothing within the loader's ``timeout``.
@@ -83,13 +78,3 @@ class LoaderTimeoutError(SamplerErrorWithFields, TimeoutError):
     """
 
     field_names = ("worker_id", "index", "timeout")
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        worker_id: int | None = None,
-        index: int | None = None,
-        timeout: float | None = None,
-    ) -> None:
-        super().__init__(message, worker_id=worker_id, index=index, timeout=timeout)

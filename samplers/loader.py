@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any
 
 from torch.utils.data import BatchSampler, IterableDataset
 
@@ -26,6 +26,7 @@ from .loader_inputs import resolve_dataset
 from .resumable_loader import ResumableLoader
 from .stream import check_seed
 from .training import TrainingSampler
+from .worker_options import WorkerOptions, takes_worker_options
 from .worker_seed import worker_init_reset_seed
 
 __all__ = [
@@ -77,23 +78,8 @@ def _per_rank_batch_size(total_batch_size: Any, world_size: int) -> int:
     return total // world_size
 
 
-class _WorkerOptions(NamedTuple):
-    """The DataLoader options every builder passes through unchanged (documented on
-    :func:`build_batch_data_loader`)."""
-
-    num_workers: int
-    collate_fn: Callable[[list[Any]], Any] | None
-    pin_memory: bool
-    persistent_workers: bool
-    prefetch_factor: int | None
-    multiprocessing_context: Any
-    timeout: float | None
-    worker_init_fn: Callable[[int], Any] | None
-    transport: str
-
-
 def _iterable_loader(
-    dataset: Any, batch_size: int, options: _WorkerOptions, *, grouping: bool,
+    dataset: Any, batch_size: int, options: WorkerOptions, *, grouping: bool,
     drop_last: bool, seed: int, rank: int,
 ) -> Iterable[Any]:
     """The batches of an IterableDataset (no sampler, not resumable), as detectron2 makes them."""
@@ -116,7 +102,7 @@ def _iterable_loader(
 
 
 def _resumable_loader(
-    dataset: Any, batch_sampler: Any, options: _WorkerOptions, **loader_kwargs: Any
+    dataset: Any, batch_sampler: Any, options: WorkerOptions, **loader_kwargs: Any
 ) -> ResumableLoader:
     """A :class:`ResumableLoader` with the builders' options (``loader_kwargs``: seed, rank ...)."""
     if options.num_workers > 0:
@@ -138,25 +124,20 @@ def _resumable_loader(
     )
 
 
+@takes_worker_options
 def build_batch_data_loader(
     dataset: Any,
     sampler: Any,
     total_batch_size: int,
     *,
     aspect_ratio_grouping: bool = False,
-    num_workers: int = 0,
-    collate_fn: Callable[[list[Any]], Any] | None = None,
     drop_last: bool = True,
-    pin_memory: bool = False,
-    persistent_workers: bool = False,
-    prefetch_factor: int | None = None,
     group_ids: Any = None,
-    multiprocessing_context: Any = None,
-    timeout: float | None = None,
-    worker_init_fn: Callable[[int], Any] | None = None,
-    transport: str = "auto",
+    options: WorkerOptions,
 ) -> ResumableLoader | Iterable[Any]:
     """Batches of ``total_batch_size / world_size`` samples per rank, resumable.
+
+    Also takes the :class:`~samplers.worker_options.WorkerOptions` fields as keywords.
 
     Args:
         dataset: a map-style dataset (usually a mapped one), or an ``IterableDataset``: then
@@ -203,10 +184,6 @@ def build_batch_data_loader(
     """
     rank, world_size = _sampler_world_size(sampler)
     batch_size = _per_rank_batch_size(total_batch_size, world_size)
-    options = _WorkerOptions(
-        num_workers, collate_fn, pin_memory, persistent_workers, prefetch_factor,
-        multiprocessing_context, timeout, worker_init_fn, transport,
-    )
     if isinstance(dataset, IterableDataset):
         _no_sampler(dataset, sampler, "build_batch_data_loader")
         return _iterable_loader(
@@ -236,7 +213,21 @@ def build_batch_data_loader(
     return _resumable_loader(dataset, batch_sampler, options, seed=seed, rank=rank)
 
 
-@configurable(train_loader_from_config)
+_Builder = Callable[..., Any]
+
+
+def _detectron2_builder(
+    from_config: Callable[..., dict[str, Any]],
+) -> Callable[[_Builder], _Builder]:
+    """A builder that takes the WorkerOptions as keywords and a detectron2 config first."""
+
+    def decorate(fn: _Builder) -> _Builder:
+        return configurable(from_config)(takes_worker_options(fn))
+
+    return decorate
+
+
+@_detectron2_builder(train_loader_from_config)
 def build_detection_train_loader(
     dataset: Any,
     *,
@@ -244,16 +235,8 @@ def build_detection_train_loader(
     sampler: Any = None,
     total_batch_size: int,
     aspect_ratio_grouping: bool = True,
-    num_workers: int = 0,
-    collate_fn: Callable[[list[Any]], Any] | None = None,
     seed: int | None = None,
-    multiprocessing_context: Any = None,
-    pin_memory: bool = False,
-    persistent_workers: bool = False,
-    prefetch_factor: int | None = None,
-    timeout: float | None = None,
-    worker_init_fn: Callable[[int], Any] | None = None,
-    transport: str = "auto",
+    options: WorkerOptions,
 ) -> ResumableLoader | Iterable[Any]:
     """An endless, resumable loader of training batches (lists of mapped samples).
 
@@ -273,13 +256,12 @@ def build_detection_train_loader(
         total_batch_size: batch size over all ranks (divides by the world size).
         aspect_ratio_grouping: group by orientation, from the records' width / height; a torch
             Dataset without records is not grouped (a warning says so).
-        num_workers: DataLoader workers.
-        collate_fn: default :func:`trivial_batch_collator`.
         seed: shared seed of the default sampler, the workers and the mapper's refetch; None
             draws one (from torch's default generator on rank 0, broadcast).
-        multiprocessing_context: how workers start (default: Python's default).
-        pin_memory, persistent_workers, prefetch_factor, timeout, worker_init_fn, transport:
-            as for :func:`build_batch_data_loader`.
+        num_workers, collate_fn, multiprocessing_context, pin_memory, persistent_workers,
+            prefetch_factor, timeout, worker_init_fn, transport: the
+            :class:`~samplers.worker_options.WorkerOptions`, as for
+            :func:`build_batch_data_loader`.
 
     Returns:
         A :class:`ResumableLoader` (``state_dict`` / ``load_state_dict``). Augmentations drawn
@@ -298,10 +280,6 @@ def build_detection_train_loader(
     if seed is None:
         seed = shared_random_seed()
     mapped, records = resolve_dataset(dataset, mapper, seed=seed, for_training=True)
-    options = _WorkerOptions(
-        num_workers, collate_fn, pin_memory, persistent_workers, prefetch_factor,
-        multiprocessing_context, timeout, worker_init_fn, transport,
-    )
     if isinstance(mapped, IterableDataset):
         _no_sampler(mapped, sampler, "build_detection_train_loader")
         rank, world_size = _sampler_world_size(None)
@@ -329,26 +307,18 @@ def build_detection_train_loader(
                 type(dataset).__name__,
             )
     return build_batch_data_loader(
-        mapped, sampler, total_batch_size, group_ids=group_ids, **options._asdict()
+        mapped, sampler, total_batch_size, group_ids=group_ids, **options.as_kwargs()
     )
 
 
-@configurable(inference_loader_from_config)
+@_detectron2_builder(inference_loader_from_config)
 def build_detection_test_loader(
     dataset: Any,
     *,
     mapper: Callable[[Any], Any] | None,
     sampler: Any = None,
     batch_size: int = 1,
-    num_workers: int = 0,
-    collate_fn: Callable[[list[Any]], Any] | None = None,
-    multiprocessing_context: Any = None,
-    pin_memory: bool = False,
-    persistent_workers: bool = False,
-    prefetch_factor: int | None = None,
-    timeout: float | None = None,
-    worker_init_fn: Callable[[int], Any] | None = None,
-    transport: str = "auto",
+    options: WorkerOptions,
 ) -> ResumableLoader | Iterable[Any]:
     """A finite loader that gives each record exactly once over all ranks.
 
@@ -360,11 +330,9 @@ def build_detection_test_loader(
         mapper: ``record -> sample``; None yields the records.
         sampler: default :class:`InferenceSampler` (contiguous shards, no padding).
         batch_size: samples per batch on each rank.
-        num_workers: DataLoader workers.
-        collate_fn: default :func:`trivial_batch_collator`.
-        multiprocessing_context: how workers start (default: Python's default).
-        pin_memory, persistent_workers, prefetch_factor, timeout, worker_init_fn, transport:
-            as for :func:`build_batch_data_loader`.
+        num_workers, collate_fn, multiprocessing_context, pin_memory, persistent_workers,
+            prefetch_factor, timeout, worker_init_fn, transport: as for
+            :func:`build_detection_train_loader`.
 
     Returns:
         A finite, non-resumable :class:`ResumableLoader` (``loader.loader`` is the torch
@@ -379,10 +347,6 @@ def build_detection_test_loader(
     """
     batch_size = check_batch_size(batch_size, "build_detection_test_loader")
     mapped, _ = resolve_dataset(dataset, mapper, seed=0, for_training=False)
-    options = _WorkerOptions(
-        num_workers, collate_fn, pin_memory, persistent_workers, prefetch_factor,
-        multiprocessing_context, timeout, worker_init_fn, transport,
-    )
     if isinstance(mapped, IterableDataset):
         _no_sampler(mapped, sampler, "build_detection_test_loader")
         return _iterable_loader(

@@ -45,6 +45,7 @@ from catalog.validation import check_int
 
 from .batch_pack import plan_batch, unpack_batch, write_batch
 from .errors import SamplerError
+from .value_class import value_class
 
 __all__ = ["ReceivedBatch", "SlabBatch", "SlabPool", "SlabWriter", "Ticket", "TransportError"]
 
@@ -70,33 +71,23 @@ def transport_supported() -> bool:
     return hasattr(os, "memfd_create")
 
 
+@value_class
 class Ticket:
     """Slab ``slab`` for the batch numbered ``serial`` (sent to a worker with the indices)."""
 
-    __slots__ = ("slab", "serial")
-
-    def __init__(self, slab: int, serial: int) -> None:
-        self.slab = slab
-        self.serial = serial
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Ticket, (self.slab, self.serial))
-
-    def __repr__(self) -> str:
-        return f"Ticket(slab={self.slab}, serial={self.serial})"
+    slab: int
+    serial: int
 
 
+@value_class
 class SlabBatch:
     """What a worker returns for a batch written into a slab: where, how big, the skeleton."""
 
-    __slots__ = ("token", "slab", "serial", "nbytes", "skeleton")
-
-    def __init__(self, token: str, slab: int, serial: int, nbytes: int, skeleton: Any) -> None:
-        self.token = token
-        self.slab = slab
-        self.serial = serial
-        self.nbytes = nbytes
-        self.skeleton = skeleton
+    token: str
+    slab: int
+    serial: int
+    nbytes: int
+    skeleton: Any
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_receive, (self.token, self.slab, self.serial, self.nbytes, self.skeleton))

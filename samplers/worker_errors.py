@@ -35,6 +35,7 @@ import numpy as np
 from mappers.exception_context import add_context
 
 from .errors import LoaderTimeoutError, SamplerErrorWithFields
+from .value_class import value_class
 
 __all__ = [
     "LoaderWorkerError",
@@ -78,6 +79,7 @@ def _where(worker_id: int | None, index: int | None) -> str:
     return text + (f", dataset index {index}" if index is not None else "")
 
 
+@value_class
 class WorkerFailure:
     """An exception raised in a worker, on its way to the main process.
 
@@ -88,21 +90,13 @@ class WorkerFailure:
         ticket: the slab ticket of the batch (freed by the main process), or None.
     """
 
-    __slots__ = ("payload", "type_name", "message", "trace", "worker_id", "index", "ticket")
-
-    def __init__(self, payload: bytes | None, type_name: str, message: str, trace: str,
-                 worker_id: int | None, index: int | None, ticket: Any = None) -> None:
-        self.payload = payload
-        self.type_name = type_name
-        self.message = message
-        self.trace = trace
-        self.worker_id = worker_id
-        self.index = index
-        self.ticket = ticket
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (WorkerFailure, (self.payload, self.type_name, self.message, self.trace,
-                                self.worker_id, self.index, self.ticket))
+    payload: bytes | None
+    type_name: str
+    message: str
+    trace: str
+    worker_id: int | None
+    index: int | None
+    ticket: Any = None
 
     @classmethod
     def capture(cls, exc: BaseException, *, worker_id: int | None, index: int | None,

@@ -38,6 +38,14 @@ from typing import Any
 import numpy as np
 
 from tools._bench_common import HelpFormatter
+from tools.demo_resume import batch_signature, samples_equal
+from tools.demo_stats import (
+    class_counts_of_indices,
+    format_table,
+    per_record_class_counts,
+    text_bar,
+    to_numpy,
+)
 from tools.draw import draw_sample, make_grid
 from tools.shapes_dataset import (
     default_demo_dir,
@@ -61,71 +69,6 @@ GRID_SAMPLES = 12
 
 def _section(title: str) -> None:
     print(f"\n== {title} " + "=" * max(0, 74 - len(title)), flush=True)
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """Format rows as an aligned text table (first column left-aligned, others right).
-
-    Example:
-        >>> print(format_table(["class", "n"], [["circle", 3], ["star", 10]]))
-        class    n
-        ------  --
-        circle   3
-        star    10
-    """
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-
-    def line(row: Sequence[str]) -> str:
-        parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
-        return "  ".join(parts).rstrip()
-
-    out = [line(cells[0]), "  ".join("-" * w for w in widths)]
-    out += [line(row) for row in cells[1:]]
-    return "\n".join(out)
-
-
-def _bar(fraction: float, width: int = 24) -> str:
-    full = fraction * width
-    blocks = int(full)
-    partial = " ▏▎▍▌▋▊▉"[int((full - blocks) * 8)] if blocks < width else ""
-    return ("█" * blocks + partial).ljust(width)
-
-
-def per_record_class_counts(columns: Any, num_classes: int) -> np.ndarray:
-    """Return an (N, K) matrix: non-crowd annotations of class k in record i, computed from a
-    SerializedList's category columns (no record is unpickled).
-
-    Example:
-        >>> from catalog import SerializedList
-        >>> recs = [{"annotations": [{"category_id": 0}, {"category_id": 1}]},
-        ...         {"annotations": [{"category_id": 1}]}]
-        >>> per_record_class_counts(SerializedList(recs).columns, 2).tolist()
-        [[1, 1], [0, 1]]
-    """
-    offsets = np.asarray(columns.category_offsets)
-    cats = np.asarray(columns.category_ids)
-    per_record = np.zeros((len(offsets) - 1, num_classes), dtype=np.int64)
-    owners = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
-    valid = (cats >= 0) & (cats < num_classes) & (np.asarray(columns.iscrowd) == 0)
-    np.add.at(per_record, (owners[valid], cats[valid]), 1)
-    return per_record
-
-
-def class_counts_of_indices(per_record: np.ndarray, indices: np.ndarray) -> np.ndarray:
-    """Instances per class over the records at ``indices`` (repeated indices count again).
-
-    Example:
-        >>> class_counts_of_indices(np.array([[1, 1], [0, 1]]), np.array([0, 1, 1])).tolist()
-        [1, 3]
-    """
-    return per_record[np.asarray(indices, dtype=np.int64)].sum(axis=0)
-
-
-def _as_numpy(values: Any) -> np.ndarray:
-    if hasattr(values, "detach"):
-        values = values.detach().cpu().numpy()
-    return np.asarray(values)
 
 
 def build_train_loader(
@@ -190,58 +133,6 @@ class DemoResult:
         self.state_path: Path | None = None
 
 
-def _batch_signature(batch: list[dict]) -> list[tuple]:
-    return [(s.get("image_id"), s.get("file_name")) for s in batch]
-
-
-def _same_polygons(a: Any, b: Any) -> bool:
-    """Per-instance polygon lists (or bitmask arrays) equal."""
-    a = getattr(a, "polygons", getattr(a, "tensor", a))  # PolygonMasks / BitMasks
-    b = getattr(b, "polygons", getattr(b, "tensor", b))
-    if hasattr(a, "shape") or hasattr(b, "shape"):
-        return np.array_equal(_as_numpy(a), _as_numpy(b))
-    a, b = list(a), list(b)
-    if len(a) != len(b):
-        return False
-    for polys_a, polys_b in zip(a, b, strict=True):
-        if len(polys_a) != len(polys_b):
-            return False
-        for p, q in zip(polys_a, polys_b, strict=True):
-            if not np.array_equal(_as_numpy(p), _as_numpy(q)):
-                return False
-    return True
-
-
-def _same_tensors(a: list[dict], b: list[dict]) -> bool:
-    """The mapped samples are identical: image tensors, boxes, classes and masks."""
-    import torch
-
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b, strict=True):
-        if x["image"].shape != y["image"].shape or not torch.equal(x["image"], y["image"]):
-            return False
-        ix, iy = x.get("instances"), y.get("instances")
-        if (ix is None) != (iy is None):
-            return False
-        if ix is None:
-            continue
-        if not np.array_equal(_as_numpy(_boxes(ix)), _as_numpy(_boxes(iy))):
-            return False
-        if not np.array_equal(_as_numpy(ix.gt_classes), _as_numpy(iy.gt_classes)):
-            return False
-        if ix.has("gt_masks") != iy.has("gt_masks"):
-            return False
-        if ix.has("gt_masks") and not _same_polygons(ix.gt_masks, iy.gt_masks):
-            return False
-    return True
-
-
-def _boxes(instances: Any) -> Any:
-    boxes = instances.gt_boxes
-    return getattr(boxes, "tensor", boxes)
-
-
 def run_demo(
     *,
     batches: int = 300,
@@ -303,7 +194,7 @@ def run_demo(
     total = max(int(per_class.sum()), 1)
     rows = [
         [classes[c], int(images_per_class[c]), int(per_class[c]), f"{100 * per_class[c] / total:5.1f}%",
-         _bar(per_class[c] / max(per_class.max(), 1))]
+         text_bar(per_class[c] / max(per_class.max(), 1))]
         for c in range(num_classes)
     ]  # fmt: skip
     print("\nclass histogram:")
@@ -311,7 +202,7 @@ def run_demo(
 
     # 2. sampler and loader ---------------------------------------------------------------
     _section("2. Train loader")
-    repeat_factors = _as_numpy(repeat_factors_from_category_frequency(dataset_dicts, repeat_thresh))
+    repeat_factors = to_numpy(repeat_factors_from_category_frequency(dataset_dicts, repeat_thresh))
     print(f"repeat factors at threshold {repeat_thresh}: min {repeat_factors.min():.2f}, "
           f"mean {repeat_factors.mean():.2f}, max {repeat_factors.max():.2f} "
           f"(an epoch grows from {len(repeat_factors)} to ~{repeat_factors.sum():.0f} images)")  # fmt: skip
@@ -346,7 +237,7 @@ def run_demo(
         for sample in batch:
             instances = sample.get("instances")
             if instances is not None and len(instances):
-                cls = _as_numpy(instances.gt_classes).astype(np.int64)
+                cls = to_numpy(instances.gt_classes).astype(np.int64)
                 drawn_repeat += np.bincount(cls, minlength=num_classes)[:num_classes]
             if len(grid_samples) < GRID_SAMPLES and sample.get("image_id") not in grid_ids:
                 grid_samples.append(sample)
@@ -399,8 +290,8 @@ def run_demo(
     fresh_iterator = iter(fresh)
     got = next(fresh_iterator)
     del fresh_iterator, fresh
-    same_records = _batch_signature(got) == _batch_signature(expected)
-    same_samples = same_records and _same_tensors(got, expected)
+    same_records = batch_signature(got) == batch_signature(expected)
+    same_samples = same_records and samples_equal(got, expected)
     result.resume_ok = same_samples
     print(f"state saved after {batches} batches to {result.state_path} "
           f"({result.state_path.stat().st_size} bytes)")  # fmt: skip

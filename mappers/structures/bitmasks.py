@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from ..structure_common import as_tensor_of, check_cat_parts, select_rows
+from ..structure_common import TensorRows, as_tensor_of, check_cat_parts
 from .boxes import Boxes
 from .errors import StructureShapeError
 from .polygon_masks import PolygonMasks, rasterize_polygons
@@ -37,7 +37,7 @@ def _as_bool_masks(tensor: Any) -> torch.Tensor:
     return data
 
 
-class BitMasks:
+class BitMasks(TensorRows):
     """Instance masks stored in ``tensor``, an NxHxW bool tensor.
 
     Args:
@@ -60,32 +60,9 @@ class BitMasks:
         """(H, W) of the masks."""
         return int(self.tensor.shape[1]), int(self.tensor.shape[2])
 
-    @property
-    def device(self) -> torch.device:
-        """The device of ``tensor``."""
-        return self.tensor.device
-
-    def to(self, *args: Any, **kwargs: Any) -> BitMasks:
-        """Return the masks moved as ``Tensor.to`` would (they stay bool)."""
-        return BitMasks(self.tensor.to(*args, **kwargs))
-
-    def __getitem__(self, item: Any) -> BitMasks:
-        """Select masks: an int gives a 1xHxW BitMasks; a slice, mask or indices give BitMasks.
-
-        Raises:
-            StructureIndexError: out of range, a mask of the wrong length, or no index.
-        """
-        return BitMasks(select_rows(self.tensor, item, "BitMasks"))
-
     def __iter__(self) -> Iterator[torch.Tensor]:
         """Yield each HxW mask."""
         yield from self.tensor
-
-    def __len__(self) -> int:
-        return int(self.tensor.shape[0])
-
-    def __repr__(self) -> str:
-        return f"BitMasks(num_instances={len(self)})"
 
     def nonempty(self) -> torch.Tensor:
         """Bool tensor: whether each mask has at least one pixel set."""

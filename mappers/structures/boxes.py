@@ -15,11 +15,11 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Self
 
 import torch
 
-from ..structure_common import as_tensor_of, check_cat_parts, select_rows
+from ..structure_common import TensorRows, as_tensor_of, check_cat_parts
 from .errors import StructureShapeError
 
 __all__ = ["Boxes"]
@@ -37,7 +37,7 @@ def _as_float_boxes(tensor: Any, columns: int, owner: str) -> torch.Tensor:
     return data
 
 
-class Boxes:
+class Boxes(TensorRows):
     """N axis-aligned boxes stored in ``tensor``, an Nx4 float32 tensor of (x0, y0, x1, y1).
 
     Args:
@@ -57,23 +57,14 @@ class Boxes:
     def __init__(self, tensor: Any) -> None:
         self.tensor: torch.Tensor = _as_float_boxes(tensor, 4, "Boxes")
 
-    def clone(self) -> Boxes:
-        """Return a copy that shares no memory with these boxes."""
-        return Boxes(self.tensor.clone())
-
-    def to(self, *args: Any, **kwargs: Any) -> Boxes:
-        """Return the boxes moved as ``Tensor.to`` would (the dtype stays float32).
+    def clone(self) -> Self:
+        """Return a copy that shares no memory with these boxes.
 
         Example:
-            >>> Boxes([[0, 0, 1, 1]]).to("cpu").device.type
+            >>> Boxes([[0, 0, 1, 1]]).clone().to("cpu").device.type
             'cpu'
         """
-        return Boxes(self.tensor.to(*args, **kwargs))
-
-    @property
-    def device(self) -> torch.device:
-        """The device of ``tensor``."""
-        return self.tensor.device
+        return type(self)(self.tensor.clone())
 
     def area(self) -> torch.Tensor:
         """Area of every box, (x1 - x0) * (y1 - y0), as an N tensor (negative if inverted).
@@ -171,22 +162,9 @@ class Boxes:
             return cls(torch.empty(0))
         return cls(torch.cat([b.tensor for b in boxes_list], dim=0))
 
-    def __getitem__(self, item: Any) -> Boxes:
-        """Select boxes: an int gives a 1x4 Boxes; a slice, bool mask or indices give Boxes.
-
-        The result may share memory with these boxes (as tensor indexing does).
-
-        Raises:
-            StructureIndexError: out of range, a mask of the wrong length, or no index.
-        """
-        return Boxes(select_rows(self.tensor, item, "Boxes"))
-
-    def __len__(self) -> int:
-        return int(self.tensor.shape[0])
-
     def __iter__(self) -> Iterator[torch.Tensor]:
         """Yield each box as a tensor of 4 numbers."""
         yield from self.tensor
 
     def __repr__(self) -> str:
-        return f"Boxes({self.tensor})"
+        return f"{type(self).__name__}({self.tensor})"

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ..structure_common import check_cat_parts, select_rows
+from ..structure_common import TensorRows, check_cat_parts
 from .boxes import Boxes
 from .errors import StructureShapeError
 
@@ -60,7 +60,7 @@ def keypoints_to_heatmap(
     return (cell_y * heatmap_size + cell_x) * valid, valid
 
 
-class Keypoints:
+class Keypoints(TensorRows):
     """Keypoints of N instances stored in ``tensor``, an NxKx3 float32 tensor.
 
     Args:
@@ -91,18 +91,6 @@ class Keypoints:
             )
         self.tensor: torch.Tensor = tensor
 
-    def __len__(self) -> int:
-        return int(self.tensor.shape[0])
-
-    def to(self, *args: Any, **kwargs: Any) -> Keypoints:
-        """Return the keypoints moved as ``Tensor.to`` would (they stay float32)."""
-        return Keypoints(self.tensor.to(*args, **kwargs))
-
-    @property
-    def device(self) -> torch.device:
-        """The device of ``tensor``."""
-        return self.tensor.device
-
     def to_heatmap(
         self, boxes: torch.Tensor | Boxes, heatmap_size: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,17 +105,6 @@ class Keypoints:
                 f"Keypoints.to_heatmap needs ({len(self)}, 4) boxes, got {tuple(rois.shape)}"
             )
         return keypoints_to_heatmap(self.tensor, rois.to(self.tensor.device), heatmap_size)
-
-    def __getitem__(self, item: Any) -> Keypoints:
-        """Select instances: an int gives a 1xKx3 Keypoints; a slice, mask or indices too.
-
-        Raises:
-            StructureIndexError: out of range, a mask of the wrong length, or no index.
-        """
-        return Keypoints(select_rows(self.tensor, item, "Keypoints"))
-
-    def __repr__(self) -> str:
-        return f"Keypoints(num_instances={len(self)})"
 
     @staticmethod
     def cat(keypoints_list: Sequence[Keypoints]) -> Keypoints:

@@ -15,12 +15,11 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from ..structure_common import select_rows
+from ..structure_common import TensorRows
 from .bitmasks import BitMasks
 from .boxes import Boxes
 from .errors import StructureShapeError
@@ -85,7 +84,7 @@ def paste_masks_in_image(
     return out
 
 
-class ROIMasks:
+class ROIMasks(TensorRows):
     """N masks, each of M x M predicted inside its own box (``tensor``: N x M x M).
 
     Args:
@@ -106,29 +105,6 @@ class ROIMasks:
                 f"ROIMasks needs an (N, M, M) tensor, got {tuple(tensor.shape)}"
             )
         self.tensor = tensor
-
-    def to(self, *args: Any, **kwargs: Any) -> ROIMasks:
-        """Return the masks moved/cast as ``Tensor.to`` would."""
-        return ROIMasks(self.tensor.to(*args, **kwargs))
-
-    @property
-    def device(self) -> torch.device:
-        """The device of ``tensor``."""
-        return self.tensor.device
-
-    def __len__(self) -> int:
-        return int(self.tensor.shape[0])
-
-    def __getitem__(self, item: Any) -> ROIMasks:
-        """Select masks: an int gives a 1 x M x M ROIMasks; a slice, mask or indices too.
-
-        Raises:
-            StructureIndexError: out of range, a mask of the wrong length, or no index.
-        """
-        return ROIMasks(select_rows(self.tensor, item, "ROIMasks"))
-
-    def __repr__(self) -> str:
-        return f"ROIMasks(num_instances={len(self)})"
 
     def to_bitmasks(
         self, boxes: torch.Tensor | Boxes, height: int, width: int, threshold: float = 0.5

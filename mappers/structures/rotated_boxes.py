@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 
-from ..structure_common import select_rows
 from .boxes import Boxes, _as_float_boxes
 from .errors import StructureShapeError
 
@@ -67,14 +66,6 @@ class RotatedBoxes(Boxes):
 
     def __init__(self, tensor: Any) -> None:
         self.tensor = _as_float_boxes(tensor, 5, "RotatedBoxes")
-
-    def clone(self) -> RotatedBoxes:
-        """Return a copy that shares no memory with these boxes."""
-        return RotatedBoxes(self.tensor.clone())
-
-    def to(self, *args: Any, **kwargs: Any) -> RotatedBoxes:
-        """Return the boxes moved as ``Tensor.to`` would (the dtype stays float32)."""
-        return RotatedBoxes(self.tensor.to(*args, **kwargs))
 
     def area(self) -> torch.Tensor:
         """Area of every box, w * h.
@@ -185,15 +176,3 @@ class RotatedBoxes(Boxes):
         self.tensor[:, 2] *= torch.sqrt((scale_x * c) ** 2 + (scale_y * s) ** 2)
         self.tensor[:, 3] *= torch.sqrt((scale_x * s) ** 2 + (scale_y * c) ** 2)
         self.tensor[:, 4] = torch.atan2(scale_x * s, scale_y * c) * (180.0 / math.pi)
-
-    def __getitem__(self, item: Any) -> RotatedBoxes:
-        """Select boxes: an int gives a 1x5 RotatedBoxes; a slice, mask or indices give
-        RotatedBoxes (possibly sharing memory).
-
-        Raises:
-            StructureIndexError: out of range, a mask of the wrong length, or no index.
-        """
-        return RotatedBoxes(select_rows(self.tensor, item, "RotatedBoxes"))
-
-    def __repr__(self) -> str:
-        return f"RotatedBoxes({self.tensor})"

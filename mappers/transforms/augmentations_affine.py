@@ -19,6 +19,7 @@ import numpy as np
 
 from ._backend import normalize_interp
 from .augmentation import Augmentation
+from .augmentation_checks import SAMPLE_STYLES, check_one_of
 from .transform import NoOpTransform, Transform
 from .transform_affine import ExtentTransform, RotationTransform
 
@@ -70,10 +71,7 @@ class RandomRotation(Augmentation):
         sample_style: str = "range",
         interp: int | str | None = None,
     ) -> None:
-        if sample_style not in ("range", "choice"):
-            raise ValueError(
-                f"RandomRotation: sample_style must be 'range' or 'choice', got {sample_style!r}"
-            )
+        check_one_of(sample_style, SAMPLE_STYLES, "sample_style", "RandomRotation")
         if isinstance(angle, (int, float, np.number)):
             angle = (angle, angle)
         angles = _finite_tuple("RandomRotation", "angle", angle)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .augmentation import Augmentation
+from .augmentation_checks import COLOR_FORMATS, check_color_image, check_one_of
 from .transform import BlendTransform, Transform
 
 __all__ = ["RandomBrightness", "RandomContrast", "RandomSaturation"]
@@ -113,16 +114,11 @@ class RandomSaturation(_RandomIntensity):
         self, intensity_min: float, intensity_max: float, *, image_format: str = "RGB"
     ) -> None:
         super().__init__(intensity_min, intensity_max)
-        if image_format not in _GRAY_WEIGHTS:
-            raise ValueError(
-                f"RandomSaturation: image_format must be one of {sorted(_GRAY_WEIGHTS)}, got {image_format!r}"
-            )
-        self.image_format = image_format
+        self.image_format = check_one_of(
+            image_format, COLOR_FORMATS, "image_format", "RandomSaturation"
+        )
 
     def get_transform(self, image: np.ndarray) -> Transform:
-        if image.ndim != 3 or image.shape[2] != 3:
-            raise ValueError(
-                f"RandomSaturation needs an HxWx3 {self.image_format} image, got shape {image.shape}"
-            )
+        check_color_image(image, self.image_format, "RandomSaturation")
         gray = image.astype(np.float32, copy=False) @ _GRAY_WEIGHTS[self.image_format]
         return self._blend_with(gray[:, :, None])

@@ -18,8 +18,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from catalog.validation import check_float
+
 from ._backend import normalize_interp
 from .augmentation import Augmentation
+from .augmentation_checks import SAMPLE_STYLES, check_one_of
 from .transform import (
     CropTransform,
     HFlipTransform,
@@ -150,10 +153,7 @@ class ResizeShortestEdge(Augmentation):
         sample_style: str = "range",
         interp: int | str = _BILINEAR,
     ) -> None:
-        if sample_style not in ("range", "choice"):
-            raise ValueError(
-                f"ResizeShortestEdge: sample_style must be 'range' or 'choice', got {sample_style!r}"
-            )
+        check_one_of(sample_style, SAMPLE_STYLES, "sample_style", "ResizeShortestEdge")
         if isinstance(short_edge_length, (int, np.integer)):
             short_edge_length = (int(short_edge_length), int(short_edge_length))
         lengths = tuple(int(v) for v in short_edge_length)
@@ -169,8 +169,7 @@ class ResizeShortestEdge(Augmentation):
                 raise ValueError(f"ResizeShortestEdge: range {lengths} has min > max")
         if min(lengths) < 0:
             raise ValueError(f"ResizeShortestEdge: negative length in {short_edge_length!r}")
-        if max_size <= 0:
-            raise ValueError(f"ResizeShortestEdge: max_size must be positive, got {max_size}")
+        check_float(max_size, "max_size", above=0, finite=False, where="ResizeShortestEdge")
         normalize_interp(interp)
         self.short_edge_length = lengths
         self.max_size = max_size

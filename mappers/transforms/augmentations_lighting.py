@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from .augmentation import Augmentation
+from .augmentation_checks import COLOR_FORMATS, check_color_image, check_one_of
 from .transform import BlendTransform, Transform
 
 __all__ = ["RandomLighting"]
@@ -54,20 +55,15 @@ class RandomLighting(Augmentation):
         value = float(scale)
         if not (math.isfinite(value) and value >= 0):
             raise ValueError(f"RandomLighting: scale must be a finite number >= 0, got {scale!r}")
-        if image_format not in ("RGB", "BGR"):
-            raise ValueError(
-                f"RandomLighting: image_format must be 'RGB' or 'BGR', got {image_format!r}"
-            )
         self.scale = scale
-        self.image_format = image_format
+        self.image_format = check_one_of(
+            image_format, COLOR_FORMATS, "image_format", "RandomLighting"
+        )
         self.eigen_vecs = IMAGENET_EIGEN_VECS
         self.eigen_vals = IMAGENET_EIGEN_VALS
 
     def get_transform(self, image: np.ndarray) -> Transform:
-        if len(image.shape) != 3 or image.shape[2] != 3:
-            raise ValueError(
-                f"RandomLighting needs an HxWx3 {self.image_format} image, got shape {image.shape}"
-            )
+        check_color_image(image, self.image_format, "RandomLighting")
         weights = self.rng.normal(0.0, float(self.scale), size=3)
         offset = self.eigen_vecs @ (weights * self.eigen_vals)
         if self.image_format == "BGR":
