@@ -139,6 +139,8 @@ class GroupedBatchSampler(PositionedBatchSampler):
                 f"GroupedBatchSampler: group id of index {int(np.argmax(ids))} is "
                 f"{int(ids.max())}; group ids must be below {MAX_GROUPS}"
             )
+        # kept by every rank for the whole run: 1 byte per record (2 above 256 groups), not 8
+        ids = ids.astype(np.uint8 if not ids.size or int(ids.max()) < 256 else np.uint16)
         ids.flags.writeable = False
         self.group_ids = ids
         self._ids_digest: tuple[np.ndarray, str] | None = None

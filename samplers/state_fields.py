@@ -143,9 +143,15 @@ def array_digest(array: Any, dtype: str) -> str:
         >>> array_digest([1.0, 2.0], "<f8") == array_digest(np.array([1, 2]), "<f8")
         True
     """
-    values = np.ascontiguousarray(np.asarray(array), dtype=np.dtype(dtype))
-    digest = hashlib.blake2b(values.tobytes(), digest_size=16).hexdigest()
-    return f"{_DIGEST_PREFIX}{digest}"
+    flat = np.asarray(array).reshape(-1)
+    hasher = hashlib.blake2b(digest_size=16)
+    # in chunks: no copy of a whole (per-record) array in every rank just before workers fork
+    for lo in range(0, len(flat), _DIGEST_CHUNK):
+        hasher.update(np.ascontiguousarray(flat[lo : lo + _DIGEST_CHUNK], dtype=np.dtype(dtype)))
+    return f"{_DIGEST_PREFIX}{hasher.hexdigest()}"
+
+
+_DIGEST_CHUNK = 1 << 16
 
 
 def _kind(value: Any) -> str:

@@ -6,7 +6,14 @@ import pickle
 
 import pytest
 
-from tools.bench_memory import EMPTY_EVERY, PerRankRecords, make_records, measure_layout, summarize
+from tools._memory_pss import data_pss
+from tools.bench_memory import (
+    EMPTY_EVERY,
+    PerRankRecords,
+    make_records,
+    measure_layout,
+    summarize,
+)
 
 
 def test_records_are_deterministic_and_coco_like():
@@ -42,6 +49,32 @@ def test_summary_subtracts_the_idle_job_and_divides_by_the_buffer():
     assert summary["catmap_vs_plain"] == pytest.approx(500 / 480)
 
 
+def test_summary_uses_data_pss_and_reports_the_whole_pss_ratio_beside_it():
+    results = {
+        "idle": {"pss_total": 1_100, "data_total": 1_000},
+        "catmap": {"pss_total": 1_700, "data_total": 1_500, "buffer_bytes": 400},
+        "catmap_plain": {"pss_total": 1_600, "data_total": 1_500, "buffer_bytes": 400},
+    }
+    summary = summarize(results)
+    assert summary["interpreters_bytes"] == 1_000
+    assert summary["catmap"] == pytest.approx(1.25) == summary["catmap_plain"]
+    assert summary["catmap_vs_plain"] == pytest.approx(1.0)
+    assert summary["catmap_vs_plain_pss"] == pytest.approx(600 / 500)
+
+
+def test_data_pss_is_the_anonymous_and_shared_memory_part():
+    import os
+
+    import numpy as np
+
+    total, data = data_pss(os.getpid())
+    block = np.ones(64 * 2**20, dtype=np.uint8)  # 64 MiB of private anonymous pages
+    total_after, data_after = data_pss(os.getpid())
+    assert 0 < data <= total and data_after - data > 60 * 2**20
+    assert total_after - total >= data_after - data - 2**20
+    del block
+
+
 @pytest.mark.distributed
 def test_tiny_catmap_job_runs_the_filtered_joined_loader():
     res = measure_layout("catmap", 2, 1, 2_000, "fork", steps=2)
@@ -49,6 +82,7 @@ def test_tiny_catmap_job_runs_the_filtered_joined_loader():
     assert res["records_after_filter"] == 2_000 - 2_000 // EMPTY_EVERY
     assert res["annotations"] == 2 * 2 * 8 * 2  # 2 steps x 2 ranks x 8 samples x 2 boxes
     assert res["buffer_bytes"] > 2_000 * 300 and res["pss_total"] > res["buffer_bytes"]
+    assert res["data_total"] == res["data_ranks"] + res["data_children"] <= res["pss_total"]
 
 
 @pytest.mark.slow

@@ -5,8 +5,18 @@ builds a training loader over two registered COCO-shaped datasets of N/2 records
 1% of the images have no annotations, as in COCO train), reads every record once (so every
 page of the records is resident: PSS only counts pages some process touched) and takes a few
 batches through W persistent workers; then, with every process alive, the parent sums the PSS of all ranks
-and their child processes with psutil. PSS splits each shared page between the processes
-that map it, so the sum counts a shared buffer once.
+and their child processes. PSS splits each shared page between the processes that map it,
+so the sum counts a shared buffer once.
+
+Data memory is the anonymous and shared-memory part of PSS (``Pss_Anon + Pss_Shmem`` of
+``/proc/<pid>/smaps_rollup``: private and copy-on-write pages, the records' memory file, torch
+shared memory); the file-backed part (shared libraries' code, about 100 MiB here) is left
+out: its PSS is split with every other process on the machine that maps the same libraries,
+so it moves with unrelated processes (tens of MiB between two runs on a shared machine).
+The cache is off (``CATMAP_CACHE=0``), so the records live in shared memory, not in files.
+Every rank also reads every page of the shared records' arrays (offsets and columns, not only
+the bytes of the records it rebuilt): a memory file's pages are resident whether or not a
+process maps them, and PSS would leave out those of columns a layout never reads.
 
 ``idle``
     the catmap path over two 500-record datasets: what the interpreters, torch and the
@@ -50,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from tools._bench_common import HelpFormatter, add_json_argument, write_json_results
+from tools._memory_pss import process_tree_pss
 
 __all__ = ["LAYOUTS", "make_records", "main", "measure_layout"]
 
@@ -172,18 +183,32 @@ def _per_rank_records(half: int, rank: int, world: int) -> PerRankRecords:
 
 
 def _read_every_record(layout: str, dataset: Any) -> int:
-    """Read every record once in this rank (what an epoch does), so that every page of the
-    records is resident and mapped by some process: PSS counts only pages a process touched,
-    and shared memory nobody touched would otherwise escape the sum."""
+    """Read every record once in this rank (what an epoch does), and every page of the
+    shared records' arrays, so that all of their memory is mapped by some process: PSS counts
+    only pages a process touched, and shared memory nobody touched would escape the sum."""
     from catalog import DatasetCatalog, get_detection_dataset_dicts
 
     if layout == "per_rank":
         records: Any = dataset
     elif layout == "catmap_plain":
         records = DatasetCatalog.get("bench_all")
+        _touch_arrays(records)
     else:
+        for name in dataset:
+            _touch_arrays(DatasetCatalog.get(name))
         records = get_detection_dataset_dicts(dataset)
     return sum(len(records[i]["annotations"]) for i in range(len(records)))
+
+
+def _touch_arrays(records: Any) -> int:
+    """Read one byte of every page of a SerializedList's arrays (no copy)."""
+    buffer, ends, columns, annotations = records.storage()
+    total = 0
+    for array in (buffer, ends, *columns.arrays(), *annotations.arrays()):
+        raw = np.frombuffer(memoryview(array).cast("B"), dtype=np.uint8) if array.size else None
+        if raw is not None:
+            total += int(raw[::4096].sum())
+    return total
 
 
 def _rank_main(
@@ -259,19 +284,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _pss(pid: int) -> tuple[int, int]:
-    """(PSS of the process, PSS of its child processes), bytes."""
-    import psutil
-
-    process = psutil.Process(pid)
-    own = int(process.memory_full_info().pss)
-    children = 0
-    for child in process.children(recursive=True):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            children += int(child.memory_full_info().pss)
-    return own, children
-
-
 def measure_layout(
     layout: str,
     ranks: int,
@@ -313,7 +325,7 @@ def measure_layout(
                         ) from None
                 if time.perf_counter() - started > 1800:
                     raise TimeoutError(f"layout {layout}: ranks did not finish in 30 min") from None
-        memory = [_pss(r["pid"]) for r in got]
+        memory = [process_tree_pss(r["pid"]) for r in got]
         processes = sum(1 + len(psutil.Process(r["pid"]).children(recursive=True)) for r in got)
     finally:
         release.set()
@@ -328,18 +340,23 @@ def measure_layout(
         "records_after_filter": got[0]["records"],
         "processes": processes,
         "buffer_bytes": max(r["buffer_bytes"] for r in got),
-        "pss_ranks": sum(own for own, _ in memory),
-        "pss_children": sum(children for _, children in memory),
+        "pss_ranks": sum(own[0] for own, _ in memory),
+        "pss_children": sum(children[0] for _, children in memory),
+        "data_ranks": sum(own[1] for own, _ in memory),
+        "data_children": sum(children[1] for _, children in memory),
         "build_s": max(r["build_s"] for r in got),
         "pass_s": max(r["pass_s"] for r in got),
         "annotations": sum(r["annotations"] for r in got),
     }
     result["pss_total"] = result["pss_ranks"] + result["pss_children"]
+    result["data_total"] = result["data_ranks"] + result["data_children"]
     return result
 
 
 def summarize(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Data memory (PSS minus the idle job's) of each layout, in buffers of ``catmap``.
+    """Data memory (data PSS minus the idle job's) of each layout, in buffers of ``catmap``;
+    ``catmap_vs_plain_pss`` is the same ratio from the whole PSS, code pages included.
+    Results without ``data_total`` (older ones) use ``pss_total``.
 
     Example:
         >>> r = {"idle": {"pss_total": 100}, "catmap": {"pss_total": 220, "buffer_bytes": 100},
@@ -347,15 +364,21 @@ def summarize(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
         >>> s = summarize(r); s["catmap"], s["per_rank"], round(s["catmap_vs_plain"], 3)
         (1.2, 4.0, 1.043)
     """
-    idle = results.get("idle", {}).get("pss_total", 0)
+    def data(layout: str) -> int:
+        res = results.get(layout, {})
+        return res.get("data_total", res.get("pss_total", 0))
+
+    idle = data("idle")
     buffer = results.get("catmap", results.get("catmap_plain", {})).get("buffer_bytes")
     out: dict[str, Any] = {"interpreters_bytes": idle, "buffer_bytes": buffer}
     for layout in ("catmap", "catmap_plain", "per_rank"):
         if layout in results and buffer:
-            out[layout] = (results[layout]["pss_total"] - idle) / buffer
+            out[layout] = (data(layout) - idle) / buffer
     if "catmap" in results and "catmap_plain" in results:
-        out["catmap_vs_plain"] = (results["catmap"]["pss_total"] - idle) / (
-            results["catmap_plain"]["pss_total"] - idle
+        out["catmap_vs_plain"] = (data("catmap") - idle) / (data("catmap_plain") - idle)
+        idle_pss = results.get("idle", {}).get("pss_total", 0)
+        out["catmap_vs_plain_pss"] = (results["catmap"]["pss_total"] - idle_pss) / (
+            results["catmap_plain"]["pss_total"] - idle_pss
         )
     return out
 
@@ -391,8 +414,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             results[layout] = res
             print(
-                f"{method:>10} {layout:>12}: PSS {_mib(res['pss_total'])} MiB (ranks "
-                f"{_mib(res['pss_ranks'])}, workers {_mib(res['pss_children'])}), buffer "
+                f"{method:>10} {layout:>12}: data PSS {_mib(res['data_total'])} MiB (ranks "
+                f"{_mib(res['data_ranks'])}, workers {_mib(res['data_children'])}; all PSS "
+                f"{_mib(res['pss_total'])} MiB), buffer "
                 f"{_mib(res['buffer_bytes'])} MiB, {res['records_after_filter']} records, "
                 f"build {res['build_s']:.1f} s, {res['processes']} processes",
                 flush=True,
@@ -408,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
                 if k in summary
             )
             + (
-                f"; catmap / catmap_plain {summary['catmap_vs_plain']:.3f}"
+                f"; catmap / catmap_plain {summary['catmap_vs_plain']:.3f} (all PSS, code "
+                f"pages included: {summary['catmap_vs_plain_pss']:.3f})"
                 if "catmap_vs_plain" in summary
                 else ""
             ),
