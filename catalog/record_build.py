@@ -13,7 +13,7 @@ import io
 import logging
 import pickle
 from collections.abc import Iterable
-from itertools import repeat
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -32,6 +32,7 @@ PROGRESS_MIN_RECORDS = 100_000
 _CHUNK = 2048
 _get = dict.get
 _CATEGORY, _ISCROWD = repeat("category_id"), repeat("iscrowd")
+_ANNOTATIONS, _HEIGHT, _WIDTH = repeat("annotations"), repeat("height"), repeat("width")
 _MINUS_ONE, _ZERO = repeat(-1), repeat(0)
 
 
@@ -74,6 +75,7 @@ def build_arrays(
     dump, clear_memo, tell = pickler.dump, pickler.clear_memo, stream.tell
     builder = ColumnBuilder()
     ends_list: list[int] = []
+    append_end = ends_list.append
     heights: list[Any] = []
     widths: list[Any] = []
     cat_ids: list[Any] = []
@@ -82,41 +84,52 @@ def build_arrays(
     chunk: list[Any] = []
 
     def flush() -> None:
-        split = builder.add_chunk(chunk) if columnar else builder.add_pickled(len(chunk))
-        for record, skeleton in zip(chunk, split, strict=True):
-            dump(record if skeleton is None else skeleton)
+        if columnar:
+            split = builder.add_chunk(chunk)
+            items = [r if s is None else s for r, s in zip(chunk, split, strict=True)]
+        else:
+            builder.add_pickled(len(chunk))
+            items = chunk
+        for item in items:
+            dump(item)
             clear_memo()
-            ends_list.append(tell())
+            append_end(tell())
         chunk.clear()
+
+    def add_numbers(records: list[Any]) -> None:
+        """The per-record numbers of ``records``: whole-chunk passes when every record is a
+        dict with a list of dict annotations (the common case), else record by record."""
+        if set(map(type, records)) == {dict}:
+            alists = list(map(_get, records, _ANNOTATIONS))
+            if set(map(type, alists)) == {list}:
+                annos = list(chain.from_iterable(alists))
+                if not annos or set(map(type, annos)) == {dict}:
+                    heights.extend(map(_get, records, _HEIGHT, _MINUS_ONE))
+                    widths.extend(map(_get, records, _WIDTH, _MINUS_ONE))
+                    cat_ids.extend(map(_get, annos, _CATEGORY, _MINUS_ONE))
+                    crowd_flags.extend(map(_get, annos, _ISCROWD, _ZERO))
+                    ann_counts.extend(map(len, alists))
+                    return
+        for record in records:
+            if isinstance(record, dict):
+                height, width, cats, crowd = _columns_of(record)
+            else:
+                height, width, cats, crowd = -1, -1, (), ()
+            heights.append(height)
+            widths.append(width)
+            cat_ids.extend(cats)
+            crowd_flags.extend(crowd)
+            ann_counts.append(len(cats))
 
     try:
         # nothing here creates cycles: collections would only rescan every record
         with gc_paused():
             for record in iterator:
                 chunk.append(record)
-                if not isinstance(record, dict):
-                    heights.append(-1)
-                    widths.append(-1)
-                    ann_counts.append(0)
-                else:
-                    heights.append(record.get("height", -1))
-                    widths.append(record.get("width", -1))
-                    annos = record.get("annotations")
-                    if not annos:
-                        ann_counts.append(0)
-                    else:
-                        try:  # fast path: a list of dicts
-                            cat_ids += map(_get, annos, _CATEGORY, _MINUS_ONE)
-                            crowd_flags += map(_get, annos, _ISCROWD, _ZERO)
-                            ann_counts.append(len(annos))
-                        except (AttributeError, TypeError):
-                            del cat_ids[len(crowd_flags) :]  # undo a half-done extend
-                            _, _, cats, crowd = _columns_of(record)
-                            cat_ids += cats
-                            crowd_flags += crowd
-                            ann_counts.append(len(cats))
                 if len(chunk) >= _CHUNK:
+                    add_numbers(chunk)
                     flush()
+            add_numbers(chunk)
             flush()
     finally:
         if bar is not None:

@@ -172,7 +172,9 @@ def _flag_column(values: list[Any]) -> np.ndarray:
 def _columns_of(record: dict) -> tuple[int, int, list[int], list[int]]:
     height = record.get("height", -1)
     width = record.get("width", -1)
-    annos = record.get("annotations") or ()
+    annos = record.get("annotations")
+    if not isinstance(annos, (list, tuple)):
+        annos = ()  # no annotations, or not a sequence of them: nothing for the columns
     cats: list[int] = []
     crowd: list[int] = []
     for anno in annos:

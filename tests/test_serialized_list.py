@@ -301,3 +301,16 @@ def test_dataloader_workers_share_the_buffer(context):
         # workers attach to instead of unpickling a private copy.
         assert all(item["shared"] for item in items)
         assert sl._shared_owner is not None and all(t.is_shared() for t in sl._shared_owner.tensors)
+
+
+@pytest.mark.parametrize("annotations", [7, 2.5, None, "ab", {"category_id": 1}, True])
+@pytest.mark.parametrize("columnar", [False, True])
+def test_records_whose_annotations_are_not_a_list_are_stored_as_they_are(annotations, columnar):
+    # Was: an int or float "annotations" value raised a bare TypeError while the sampler
+    # columns were filled. Such a record has no annotations for the columns, and reads back.
+    records = [{"height": 2, "annotations": annotations}, {"annotations": [{"category_id": 4}]}]
+    data = SerializedList(records, columnar=columnar)
+    assert data.to_list() == records
+    assert data.columns.category_ids.tolist() == [4]
+    assert data.columns.category_offsets.tolist() == [0, 0, 1]
+    assert data.columns.heights.tolist() == [2, -1]
