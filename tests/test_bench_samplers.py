@@ -7,7 +7,8 @@ import itertools
 import numpy as np
 import torch
 
-from tools.bench_samplers import (
+from tools.bench_samplers import main, synthetic_records
+from tools.bench_samplers_baselines import (
     IndependentRounding,
     PermutationTrainingSampler,
     baseline_concat_resume,
@@ -15,8 +16,6 @@ from tools.bench_samplers import (
     baseline_repeat_factors,
     baseline_repeat_resume,
     baseline_training_stream,
-    main,
-    synthetic_records,
 )
 
 

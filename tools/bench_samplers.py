@@ -66,17 +66,7 @@ from tools.bench_samplers_baselines import (
     baseline_training_stream,
 )
 
-__all__ = [  # the baselines are re-exported for the tests and for other benchmarks
-    "IndependentRounding",
-    "PermutationTrainingSampler",
-    "baseline_concat_resume",
-    "baseline_expand_pass",
-    "baseline_repeat_factors",
-    "baseline_repeat_resume",
-    "baseline_state",
-    "baseline_training_stream",
-    "main",
-]
+__all__ = ["main", "synthetic_records"]
 
 
 # ---------------------------------------------------------------------- helpers
