@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .background_release import PendingRelease, wait_for_releases
 from .entry_loading import apply_loader_metadata, load_records_and_metadata
 from .errors import DatasetAlreadyRegisteredError, DatasetNotRegisteredError
 from .local_share import share_across_local_ranks, this_rank_only_active
@@ -219,9 +220,12 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         The metadata the loader set travels with the records and is set here on every rank
         (a no-op where the loader ran or the cache already set it: equal values).
         """
-        records, metadata = share_across_local_ranks(
-            entry.name, lambda: load_records_and_metadata(entry, self._run_loader)
-        )
+        try:
+            records, metadata = share_across_local_ranks(
+                entry.name, lambda: load_records_and_metadata(entry, self._run_loader)
+            )
+        finally:
+            wait_for_releases()  # the loader's Python records, dropped while they were stored
         apply_loader_metadata(entry.name, metadata)
         return records
 
@@ -234,7 +238,12 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
             if hasattr(exc, "add_note"):  # Python >= 3.11
                 exc.add_note(f"while loading dataset {entry.name!r} (DatasetCatalog.get)")
             raise
-        return as_serialized_list(result, entry.name)
+        records = as_serialized_list(result, entry.name)
+        if isinstance(result, list):  # freed while the records are written (cache file, shm)
+            pending = PendingRelease(result)
+            del result
+            pending.start()
+        return records
 
     # ------------------------------------------------------------------ management
     def list(self) -> list[str]:

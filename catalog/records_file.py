@@ -41,6 +41,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -210,13 +211,20 @@ def write_serialized(
         *_payload_chunks(arrays, table),
     )
     out.write(preamble)
-    if mac is not None:
+    if mac is None:
+        for piece in pieces:
+            out.write(piece)
+    else:
         mac.update_head(preamble[:_MAC_START])
-    for piece in pieces:
-        out.write(piece)
-        if mac is not None:
-            mac.update_body(piece)
-    if mac is not None:
+        # hashing and writing both release the GIL: one thread hashes the pieces, in order,
+        # while this one writes them
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="catmap-mac") as hasher:
+            hashed = []
+            for piece in pieces:
+                hashed.append(hasher.submit(mac.update_body, piece))
+                out.write(piece)
+            for done in hashed:
+                done.result()
         out.seek(_MAC_START)
         out.write(mac.digest())
         out.seek(0, os.SEEK_END)
