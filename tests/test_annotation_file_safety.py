@@ -3,12 +3,16 @@ nesting, bad encodings, special files. Each of these failed on the loader before
 
 from __future__ import annotations
 
+import builtins
+import contextlib
+import io
 import json
 import os
 import pickle
-import time
+import threading
 
 import pytest
+import yaml
 
 from catalog import (
     AnnotationFormatError,
@@ -16,10 +20,12 @@ from catalog import (
     MetadataCatalog,
     load_annotation_file,
     register_annotation_file,
+    safe_parse,
 )
 from catalog.annotation_file import read_metainfo
 from catalog.annotation_validate import AnnotationFieldError
 from catalog.safe_parse import MAX_DEPTH, MAX_TEXT_FILE_BYTES
+from tests.work_counting import count_calls
 
 
 def _doc(**metainfo) -> dict:
@@ -107,7 +113,7 @@ def test_caller_classes_file_may_not_leave_data_root_but_absolute_is_fine(tmp_pa
     assert metainfo["classes"] == ["x", "y"]
 
 
-def test_caller_classes_file_must_be_a_small_regular_utf8_file(tmp_path):
+def test_caller_classes_file_must_be_a_small_regular_utf8_file(tmp_path, monkeypatch):
     _write(tmp_path / "ann.json", _doc())
     (tmp_path / "real.txt").write_text("a\nb\n")
     os.symlink(tmp_path / "real.txt", tmp_path / "link.txt")
@@ -124,11 +130,62 @@ def test_caller_classes_file_must_be_a_small_regular_utf8_file(tmp_path):
         "latin1.txt": "not valid UTF-8",
         "missing.txt": "cannot be read",
     }
+    opens = _refuse_blocking_opens(monkeypatch, tmp_path / "fifo.txt")
     for name, pattern in cases.items():
-        start = time.monotonic()
-        with pytest.raises(AnnotationFormatError, match=pattern):
-            load_annotation_file("ann.json", data_root=tmp_path, metainfo={"classes": name})
-        assert time.monotonic() - start < 5, name  # a FIFO must not block
+        with _fifo_watchdog(tmp_path / "fifo.txt") as hung:
+            with pytest.raises(AnnotationFormatError, match=pattern):
+                load_annotation_file("ann.json", data_root=tmp_path, metainfo={"classes": name})
+        assert not hung, f"{name}: the loader hung on the FIFO (freed by the watchdog)"
+    assert opens and all(flags & os.O_NONBLOCK for flags in opens)  # the FIFO was opened
+
+
+def _refuse_blocking_opens(monkeypatch, fifo) -> list[int]:
+    """Make any open of ``fifo`` that would block (open(), or os.open without O_NONBLOCK)
+    fail the test at once; returns the flags of the os.open calls that named it."""
+    target = os.path.abspath(fifo)
+    flags_seen: list[int] = []
+    real_os_open, real_open = os.open, builtins.open
+
+    def names_fifo(file) -> bool:
+        return not isinstance(file, int) and os.path.abspath(os.fsdecode(file)) == target
+
+    def os_open(path, flags, *args, **kwargs):
+        if names_fifo(path):
+            flags_seen.append(flags)
+            assert flags & os.O_NONBLOCK, f"os.open({path!r}) without O_NONBLOCK blocks"
+        return real_os_open(path, flags, *args, **kwargs)
+
+    def open_(file, *args, **kwargs):
+        assert not names_fifo(file), f"open({file!r}) blocks on a FIFO until a writer comes"
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", os_open)
+    monkeypatch.setattr(builtins, "open", open_)
+    monkeypatch.setattr(io, "open", open_)
+    return flags_seen
+
+
+@contextlib.contextmanager
+def _fifo_watchdog(fifo, seconds: float = 60.0):
+    """A liveness bound, not a performance one: if the code under test is still blocked on
+    ``fifo`` after ``seconds``, a writer opens and closes it (the blocked read ends) and the
+    yielded list becomes non-empty."""
+    hung: list[bool] = []
+
+    def free() -> None:
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))  # fails when no reader waits
+        except OSError:
+            return
+        hung.append(True)
+
+    timer = threading.Timer(seconds, free)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield hung
+    finally:
+        timer.cancel()
 
 
 # ---------------------------------------------------------------- YAML bombs and tags
@@ -142,14 +199,19 @@ def _billion_laughs() -> bytes:
 
 
 @pytest.mark.parametrize("allow", [False, True])
-def test_yaml_billion_laughs_refused_fast(tmp_path, allow):
+def test_yaml_billion_laughs_refused_fast(tmp_path, allow, monkeypatch):
     path = tmp_path / "lol.yaml"
     path.write_bytes(_billion_laughs())
     assert len(path.read_bytes()) < 600
-    start = time.perf_counter()
+    # the work, counted: ~110 nodes in the file; the expansion (9**9 values) is never walked
+    # nor built (a budget stops a run-away walk at once instead of after minutes)
+    composed = count_calls(monkeypatch, safe_parse._BoundedLoader, "compose_node", budget=1_000)
+    walked = count_calls(monkeypatch, safe_parse, "_children", budget=1_000)
+    built = count_calls(monkeypatch, yaml.constructor.BaseConstructor, "construct_object")
     with pytest.raises(AnnotationFormatError, match=r"lol.yaml: line \d+.*(alias|expand)"):
         load_annotation_file(path, allow_yaml_aliases=allow)
-    assert time.perf_counter() - start < 0.5
+    assert 0 < composed.calls <= 200 and built.calls == 0, (composed.calls, built.calls)
+    assert walked.calls <= 2 * composed.calls, walked.calls
 
 
 def test_yaml_aliases_within_bounds_when_allowed(tmp_path):
@@ -228,13 +290,18 @@ def test_deep_json_is_format_error_never_recursion_error(tmp_path, depth):
         load_annotation_file(path)
 
 
-def test_deep_yaml_is_format_error(tmp_path):
+def test_deep_yaml_is_format_error(tmp_path, monkeypatch):
     path = tmp_path / "deep.yaml"
     path.write_bytes(b"metainfo: {}\ndata_list: " + b"[" * 100_000 + b"]" * 100_000 + b"\n")
-    start = time.perf_counter()
+    # the work, counted: refused at the first level past MAX_DEPTH, not after reading 100,000
+    # levels (the scanner looks up to 1,024 characters ahead for a possible simple key)
+    composed = count_calls(monkeypatch, safe_parse._BoundedLoader, "compose_node", budget=1_000)
+    scanned = count_calls(monkeypatch, yaml.scanner.Scanner, "fetch_flow_sequence_start",
+                          budget=2_000)
     with pytest.raises(AnnotationFormatError, match="deep.yaml: line 2.*nested more than 100"):
         load_annotation_file(path)
-    assert time.perf_counter() - start < 2
+    assert composed.calls <= MAX_DEPTH + 5 and scanned.calls <= MAX_DEPTH + 1_100, (
+        composed.calls, scanned.calls)
 
 
 # ---------------------------------------------------------------- encodings, special files

@@ -9,11 +9,15 @@ The default run is short (a few hundred hypothesis examples); ``pytest -m slow``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import multiprocessing
 import os
 import random
+import sys
 import time
+import traceback
 
 import numpy as np
 import pytest
@@ -22,6 +26,7 @@ from hypothesis import strategies as st
 
 from catalog.errors import AnnotationFormatError, CatmapError, DatasetFileNotFoundError
 from catalog.format_errors import CityscapesFormatError, PanopticFormatError
+from tests.work_counting import WorkBudgetExceeded, count_calls
 from tools.fuzz_formats import (
     FORMATS,
     PNG_CASE,
@@ -62,10 +67,50 @@ def test_mutated_inputs_give_records_or_a_typed_error(fmt, data, tmp_path_factor
     contents = seeds(fmt)
     seed = contents[data.draw(st.integers(0, len(contents) - 1), label="seed")]
     mutated, what = mutate_format(fmt, seed, data.draw(st.randoms(use_true_random=False)))
-    started = time.perf_counter()
-    summary, problems, detail = run_case(fmt, mutated, str(tmp_path_factory.mktemp(fmt)))
+    summary, problems, detail = _run_case_watched(fmt, mutated, tmp_path_factory.mktemp(fmt), what)
     assert summary in ("ok", "typed") and not problems, (what, detail)
-    assert time.perf_counter() - started < 30, what
+
+
+#: A liveness bound, not a performance one: a loader still busy with one input after this many
+#: seconds is taken for hung (the inputs take milliseconds; the time is never asserted).
+LIVENESS_SECONDS = 60.0
+
+
+def _send_case(conn, fmt, data, tmp) -> None:
+    try:
+        conn.send(("result", run_case(fmt, data, tmp)))
+    except BaseException:  # noqa: BLE001 - reported by the parent, as if raised in it
+        conn.send(("raised", traceback.format_exc()))
+    conn.close()
+
+
+def _run_case_watched(fmt, data, tmp, what):
+    """``run_case`` in a forked child, so that a hang (even inside C code) fails the test with
+    a message instead of blocking the suite, and a crash of the process is seen as one."""
+    context = multiprocessing.get_context("fork")
+    reader, writer = context.Pipe(duplex=False)
+    child = context.Process(target=_send_case, args=(writer, fmt, data, str(tmp)), daemon=True)
+    child.start()
+    writer.close()
+    try:
+        if not reader.poll(LIVENESS_SECONDS):
+            child.kill()
+            pytest.fail(f"the {fmt} loader hung on {what}: no answer in {LIVENESS_SECONDS:.0f} s")
+        try:
+            kind, answer = reader.recv()
+        except EOFError:
+            child.join()
+            pytest.fail(f"the process running the {fmt} loader died on {what} "
+                        f"(exit code {child.exitcode})")
+        if kind == "raised":
+            pytest.fail(f"run_case raised on {what}:\n{answer}")
+        return answer
+    finally:
+        reader.close()
+        child.join(LIVENESS_SECONDS)
+        if child.is_alive():
+            child.kill()
+            child.join()
 
 
 # ----------------------------------------------------------------------------- the oracles
@@ -172,10 +217,35 @@ def test_panoptic_duplicate_segment_id_in_a_long_list_is_found_fast(tmp_path):
     segments = [{"id": i, "category_id": 1} for i in range(60_000)] + [{"id": 59_999,
                                                                           "category_id": 1}]
     doc = {"annotations": [{"image_id": 1, "file_name": "1.png", "segments_info": segments}]}
-    started = time.perf_counter()
-    with pytest.raises(PanopticFormatError, match="duplicate segment id") as info:
-        _panoptic(tmp_path, doc)  # took about a minute (list.count per segment)
-    assert info.value.segment_id == 59_999 and time.perf_counter() - started < 10
+    with _linear_scans(budget=10 * len(segments)) as scanned:
+        with pytest.raises(PanopticFormatError, match="duplicate segment id") as info:
+            _panoptic(tmp_path, doc)  # took about a minute (list.count per segment)
+    assert info.value.segment_id == 59_999
+    assert scanned[0] <= 2 * len(segments), scanned  # 60,000 scans of the list: 3.6e9
+
+
+@contextlib.contextmanager
+def _linear_scans(budget: int):
+    """Count the elements that ``list.count``, ``list.index`` and ``list.remove`` (on lists and
+    tuples) are called to scan inside the block; past ``budget``, the call that would scan
+    fails the test at once instead of running for minutes. (``x in a_list`` is not seen.)"""
+    scanned = [0]
+
+    def profile(frame, event, arg):
+        if event != "c_call" or getattr(arg, "__name__", "") not in ("count", "index", "remove"):
+            return
+        owner = getattr(arg, "__self__", None)
+        if isinstance(owner, (list, tuple)):
+            scanned[0] += len(owner)
+            if scanned[0] > budget:
+                raise WorkBudgetExceeded(f"more than {budget} list elements scanned")
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield scanned
+    finally:
+        sys.setprofile(previous)
 
 
 def test_voc_missing_xml_is_a_typed_file_not_found_error(tmp_path):
@@ -222,14 +292,19 @@ def test_cityscapes_deeply_nested_value_is_a_typed_error(tmp_path, key):
         load_cityscapes_instances(tmp_path / "l", tmp_path / "g")
 
 
-def test_cityscapes_work_is_bounded(tmp_path):
+def test_cityscapes_work_is_bounded(tmp_path, monkeypatch):
     side = 4096
     car = {"label": "car", "polygon": [[0, 0], [side - 1, 0], [side - 1, side - 1]]}
     doc = {"imgHeight": side, "imgWidth": side, "objects": [car] * 400}
-    started = time.perf_counter()
-    with pytest.raises(CityscapesFormatError, match="rasterization"):  # took many minutes
+    from PIL import Image, ImageDraw
+
+    # the work, counted: the file is refused before any polygon is drawn (400 polygons of
+    # 16 M pixels each took many minutes)
+    drawn = count_calls(monkeypatch, ImageDraw.ImageDraw, "polygon", budget=0)
+    canvases = count_calls(monkeypatch, Image, "new", budget=0)
+    with pytest.raises(CityscapesFormatError, match="rasterization"):
         _cityscapes(tmp_path, doc)
-    assert time.perf_counter() - started < 5
+    assert drawn.calls == canvases.calls == 0
 
 
 @pytest.mark.parametrize("kind", ["truncate", "flip", "scattered"])

@@ -1,9 +1,10 @@
-"""Cross-rank sharing fails typed, on every rank and within seconds, instead of hanging.
+"""Cross-rank sharing fails typed, on every rank, instead of hanging.
 
 Each job runs 3 gloo ranks on 127.0.0.1. ``_mismatch_scenarios`` runs every scenario that
 leaves the process group usable in one job; a rank that dies breaks the group, so each kill
-gets its own job with a short process-group timeout. Every job has a wall-clock deadline that
-turns a hang into a test failure.
+gets its own job with a short process-group timeout. Every job has a generous wall-clock
+deadline that turns a hang into a test failure (a liveness bound: no test asserts how long a
+step took; what a rank learned, and in which order, shows it did not wait for a timeout).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from catalog.local_share import share_across_local_ranks
 from tests.dist_helpers import run_distributed
 
 WORLD = 3
-DEADLINE = 50.0  # seconds per job: a hang fails the test instead of blocking the suite
+DEADLINE = 60.0  # seconds per job: a hang fails the test instead of blocking the suite
 PG_TIMEOUT = 8.0  # the process-group timeout of the jobs where a rank dies
 
 
@@ -49,14 +50,13 @@ def _build(marker_dir: Path | None = None, n: int = 3) -> Callable[[], Any]:
     return build
 
 
-def _timed(fn: Callable[[], Any]) -> tuple[str, str, float]:
-    """(error type or "ok", message, seconds) of ``fn()``."""
-    start = time.monotonic()
+def _outcome(fn: Callable[[], Any]) -> tuple[str, str]:
+    """(error type or "ok", message) of ``fn()``."""
     try:
         fn()
     except Exception as exc:
-        return type(exc).__name__, str(exc), time.monotonic() - start
-    return "ok", "", time.monotonic() - start
+        return type(exc).__name__, str(exc)
+    return "ok", ""
 
 
 def _with_env(rank: int, ranks: tuple[int, ...], key: str, value: str, fn: Callable[[], Any]):
@@ -103,9 +103,9 @@ def test_settings_from_another_catmap_version_are_a_typed_error(sent):
 def test_an_exited_local_process_is_named_as_the_suspect():
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
-        end = time.monotonic() + 20
+        end = time.monotonic() + 60  # a liveness bound: the child only has to exit
         while not process_gone(child.pid):  # a zombie until reaped: gone already
-            assert time.monotonic() < end, "the child did not exit"
+            assert time.monotonic() < end, "hung: the child did not exit in 60 s"
             time.sleep(0.02)
         settings = [rank_settings("toy"), dict(rank_settings("toy"), pid=child.pid)]
         text = describe_suspects(0, settings, [1], "attaching to the records")
@@ -123,34 +123,34 @@ def test_an_exited_local_process_is_named_as_the_suspect():
 # scenarios that leave the process group usable (one job)
 
 
-def _share_off_on_rank_1(rank: int) -> tuple[str, str, float]:
+def _share_off_on_rank_1(rank: int) -> tuple[str, str]:
     return _with_env(
         rank,
         (1,),
         "CATMAP_SHARE",
         "0",
-        lambda: _timed(lambda: share_across_local_ranks("toy", _build())),
+        lambda: _outcome(lambda: share_across_local_ranks("toy", _build())),
     )
 
 
-def _cache_off_on_rank_2(rank: int) -> tuple[str, str, float]:
+def _cache_off_on_rank_2(rank: int) -> tuple[str, str]:
     return _with_env(
         rank,
         (2,),
         "CATMAP_CACHE",
         "off",
-        lambda: _timed(lambda: share_across_local_ranks("toy", _build())),
+        lambda: _outcome(lambda: share_across_local_ranks("toy", _build())),
     )
 
 
-def _version_differs_on_rank_0(rank: int) -> tuple[str, str, float]:
+def _version_differs_on_rank_0(rank: int) -> tuple[str, str]:
     import catalog.local_handshake as handshake
 
     original = handshake._CATMAP_VERSION
     if rank == 0:
         handshake._CATMAP_VERSION = "0.0.9"
     try:
-        return _timed(lambda: share_across_local_ranks("toy", _build()))
+        return _outcome(lambda: share_across_local_ranks("toy", _build()))
     finally:
         handshake._CATMAP_VERSION = original
 
@@ -161,7 +161,7 @@ def _share_off_everywhere(rank: int, root: Path) -> tuple[str, list[dict]]:
     def load():
         out.append(share_across_local_ranks("toy", _build(root / "off_everywhere", n=2))[0])
 
-    kind, message, _ = _with_env(rank, (0, 1, 2), "CATMAP_SHARE", "0", lambda: _timed(load))
+    kind, message = _with_env(rank, (0, 1, 2), "CATMAP_SHARE", "0", lambda: _outcome(load))
     return kind + message, out[0].to_list() if out else []
 
 
@@ -174,11 +174,11 @@ def _nested_get(rank: int, share: bool) -> dict[str, Any]:
     DatasetCatalog.register(outer, lambda: list(DatasetCatalog.get(inner)) + _records(1))
 
     def run() -> dict[str, Any]:
-        result: dict[str, Any] = {"first": _timed(lambda: DatasetCatalog.get(outer))}
+        result: dict[str, Any] = {"first": _outcome(lambda: DatasetCatalog.get(outer))}
         # whatever happened, every rank is still in step: getting the inner dataset first
         # (on every rank) makes the outer loader work
-        result["inner"] = _timed(lambda: DatasetCatalog.get(inner))
-        result["then"] = _timed(lambda: DatasetCatalog.get(outer))
+        result["inner"] = _outcome(lambda: DatasetCatalog.get(inner))
+        result["then"] = _outcome(lambda: DatasetCatalog.get(outer))
         result["records"] = DatasetCatalog.get(outer).to_list()
         return result
 
@@ -219,23 +219,22 @@ def job(tmp_path_factory):
 
 @pytest.mark.distributed
 def test_sharing_off_on_one_rank_fails_on_every_rank_naming_it(job):
-    for kind, message, seconds in (r["share_off"] for r in job["results"]):
-        assert kind == "SharedAttachError"
+    for kind, message in (r["share_off"] for r in job["results"]):
+        assert kind == "SharedAttachError"  # at the handshake, not after a collective timeout
         assert "rank 1 has CATMAP_SHARE=0 (sharing off), ranks 0,2 share" in message
-        assert "'toy'" in message and seconds < 10
+        assert "'toy'" in message
 
 
 @pytest.mark.distributed
 def test_cache_off_on_one_rank_fails_on_every_rank_naming_it(job):
-    for kind, message, seconds in (r["cache_off"] for r in job["results"]):
+    for kind, message in (r["cache_off"] for r in job["results"]):
         assert kind == "SharedAttachError"
         assert "rank 2 has CATMAP_CACHE=off (cache off), ranks 0,1 cache" in message
-        assert seconds < 10
 
 
 @pytest.mark.distributed
 def test_a_different_catmap_version_fails_on_every_rank(job):
-    for kind, message, _ in (r["version"] for r in job["results"]):
+    for kind, message in (r["version"] for r in job["results"]):
         assert kind == "SharedAttachError"
         assert "different catmap versions (rank 0: 0.0.9; ranks 1,2: " in message
 
@@ -247,10 +246,11 @@ def test_sharing_off_on_every_rank_loads_on_every_rank(job):
 
 
 @pytest.mark.distributed
-def test_a_nested_get_under_sharing_fails_typed_on_every_rank_within_seconds(job):
+def test_a_nested_get_under_sharing_fails_typed_on_every_rank_without_a_collective(job):
+    # no rank waits in a collective for the timeout (20 s here): the leader refuses before
+    # any collective and the others learn it from the leader (a hang fails the job's deadline)
     for rank, result in enumerate(r["nested_shared"] for r in job["results"]):
-        kind, message, seconds = result["first"]
-        assert seconds < 10
+        kind, message = result["first"]
         if rank == 0:  # the leader runs the outer loader: refused before any collective
             assert kind == "NestedLoadError"
             assert "'nested_inner_True'" in message and "'nested_outer_True'" in message
@@ -278,37 +278,34 @@ def test_the_ranks_stay_in_step_after_every_failure(job):
 # a rank dies while the leader loads (one job each: the group is broken afterwards)
 
 
-def _leader_dies_while_loading(rank: int, world_size: int) -> tuple[str, str, float]:
+def _leader_dies_while_loading(rank: int, world_size: int) -> tuple[str, str]:
     def build():
         time.sleep(0.3)  # the others are waiting in the publish step by now
         os._exit(1)
 
-    return _timed(lambda: share_across_local_ranks("toy", build))
+    return _outcome(lambda: share_across_local_ranks("toy", build))
 
 
-def _follower_dies_while_leader_loads(rank: int, world_size: int) -> tuple[str, str, float]:
+def _follower_dies_while_leader_loads(rank: int, world_size: int) -> tuple[str, str]:
     def build():
         time.sleep(1.5)  # rank 2 dies meanwhile
         return SerializedList(_records(3), name="toy"), {}
 
     if rank == 2:
         threading.Timer(0.3, os._exit, (1,)).start()
-    return _timed(lambda: share_across_local_ranks("toy", build))
+    return _outcome(lambda: share_across_local_ranks("toy", build))
 
 
 @pytest.mark.distributed
 def test_a_leader_killed_while_loading_is_named_on_the_other_ranks():
-    start = time.monotonic()
     results = run_distributed(
         _leader_dies_while_loading, WORLD, pg_timeout=PG_TIMEOUT, may_exit={0}, deadline=DEADLINE
     )
     assert results[0] is None  # the leader died
-    for kind, message, seconds in results[1:]:
+    for kind, message in results[1:]:
         assert kind == "SharedAttachError", message
         assert "dataset 'toy'" in message and "publish step" in message
         assert "suspected: rank 0 (pid" in message and "no longer running" in message
-        assert seconds < PG_TIMEOUT + 5
-    assert time.monotonic() - start < 45
 
 
 @pytest.mark.distributed
@@ -321,31 +318,48 @@ def test_a_follower_killed_while_the_leader_loads_is_named_on_the_other_ranks():
         deadline=DEADLINE,
     )
     assert results[2] is None
-    for kind, message, seconds in results[:2]:
+    for kind, message in results[:2]:
         assert kind == "SharedAttachError", message
         assert "dataset 'toy'" in message and "publish step" in message
         assert "suspected: rank 2 (pid" in message and "no longer running" in message
-        assert seconds < PG_TIMEOUT + 5
 
 
-def _leader_stalls_past_the_timeout(rank: int, world_size: int) -> tuple[str, str, float]:
+#: How long the stalled leader waits for the others to give up on it (a liveness bound).
+STALL_LIMIT = 25.0
+
+
+def _leader_stalls_past_the_timeout(rank: int, world_size: int, root: str) -> tuple[str, str, bool]:
+    """(kind, message, whether the leader's loader had ended when this rank's call returned).
+
+    The leader's loader does not end before every other rank has given up on it (or
+    STALL_LIMIT has passed): a rank that gives up at the group timeout sees it still
+    loading, one that waits for the end of the loader does not."""
+    marks = Path(root)
+
     def build():
-        time.sleep(5.0)  # well past the 2 s process-group timeout
+        end = time.monotonic() + STALL_LIMIT
+        while len(list(marks.glob("gave_up_*"))) < world_size - 1 and time.monotonic() < end:
+            time.sleep(0.05)
+        (marks / "loader_ended").touch()
         return SerializedList(_records(3), name="toy"), {}
 
-    return _timed(lambda: share_across_local_ranks("toy", build))
+    kind, message = _outcome(lambda: share_across_local_ranks("toy", build))
+    ended = (marks / "loader_ended").exists()
+    if rank != 0:
+        (marks / f"gave_up_{rank}").touch()
+    return kind, message, ended
 
 
 @pytest.mark.distributed
-def test_a_leader_that_stops_responding_is_named_after_the_group_timeout():
+def test_a_leader_that_stops_responding_is_named_after_the_group_timeout(tmp_path):
     results = run_distributed(
-        _leader_stalls_past_the_timeout, WORLD, pg_timeout=2.0, deadline=DEADLINE
+        _leader_stalls_past_the_timeout, WORLD, str(tmp_path), pg_timeout=2.0, deadline=DEADLINE
     )
-    for kind, message, seconds in results[1:]:
+    for kind, message, loader_ended in results[1:]:
         assert kind == "SharedAttachError", message
         assert "publish step" in message
         assert "suspected: rank 0 (loading the dataset), which died or stopped responding" in message
         assert "pass a larger timeout to torch.distributed.init_process_group" in message
-        assert 1.5 < seconds < 4.5  # the timeout, not the end of the loader
+        assert not loader_ended, "gave up at the end of the loader, not at the group timeout"
     kind, message, _ = results[0]  # the leader finds the others gone when it is done
     assert kind == "SharedAttachError" and "publish step" in message

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -19,8 +19,14 @@ from samplers import (
     SamplerStateError,
     TrainingSampler,
     build_batch_data_loader,
+    keyed_permutation,
+    repeat_factor,
+    repeat_rounding,
 )
 from samplers.errors import StateMismatchError
+from samplers.keyed_permutation import KeyedPermutation
+from samplers.stream import EndlessPassStream
+from tests.work_counting import count_calls
 
 FACTORS = [1.5, 0.4, 2.7, 1.0, 1.1]
 
@@ -85,14 +91,45 @@ def advanced(make, draws=7, **kwargs):
 # ------------------------------------------------------------------ item 5: absurd values
 @pytest.mark.parametrize("kind", sorted(SAMPLERS))
 @pytest.mark.parametrize("world", [10**15, 2**20 + 1, 1e15, True, 0])
-def test_absurd_world_size_is_rejected_at_once(kind, world):
+def test_absurd_world_size_is_rejected_at_once(kind, world, monkeypatch):
     obj, _ = advanced(SAMPLERS[kind])
     state = dict(obj.state_dict(), world_size=world, offset=10**14)
     fresh = SAMPLERS[kind]()
-    start = time.perf_counter()
-    with pytest.raises(SamplerStateError, match="'world_size'"):
-        fresh.load_state_dict(state)
-    assert time.perf_counter() - start < 1.0
+    # "at once" counted as work, not time: rejecting the world size needs no pass, no pass
+    # length, no keyed permutation or keyed draw, and no array (numpy reports its buffers to
+    # tracemalloc); a check made after walking the cursor or sharding would call these
+    _forbid_stream_work(monkeypatch)
+    tracemalloc.start()
+    try:
+        with pytest.raises(SamplerStateError, match="'world_size'"):
+            fresh.load_state_dict(state)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 * 2**10, f"peak {peak / 2**10:.0f} KiB"
+
+
+def _stream_classes(cls=EndlessPassStream):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _stream_classes(sub)
+
+
+def _forbid_stream_work(monkeypatch) -> None:
+    """Make every function that computes a pass, a pass length or keyed values raise."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the state was not rejected before the stream was computed")
+
+    for cls in (EndlessPassStream, *_stream_classes()):
+        for name in ("_make_pass", "_pass_length", "_order", "_normalize_cursor",
+                     "_normalized_cursor"):
+            if name in vars(cls):
+                monkeypatch.setattr(cls, name, forbidden)
+    for name in ("__init__", "_encrypt", "at"):
+        monkeypatch.setattr(KeyedPermutation, name, forbidden)
+    for module in (keyed_permutation, repeat_rounding):
+        monkeypatch.setattr(module, "keyed_bits53", forbidden)
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLERS))
@@ -230,14 +267,14 @@ def test_strict_is_keyword_only():
         training().load_state_dict(state, False)
 
 
-def test_state_dict_of_a_million_factors_reuses_its_digest():
+def test_state_dict_of_a_million_factors_reuses_its_digest(monkeypatch):
     factors = np.random.default_rng(0).uniform(0.5, 3.0, 1_000_000)
+    digests = count_calls(monkeypatch, repeat_factor, "array_digest")
     sampler = RepeatFactorTrainingSampler(factors, seed=0, rank=0, world_size=1)
     first = sampler.state_dict()["config"]["repeat_factors"]
-    start = time.perf_counter()
     for _ in range(100):
         assert sampler.state_dict()["config"]["repeat_factors"] == first
-    assert (time.perf_counter() - start) / 100 < 0.005  # cached: no re-hash per call
+    assert digests.calls == 1  # the factors are hashed once, not once per state_dict
     factors[0] += 1  # the caller's array is not the sampler's
     assert sampler.state_dict()["config"]["repeat_factors"] == first
 
