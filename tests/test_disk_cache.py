@@ -30,6 +30,7 @@ from catalog.disk_cache import (
     write_serialized,
 )
 from catalog.entry_loading import load_records_and_metadata
+from tests.work_counting import WorkBudgetExceeded
 
 
 def _records(n: int, tag: str = "a") -> list[dict]:
@@ -503,42 +504,86 @@ def test_register_annotation_file_caching(cache_env, tmp_path, kwargs, cached):
     assert [e.name for e in DiskCache().entries()] == (["dc_mm"] if cached else [])
 
 
-def _slow_builder_child(cache_dir: str, source: str, started: str) -> None:
+#: A liveness bound, not a performance one: how long a process waits for a file another one
+#: creates before it takes the test for hung (the steps take milliseconds; never asserted).
+LIVENESS_SECONDS = 60.0
+
+
+def _wait_for_file(path: Path, what: str) -> None:
+    """Wait until ``path`` exists; a hang (``LIVENESS_SECONDS`` without it) fails the test."""
+    for _ in range(int(LIVENESS_SECONDS / 0.02)):
+        if path.exists():
+            return
+        time.sleep(0.02)
+    pytest.fail(f"hung: {what} ({path.name} missing after {LIVENESS_SECONDS:.0f} s)")
+
+
+def _stuck_builder_child(cache_dir: str, source: str, marks: str) -> None:
     os.environ["CATMAP_CACHE_DIR"] = cache_dir
+    marks_dir = Path(marks)
 
     def build():
-        Path(started).touch()
-        time.sleep(4.0)  # holds the build lock well past the other process's limit
+        (marks_dir / "started").touch()
+        # holds the build lock until the test says so (or, as a liveness bound, until a
+        # minute has passed: the other process then waited for the lock and the test fails)
+        for _ in range(int(LIVENESS_SECONDS / 0.02)):
+            if (marks_dir / "release").exists():
+                break
+            time.sleep(0.02)
+        else:
+            (marks_dir / "not_released").touch()
+        (marks_dir / "built").touch()
         return json.loads(Path(source).read_text()), {"pid": os.getpid()}
 
     load_with_cache("toy", [source], build, loader="json-list")
 
 
+def _record_lock_waits(monkeypatch, limit: float) -> list[tuple[str, float]]:
+    """(lock file, timeout) of every filelock acquire in this process; a wait with no limit,
+    or waits adding up to more than ``limit`` seconds, fail the test at once."""
+    import filelock
+
+    waits: list[tuple[str, float]] = []
+    real_acquire = filelock.FileLock.acquire
+
+    def acquire(self, timeout=None, *args, **kwargs):
+        waits.append((os.path.basename(self.lock_file), timeout))
+        if timeout is None or timeout < 0 or sum(t for _, t in waits) > limit:
+            raise WorkBudgetExceeded(f"lock waits {waits} exceed the {limit} s lock timeout")
+        return real_acquire(self, timeout, *args, **kwargs)
+
+    monkeypatch.setattr(filelock.FileLock, "acquire", acquire)
+    return waits
+
+
 def test_a_stuck_builder_does_not_hang_the_others(cache_env, source, tmp_path, monkeypatch):
     # Was: a process waited for another one's build lock with no limit. Now it waits
     # CATMAP_CACHE_LOCK_TIMEOUT seconds, then builds without the cache and says so.
-    started = tmp_path / "started"
+    marks = tmp_path / "marks"
+    marks.mkdir()
     child = mp.get_context("fork").Process(
-        target=_slow_builder_child, args=(str(cache_env), str(source), str(started))
+        target=_stuck_builder_child, args=(str(cache_env), str(source), str(marks))
     )
     child.start()
     try:
-        deadline = time.monotonic() + 30
-        while not started.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert started.exists()
+        _wait_for_file(marks / "started", "the child never started its build")
         monkeypatch.setenv("CATMAP_CACHE_LOCK_TIMEOUT", "0.5")
+        waits = _record_lock_waits(monkeypatch, limit=0.5)
         builder = CountingBuilder(source)
-        begin = time.monotonic()
         with pytest.warns(cache_config.CacheSkippedWarning, match="CATMAP_CACHE_LOCK_TIMEOUT"):
             records, extra = _load(source, builder)
-        waited = time.monotonic() - begin
         assert builder.calls == 1 and records.to_list() == _records(5)
-        assert waited < 3.5  # returned before the other process finished its build
-        assert child.is_alive()
+        # the order of events: this process gave up and built while the other one still held
+        # the lock (its build waits for "release", which comes only now) ...
+        assert child.is_alive() and not (marks / "built").exists()
+        # ... after asking to wait for the lock no longer than CATMAP_CACHE_LOCK_TIMEOUT in all
+        build_lock = [t for name, t in waits if name.endswith(".lock") and name.startswith("toy")]
+        assert build_lock and sum(build_lock) == 0.5, waits
+        (marks / "release").touch()
     finally:
-        child.join(30)
-    assert child.exitcode == 0
+        (marks / "release").touch()
+        child.join(LIVENESS_SECONDS)
+    assert child.exitcode == 0 and not (marks / "not_released").exists()
     (entry,) = _cache_files(cache_env)  # written by the process that held the lock
     assert map_serialized(entry)[0].to_list() == _records(5)
 

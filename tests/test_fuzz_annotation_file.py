@@ -3,7 +3,8 @@
 A valid OpenMMLab 2.0 file (JSON and YAML) is built here, mutated (a value replaced by a
 hostile one, a key deleted or added, deep nesting; or its bytes truncated, flipped, or given
 invalid UTF-8) and loaded. The test fails on any exception that is not an
-AnnotationFormatError, on a slow load (a hang), and on a result that differs from an
+AnnotationFormatError, on run-away work (calls counted against a budget per byte of the file),
+on a hang (a liveness watchdog), and on a result that differs from an
 independent oracle written below from the documented policy: malformed values must raise,
 degenerate boxes and invalid polygons must be skipped *and counted*, everything else must come
 back unchanged.
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import atexit
 import collections
+import contextlib
 import json
 import logging
 import shutil
+import signal
+import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,6 @@ from hypothesis import strategies as st
 from catalog import AnnotationFormatError, load_annotation_file
 from tests.annotation_oracle import Invalid, RLE_40x60, expect, valid_doc
 
-SLOW_LOAD_S = 10.0  # far above the few milliseconds a load takes: only a hang gets here
 TALLY: collections.Counter = collections.Counter()
 
 
@@ -166,6 +168,57 @@ def canon(value: Any) -> str:
     return json.dumps(value, allow_nan=True)  # NaN-aware equality; key order kept
 
 
+#: The work one load may do, counted as function calls (Python and C) per byte of the file.
+#: A load makes well under 100 calls per byte (plus a fixed cost, see WORK_BASE_CALLS); a
+#: run-away (quadratic or endless) loop in the loader exceeds the budget at once, on any
+#: machine, instead of being timed.
+WORK_CALLS_PER_BYTE = 300
+WORK_BASE_CALLS = 50_000
+#: A liveness bound, not a performance one: a load still running after this many seconds is
+#: taken for hung (loads take milliseconds; the time is never asserted).
+LIVENESS_SECONDS = 60
+
+
+class _Runaway(AssertionError):
+    """The load exceeded its work budget or the liveness bound (raised inside the loader)."""
+
+
+@contextlib.contextmanager
+def _bounded_work(size: int, what: str):
+    """Count the calls made inside the block; past the budget for ``size`` bytes, or after
+    LIVENESS_SECONDS, fail (even if the loader catches the exception raised inside it).
+
+    Yields a list holding the number of calls made so far."""
+    budget = WORK_BASE_CALLS + WORK_CALLS_PER_BYTE * size
+    calls, stopped = [0], []
+
+    def profile(frame, event, arg):
+        if event == "call" or event == "c_call":
+            calls[0] += 1
+            if calls[0] > budget:
+                stopped.append(f"run-away work: more than {budget} calls loading {what} "
+                               f"({size} bytes)")
+                raise _Runaway(stopped[-1])
+
+    def alarm(signum, frame):
+        stopped.append(f"hung: loading {what} ({size} bytes) ran {LIVENESS_SECONDS} s")
+        raise _Runaway(stopped[-1])
+
+    previous_handler = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(LIVENESS_SECONDS)
+    previous_profile = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield calls
+    finally:
+        sys.setprofile(previous_profile)
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous_handler)
+        if stopped:
+            TALLY["hang" if stopped[0].startswith("hung") else "run-away work"] += 1
+            raise _Runaway(stopped[0])
+
+
 def load(raw: bytes, fmt: str, workdir: Path):
     """(outcome, metainfo, records, skip counts); outcome is 'ok' or the error raised."""
     path = workdir / f"ann.{fmt}"
@@ -173,21 +226,19 @@ def load(raw: bytes, fmt: str, workdir: Path):
     handler = _Capture()
     logger = logging.getLogger("catalog.annotation_file")
     logger.addHandler(handler)
-    start = time.perf_counter()
     try:
-        meta, records = load_annotation_file(path, record_format="openmmlab")
+        with _bounded_work(len(raw), path.name):
+            meta, records = load_annotation_file(path, record_format="openmmlab")
     except AnnotationFormatError as exc:
         assert str(path) in str(exc), f"error does not name the file: {exc}"
         return exc, None, None, None
+    except _Runaway:
+        raise
     except Exception as exc:  # noqa: BLE001 - the very thing this test looks for
         TALLY["untyped error"] += 1
         raise AssertionError(f"untyped {type(exc).__name__}: {exc!r:.300}") from exc
     finally:
         logger.removeHandler(handler)
-        elapsed = time.perf_counter() - start
-        if elapsed > SLOW_LOAD_S:
-            TALLY["hang"] += 1
-            raise AssertionError(f"load took {elapsed:.1f} s")
     warnings = [r for r in handler.records if hasattr(r, "annotation_skips")]
     assert len(warnings) <= 1, "more than one summary warning for one file"
     skips = {k: v for k, v in (warnings[0].annotation_skips if warnings else {}).items() if v}
@@ -312,3 +363,4 @@ def test_fuzz_slow_1500_each(fmt, capsys):
     with capsys.disabled():
         print(f"\n[{fmt}] {dict(sorted(TALLY.items()))}")
     assert TALLY["untyped error"] == TALLY["accepted malformed"] == TALLY["hang"] == 0
+    assert TALLY["run-away work"] == 0

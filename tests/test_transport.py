@@ -5,13 +5,17 @@ from __future__ import annotations
 import gc
 import itertools
 import os
+import queue
 import signal
 import time
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 import torch
+from torch.utils.data._utils import MP_STATUS_CHECK_INTERVAL
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
 from mappers.datasets import MapDataset
 from mappers.errors import RefetchExhaustedError
@@ -29,6 +33,7 @@ from samplers import (
 )
 from samplers.errors import LoaderTimeoutError, SamplerConfigError
 from samplers.worker_seed import WorkerSeeder, seed_this_process
+from tests.work_counting import WorkBudgetExceeded
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="Linux only")
 
@@ -213,23 +218,62 @@ def test_deleting_the_loader_frees_every_slab_and_fd():
     assert not [name for name in new if "catmap" in name or f"_{os.getpid()}_" in name]
 
 
+class QueueWait(NamedTuple):
+    """One wait of torch's DataLoader iterator for a batch from its workers."""
+
+    timeout: float
+    #: "batch", "expired" (the whole timeout ran out; a dead worker found only then counts
+    #: too), "worker died" (the wait was cut short by a worker's death) or "error".
+    outcome: str
+
+
+def _queue_waits(monkeypatch, expired_budget: int) -> list[QueueWait]:
+    """Record every wait of the multi-process DataLoader iterator for a batch (torch's
+    ``_try_get_data``); past ``expired_budget`` waits that run out, fail at once."""
+    waits: list[QueueWait] = []
+    real = _MultiProcessingDataLoaderIter._try_get_data
+
+    def try_get_data(self, timeout=MP_STATUS_CHECK_INTERVAL):
+        try:
+            success, data = real(self, timeout)
+        except RuntimeError as exc:
+            expired = isinstance(exc.__cause__, queue.Empty)
+            died = "exited unexpectedly" in str(exc)
+            waits.append(QueueWait(timeout, "expired" if expired else
+                                   "worker died" if died else "error"))
+            raise
+        waits.append(QueueWait(timeout, "batch" if success else "expired"))
+        if sum(w.outcome == "expired" for w in waits) > expired_budget:
+            raise WorkBudgetExceeded(f"more than {expired_budget} batch waits ran out: {waits}")
+        return success, data
+
+    monkeypatch.setattr(_MultiProcessingDataLoaderIter, "_try_get_data", try_get_data)
+    return waits
+
+
 def kill_on_seven(record):
     if record["image_id"] == 7:
         os.kill(os.getpid(), signal.SIGKILL)
     return {"x": torch.zeros(2, 2), "i": record["image_id"]}
 
 
-def test_a_worker_killed_mid_batch_ends_in_a_typed_error_and_frees_its_slab():
+def test_a_worker_killed_mid_batch_ends_in_a_typed_error_and_frees_its_slab(monkeypatch):
     loader = build_detection_test_loader(
         _records(16), mapper=kill_on_seven, batch_size=2, num_workers=2, timeout=60
     )
     pool = loader.transport.pool
-    start = time.monotonic()
+    waits = _queue_waits(monkeypatch, expired_budget=0)
+    received = 0
     it = iter(loader)
     with pytest.raises(WorkerExitedError) as info:
-        while True:
+        for _ in range(len(loader) + 1):  # StopIteration (no error at all) fails the test
             next(it)
-    assert time.monotonic() - start < 30
+            received += 1
+    # the death is noticed when it happens (torch's SIGCHLD check, during a wait or between
+    # two), never found by the check that follows a wait of the whole 60 s timeout running
+    # out, and no batch past the one holding index 7 (batches come in order) comes first
+    assert waits and not [w for w in waits if w.outcome == "expired"], waits
+    assert received <= 3, (waits, received)
     assert info.value.index == 7 and info.value.worker_id in (0, 1)
     assert "dataset index 7" in str(info.value)
     gc.collect()
@@ -279,15 +323,20 @@ def sleep_on_three(record):
 
 
 @pytest.mark.parametrize("transport", ["slab", "dataloader"])
-def test_timeout_names_the_worker_and_the_index(transport):
+def test_timeout_names_the_worker_and_the_index(transport, monkeypatch):
     loader = build_detection_test_loader(
         _records(8), mapper=sleep_on_three, batch_size=1, num_workers=2, timeout=1.0,
         transport=transport,
     )
-    start = time.monotonic()
+    waits = _queue_waits(monkeypatch, expired_budget=1)
     with pytest.raises(LoaderTimeoutError) as info:
         list(loader)
-    assert time.monotonic() - start < 15
+    # the work, counted: every wait for a batch was given the 1 s timeout, and the first one
+    # that ran out (on index 3, whose mapper takes 3 s) ended the loop: no retry, no waiting
+    # for the slow sample (a second expired wait fails the test at once)
+    assert waits and {w.timeout for w in waits} == {1.0}, waits
+    assert [w.outcome for w in waits].count("expired") == 1, waits
+    assert waits[-1].outcome == "expired", waits
     assert info.value.index == 3 and info.value.worker_id == 1 and info.value.timeout == 1.0
     assert "worker 1" in str(info.value) and "dataset index 3" in str(info.value)
 
