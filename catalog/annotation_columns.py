@@ -214,7 +214,8 @@ class AnnotationColumns:
 
 
 def _cat(parts: Sequence[np.ndarray], dtype: Any) -> np.ndarray:
-    return np.concatenate([np.zeros(0, dtype), *parts]).astype(dtype, copy=False)
+    """The integer arrays ``parts`` joined, cast to ``dtype`` as they are copied (one pass)."""
+    return np.concatenate([np.zeros(0, dtype), *parts], dtype=dtype, casting="unsafe")
 
 
 def _per_record(bad_values: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -229,9 +230,15 @@ def _fixed_point(values: Any) -> tuple[np.ndarray, np.ndarray]:
     """Floats as round(v x 100) and whether that gives back exactly v (sign of zero too)."""
     arr = np.asarray(values, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        k = np.rint(arr * _SCALE)
-        ok = (k / _SCALE == arr) & (np.abs(k) <= _INT32_MAX) & ~((arr == 0) & np.signbit(arr))
-    return np.where(ok, k, 0).astype(np.int64), ok
+        k = arr * _SCALE
+        np.rint(k, out=k)
+        ok = k / _SCALE == arr
+        ok &= np.abs(k) <= _INT32_MAX
+        zero = arr == 0
+        if zero.any():  # -0.0 is not stored (it would come back as 0.0)
+            ok &= ~(zero & np.signbit(arr))
+        np.copyto(k, 0.0, where=~ok)
+        return k.astype(np.int64), ok
 
 
 def _ints(values: list[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -255,9 +262,20 @@ def _place(counts: np.ndarray, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -
     segment in output order (row-major); each part is ``(segment numbers, data)``, its data the
     concatenation of those segments in the order given."""
     flat = counts.reshape(-1)
+    total = int(flat.sum())
+    if len(parts) == 1:  # one part holding every number in output order: nothing moves
+        segments, data = parts[0]
+        if len(data) == total and (len(segments) < 2 or bool((segments[1:] > segments[:-1]).all())):
+            if int(flat[segments].sum()) == total:
+                return np.asarray(data).astype(np.int64, copy=False)
     starts = np.cumsum(flat) - flat
-    out = np.zeros(int(flat.sum()), dtype=np.int64)
+    out = np.zeros(total, dtype=np.int64)
     for segments, data in parts:
         sizes = flat[segments]
-        out[np.repeat(starts[segments], sizes) + _within(sizes)] = data
+        # each number goes to its segment's output start + its offset in the segment, i.e.
+        # its position in ``data`` shifted by (output start - start in data) of its segment
+        shift = starts[segments] - (np.cumsum(sizes) - sizes)
+        where = np.repeat(shift, sizes)
+        where += np.arange(len(where), dtype=np.int64)
+        out[where] = data
     return out

@@ -85,9 +85,15 @@ def build_arrays(
 
     def flush() -> None:
         if columnar:
-            split = builder.add_chunk(chunk)
+            try:
+                split = builder.add_chunk(chunk)
+            except Exception:
+                add_numbers(chunk, None)  # its error first, as when the numbers came first
+                raise
+            add_numbers(chunk, builder.chunk_numbers)
             items = [r if s is None else s for r, s in zip(chunk, split, strict=True)]
         else:
+            add_numbers(chunk, None)
             builder.add_pickled(len(chunk))
             items = chunk
         for item in items:
@@ -96,9 +102,19 @@ def build_arrays(
             append_end(tell())
         chunk.clear()
 
-    def add_numbers(records: list[Any]) -> None:
+    def add_numbers(records: list[Any], shared: Any) -> None:
         """The per-record numbers of ``records``: whole-chunk passes when every record is a
-        dict with a list of dict annotations (the common case), else record by record."""
+        dict with a list of dict annotations (the common case), else record by record.
+        ``shared``: the annotation counts, category ids and crowd flags the split already
+        read (:attr:`ColumnBuilder.chunk_numbers`), or None."""
+        if shared is not None:
+            counts, cats, crowd = shared
+            heights.extend(map(_get, records, _HEIGHT, _MINUS_ONE))
+            widths.extend(map(_get, records, _WIDTH, _MINUS_ONE))
+            cat_ids.extend(cats)
+            crowd_flags.extend(crowd)
+            ann_counts.extend(counts)
+            return
         if set(map(type, records)) == {dict}:
             alists = list(map(_get, records, _ANNOTATIONS))
             if set(map(type, alists)) == {list}:
@@ -127,9 +143,7 @@ def build_arrays(
             for record in iterator:
                 chunk.append(record)
                 if len(chunk) >= _CHUNK:
-                    add_numbers(chunk)
                     flush()
-            add_numbers(chunk)
             flush()
     finally:
         if bar is not None:

@@ -11,7 +11,7 @@ numbers out the same way (:mod:`catalog.annotation_columns`).
 from __future__ import annotations
 
 import pickle
-from collections import Counter
+from collections import Counter, deque
 from itertools import chain, compress, repeat
 from operator import eq, is_, itemgetter
 from typing import Any
@@ -43,7 +43,9 @@ from .annotation_columns import (
     _place,
 )
 from .annotation_encode import (
+    _STR,
     _by_record,
+    _candidates,
     _exact_floats,
     _fast_keypoints,
     _fast_polygons,
@@ -53,11 +55,13 @@ from .annotation_encode import (
     _mask,
     _mixed,
     _polygons,
+    _str_keys,
 )
 
 __all__ = ["ColumnBuilder", "finish_columns"]
 
 _COORD_CODES = (C_BBOX, C_POLY, C_KPTS)
+_ANNOTATIONS, _NONE = repeat("annotations"), repeat(None)
 
 
 #: The column code of each (key, value type) the columns store; any other pair stays in the
@@ -83,6 +87,12 @@ class ColumnBuilder:
         self._plan_ids: dict[tuple[Any, ...], int] = {}
         self._plans: list[Any] = [None]
         self._parts: list[tuple[np.ndarray, ...]] = []
+        #: After :meth:`add_chunk`: ``(annotation counts, category ids, crowd flags)`` of the
+        #: chunk's records, as ``record_build`` reads them (``dict.get`` with defaults -1 and
+        #: 0), when every record is a dict with a list of dict annotations and the split read
+        #: those values of every annotation anyway; else None.
+        self.chunk_numbers: tuple[list[int], list[Any], list[Any]] | None = None
+        self._shared: tuple[list[Any], list[Any]] | None = None
 
     def _plan(self, keys: tuple[Any, ...], codes: tuple[int, ...], mode: Any) -> int | None:
         signature = (keys, codes, type(mode), mode)
@@ -111,31 +121,36 @@ class ColumnBuilder:
         schema = np.zeros(count, dtype=np.uint8)
         vcounts = np.zeros(count, dtype=np.int64)
         scounts = np.zeros(count, dtype=np.int64)
-        candidates = [
-            i for i, r in enumerate(records)
-            if type(r) is dict and type(r.get("annotations")) is list and r["annotations"]
-        ]  # fmt: skip
+        candidates, alists, all_counts = _candidates(records)
+        self.chunk_numbers = self._shared = None
         value_parts: list[tuple[np.ndarray, np.ndarray]] = []
         shape_parts: list[tuple[np.ndarray, np.ndarray]] = []
         rest = candidates
         if candidates:
-            fast = self._fast([records[i] for i in candidates])
+            fast = self._fast(list(map(records.__getitem__, candidates)), alists)
             if fast is not None:
                 taken, kind, plan, skel, vc, values, sc, shapes = fast
                 where = np.asarray(candidates, dtype=np.int64)[taken]
-                for j, sk in zip(where.tolist(), skel, strict=True):
-                    skeletons[j] = sk
+                if len(skel) == count:
+                    skeletons = skel
+                else:
+                    deque(map(skeletons.__setitem__, where.tolist(), skel), maxlen=0)
                 kinds[where], schema[where], vcounts[where], scounts[where] = kind, plan, vc, sc
                 value_parts.append((where, values))
                 shape_parts.append((where, shapes))
                 rest = np.asarray(candidates, dtype=np.int64)[~taken].tolist()
+        if all_counts is not None:
+            if not candidates:
+                self.chunk_numbers = (all_counts, [], [])
+            elif self._shared is not None:
+                self.chunk_numbers = (all_counts, *self._shared)
         if rest:
             self._slow(records, rest, skeletons, kinds, schema, vcounts, scounts,
                        value_parts, shape_parts)  # fmt: skip
-        self._parts.append(
-            (kinds, schema, vcounts, _place(vcounts, value_parts), scounts,
-             _place(scounts, shape_parts))
-        )  # fmt: skip
+        # int32 as stored (every number was checked to fit), while the chunk is in cache
+        values = _place(vcounts, value_parts).astype(np.int32)
+        shapes = _place(scounts, shape_parts).astype(np.int32)
+        self._parts.append((kinds, schema, vcounts, values, scounts, shapes))
         return skeletons
 
     def _slow(self, records: list[Any], rest: list[int], skeletons: list[Any], kinds: np.ndarray,
@@ -190,7 +205,7 @@ class ColumnBuilder:
     def _split_one(self, record: dict) -> tuple[int, list, list, list, dict] | None:
         """``(plan, coordinates, visibilities, shapes, skeleton)`` of one record, or None."""
         annos = record["annotations"]
-        if set(map(type, annos)) != {dict}:
+        if set(map(type, annos)) != {dict} or not set(map(type, chain.from_iterable(annos))) <= _STR:
             return None
         keysets = set(map(tuple, annos))
         if len(keysets) != 1:
@@ -230,14 +245,19 @@ class ColumnBuilder:
         return plan, coords, vis, shapes, skeleton
 
     # ------------------------------------------------------------------ the fast path
-    def _fast(self, recs: list[dict]) -> tuple[Any, ...] | None:
-        alists = list(map(itemgetter("annotations"), recs))
+    def _fast(self, recs: list[dict], alists: list[list[Any]]) -> tuple[Any, ...] | None:
+        """Split ``recs`` (dicts whose annotations ``alists`` are non-empty lists) at once."""
         n = np.fromiter(map(len, alists), dtype=np.int64, count=len(recs))
         annos = list(chain.from_iterable(alists))
         taken = np.ones(len(recs), dtype=bool)
 
+        flat_values: list[Any] | None = None
+        restricted = False
+
         def restrict(good: np.ndarray) -> None:
-            nonlocal annos, n
+            nonlocal annos, n, flat_values, restricted
+            flat_values = None
+            restricted = True
             rec_good = ~_per_record(~good, n)
             annos = list(compress(annos, np.repeat(rec_good, n).tolist()))
             taken[np.flatnonzero(taken)[~rec_good]] = False
@@ -247,6 +267,11 @@ class ColumnBuilder:
             restrict(_mask(map(is_, map(type, annos), repeat(dict)), len(annos)))
             if not annos:
                 return None
+        if not set(map(type, chain.from_iterable(annos))) <= _STR:  # keys equal to a str key
+            restrict(_mask(map(_str_keys, annos), len(annos)))  # (1 and True...) would merge
+            if not annos:
+                return None
+
         def keep_most_common(values: list[Any], same: Any) -> Any:
             """The most common of ``values`` (one per annotation); keeps the records whose
             annotations all have it."""
@@ -256,17 +281,32 @@ class ColumnBuilder:
 
         keysets = set(map(tuple, annos))
         keys = keysets.pop() if len(keysets) == 1 else keep_most_common(list(map(tuple, annos)), eq)
+        # every annotation now has exactly ``keys`` (all str: == and hash agree) in this order,
+        # so the j-th value of every annotation is the one under keys[j]
+
+        def column(j: int, key: Any) -> list[Any]:
+            nonlocal flat_values
+            if flat_values is None:
+                flat_values = list(chain.from_iterable(map(dict.values, annos)))
+            return flat_values[j :: len(keys)]
+
         codes = []
         taken_before = len(annos)
         columns: list[list[Any]] = []
-        for key in keys:  # pass 1: one type per key
+        for j, key in enumerate(keys):  # pass 1: one type per key
             if not annos:
                 return None
-            vals = list(map(itemgetter(key), annos))
+            vals = column(j, key)
             kinds = set(map(type, vals))
             kind = kinds.pop() if len(kinds) == 1 else keep_most_common(list(map(type, vals)), is_)
             codes.append(_code(key, kind))
             columns.append(vals)
+        if not restricted:  # every annotation's category id and crowd flag
+            shared = dict(zip(keys, columns, strict=True))
+            self._shared = (
+                shared.get("category_id") or [-1] * len(annos),
+                shared.get("iscrowd") or [0] * len(annos),
+            )
         m = len(annos)
         if not m:
             return None
@@ -277,16 +317,17 @@ class ColumnBuilder:
         vis: Any = None
         mode = None
         stale = len(annos) != taken_before
-        for key, code, vals in zip(keys, codes, columns, strict=True):  # pass 2: values
+        for j, (key, code, vals) in enumerate(zip(keys, codes, columns, strict=True)):  # pass 2
             if stale:
-                vals = list(map(itemgetter(key), annos))
+                vals = column(j, key)
             if code == C_BBOX:
-                if set(map(len, vals)) == {4}:
+                width = 4 if set(map(len, vals)) == {4} else None
+                if width:
                     lens = np.full(m, 4, dtype=np.int64)
                 else:
                     lens = np.fromiter(map(len, vals), dtype=np.int64, count=m)
                     bad |= lens != 4
-                streams.append((_Flat(vals), lens))
+                streams.append((_Flat(vals, width), lens))
             elif code == C_CAT:
                 if not (_INT32_MIN <= min(vals) and max(vals) <= _INT32_MAX):
                     bad |= ~_int_mask(vals)
@@ -299,8 +340,8 @@ class ColumnBuilder:
                 if values:
                     bad |= ~_mask(map(eq, vals, repeat(mode)), m)
             elif code == C_POLY:
-                per_anno, shape, shape_counts, flat = _fast_polygons(vals, m, bad)
-                streams.append((_Flat(flat), per_anno))
+                per_anno, shape, shape_counts, flat, width = _fast_polygons(vals, m, bad)
+                streams.append((_Flat(flat, width), per_anno))
                 shape_streams.append((shape, shape_counts))
             elif code == C_KPTS:
                 triplets, flat_xy, vis = _fast_keypoints(vals, m, bad)
@@ -312,16 +353,17 @@ class ColumnBuilder:
         if plan is None:
             return None
         # encode the coordinates: one kind for the chunk, else those records go the slow way
-        flats = [list(values.iter()) for values, _ in streams]
-        arrays = [_exact_floats(flat) for flat in flats]
+        arrays = [values.floats() for values, _ in streams]
         encoded = []
         if all(arr is not None for arr in arrays):
             kind = KIND_FLOAT
             for arr, (_, per_anno) in zip(arrays, streams, strict=True):
                 enc, ok = _fixed_point(arr)
-                bad |= _per_record(~ok, per_anno)
+                if not ok.all():
+                    bad |= _per_record(~ok, per_anno)
                 encoded.append((enc, per_anno))
         else:
+            flats = [list(values.iter()) for values, _ in streams]
             types = set().union(*(set(map(type, flat)) for flat in flats))
             kind = KIND_INT if types and types <= _INT else KIND_FLOAT
             for flat, (_, per_anno) in zip(flats, streams, strict=True):
@@ -331,7 +373,8 @@ class ColumnBuilder:
                     enc, ok = _fixed_point(flat) if types <= _FLOAT else _mixed(flat)
                 bad |= _per_record(~ok, per_anno)
                 encoded.append((enc, per_anno))
-        del flats, arrays
+            del flats
+        del arrays
         if vis is not None:  # keypoint visibilities, after the coordinates
             vis_values, triplets = vis
             if set(map(type, vis_values)) <= _INT:
@@ -345,19 +388,25 @@ class ColumnBuilder:
         values, vcounts = _by_record(encoded, n)
         shapes, scounts = _by_record(shape_streams, n)
         keep = ~rec_bad
-        values = values[np.repeat(keep, vcounts)]
-        shapes = shapes[np.repeat(keep, scounts)]
-        kept = list(compress(compress(recs, taken.tolist()), keep.tolist()))
-        starts = np.cumsum(n) - n
-        skeletons = []
-        for record, lo, hi in zip(
-            kept, starts[keep].tolist(), (starts + n)[keep].tolist(), strict=True
-        ):
-            skeleton = record.copy()
-            skeleton["annotations"] = [vals[lo:hi] for vals in lefts] or None
-            skeletons.append(skeleton)
+        everyone = not rec_bad.any()
+        if not everyone:
+            values = values[np.repeat(keep, vcounts)]
+            shapes = shapes[np.repeat(keep, scounts)]
+        kept = recs if taken.all() else compress(recs, taken.tolist())
+        if not everyone:
+            kept = compress(kept, keep.tolist())
+        skeletons = list(map(dict.copy, kept))
+        if lefts:  # each kept record's slice of every left-over column
+            ends = np.cumsum(n)[keep].tolist()
+            slices = list(map(slice, (np.cumsum(n) - n)[keep].tolist(), ends))
+            left_rows = zip(*[list(map(vals.__getitem__, slices)) for vals in lefts], strict=True)
+            deque(map(dict.__setitem__, skeletons, _ANNOTATIONS, map(list, left_rows)), maxlen=0)
+        else:
+            deque(map(dict.__setitem__, skeletons, _ANNOTATIONS, _NONE), maxlen=0)
         taken[np.flatnonzero(taken)[rec_bad]] = False
-        return (taken, kind, plan, skeletons, vcounts[keep], values, scounts[keep], shapes)
+        if not everyone:
+            vcounts, scounts = vcounts[keep], scounts[keep]
+        return (taken, kind, plan, skeletons, vcounts, values, scounts, shapes)
 
 
 def finish_columns(builder: ColumnBuilder) -> AnnotationColumns:

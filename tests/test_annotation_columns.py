@@ -284,3 +284,17 @@ def test_records_are_pickled_whole_unless_columnar_is_asked_for(monkeypatch):
     plain, columnar = SerializedList(records), SerializedList(records, columnar=True)
     assert plain.nbytes > columnar.nbytes
     assert all(same(a, b) for a, b in zip(plain, columnar, strict=True))
+
+
+def test_annotation_keys_equal_to_each_other_keep_their_own_types():
+    # 1, True and 1.0 are equal dict keys with one hash: a shared schema would give every
+    # record the first one's key back
+    records = [
+        {"image_id": i, "annotations": [{key: 5, "bbox": [1.5, 2.0, 3.0, 4.0]}]}
+        for i, key in enumerate([1, True, 1.0, "a"] * 3)
+    ]
+    stored = SerializedList(records, columnar=True)
+    for i, record in enumerate(records):
+        back = stored[i]
+        assert back == record
+        assert [type(k) for k in back["annotations"][0]] == [type(k) for k in record["annotations"][0]]
