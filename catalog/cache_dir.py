@@ -12,9 +12,11 @@ Rules (see also :mod:`catalog.records_file` for the entry format and its MAC):
   symlink). In a shared cache, other users' entries are copied into private memory first.
 - Nothing of an entry is unpickled before its MAC verifies under this user's secret
   (:mod:`catalog.cache_secret`; a shared cache needs a shared key file) for the key looked up.
-- Writes go to a temporary file created ``O_EXCL`` in the directory, signed while written,
-  fsync-ed and renamed into place; the records are then mapped from the descriptor that was
-  written through (never re-opened by path).
+- Writes go to a temporary file created ``O_EXCL`` in the directory, signed while written
+  and renamed into place; the records are then mapped from the descriptor that was written
+  through (never re-opened by path). Entries are not fsync-ed: the cache is rebuilt from the
+  sources whenever needed, and an entry a crash left torn fails its MAC on the next lookup
+  and is rebuilt (waiting for the disk would add seconds to every cold load).
 - One process per machine builds an entry while the others wait: a ``filelock`` per key in
   the directory; the entry is looked up again once the lock is held. A process that waits
   longer than ``CATMAP_CACHE_LOCK_TIMEOUT`` (default 30 min) for another one builds the
@@ -256,10 +258,7 @@ class DiskCache:
                     out, records, key=key.fields(), extra=extra, secret=secret,
                     key_digest=key.key_digest(),
                 )  # fmt: skip
-            os.fsync(fd)
             os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-            with contextlib.suppress(OSError):  # make the rename durable where supported
-                os.fsync(dfd)
         except BaseException as exc:
             os.close(fd)
             with contextlib.suppress(OSError):

@@ -6,7 +6,7 @@ Usage:
 
 Prints, best of ``--repeat`` runs (files in the page cache):
 
-- ``store``: writing, signing (HMAC-SHA256) and fsync-ing the entry;
+- ``store``: writing and signing (HMAC-SHA256) the entry;
 - ``hit``: ``DiskCache.load``: open, HMAC-SHA256 of the whole entry, map, header;
 - ``hmac_sha256`` / ``crc32_payload``: the MAC alone, and the payload CRC-32 that a hit
   checked before the MAC replaced it, each on a fresh mapping of the entry;
