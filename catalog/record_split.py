@@ -284,7 +284,7 @@ class ColumnBuilder:
         # every annotation now has exactly ``keys`` (all str: == and hash agree) in this order,
         # so the j-th value of every annotation is the one under keys[j]
 
-        def column(j: int, key: Any) -> list[Any]:
+        def column(j: int) -> list[Any]:
             nonlocal flat_values
             if flat_values is None:
                 flat_values = list(chain.from_iterable(map(dict.values, annos)))
@@ -296,7 +296,7 @@ class ColumnBuilder:
         for j, key in enumerate(keys):  # pass 1: one type per key
             if not annos:
                 return None
-            vals = column(j, key)
+            vals = column(j)
             kinds = set(map(type, vals))
             kind = kinds.pop() if len(kinds) == 1 else keep_most_common(list(map(type, vals)), is_)
             codes.append(_code(key, kind))
@@ -317,9 +317,9 @@ class ColumnBuilder:
         vis: Any = None
         mode = None
         stale = len(annos) != taken_before
-        for j, (key, code, vals) in enumerate(zip(keys, codes, columns, strict=True)):  # pass 2
+        for j, (code, vals) in enumerate(zip(codes, columns, strict=True)):  # pass 2: values
             if stale:
-                vals = column(j, key)
+                vals = column(j)
             if code == C_BBOX:
                 width = 4 if set(map(len, vals)) == {4} else None
                 if width:
