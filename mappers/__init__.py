@@ -38,9 +38,18 @@ from .errors import (
     RefetchExhaustedError,
     UnsupportedImageFormatError,
 )
-from .image_header import get_max_image_pixels, set_max_image_pixels
-from .image_io import available_jpeg_decoders, decode_image, read_image
-from .image_source import is_remote_path
+from .image_io import (
+    ImageLimits,
+    available_jpeg_decoders,
+    decode_image,
+    get_image_limits,
+    get_max_image_pixels,
+    is_remote_path,
+    limit_opencv_threads,
+    read_image,
+    set_image_limits,
+    set_max_image_pixels,
+)
 from .instances import Instances
 from .instances_from_annotations import (
     annotations_to_instances,
@@ -50,7 +59,6 @@ from .instances_from_annotations import (
 from .keypoint_flip import KeypointFlipError, create_keypoint_hflip_indices
 from .mapper_config import MapperArgumentError
 from .mask_rasterize import MissingDependencyError, polygons_to_bitmask, rle_to_bitmask
-from .opencv_threads import limit_opencv_threads
 from .pickled_list import PickledList
 from .random_state import get_generator, seed_generator, use_generator
 from .record_source import HasRecords, records_of
@@ -86,6 +94,7 @@ __all__ = [
     "DatasetFromList",
     "DatasetMapper",
     "HasRecords",
+    "ImageLimits",
     "ImageList",
     "ImageNotFoundError",
     "ImageReadError",
@@ -122,6 +131,7 @@ __all__ = [
     "decode_image",
     "filter_empty_instances",
     "get_generator",
+    "get_image_limits",
     "get_max_image_pixels",
     "is_remote_path",
     "limit_opencv_threads",
@@ -133,6 +143,7 @@ __all__ = [
     "records_of",
     "rle_to_bitmask",
     "seed_generator",
+    "set_image_limits",
     "set_max_image_pixels",
     "to_torchvision_batch",
     "to_torchvision_detection",

@@ -47,7 +47,7 @@ from .pipeline_steps import (
     LoadProposals,
     ToTensor,
 )
-from .record_io import (
+from .image_io import (
     check_image_size,
     image_to_tensor,
     read_record_image,

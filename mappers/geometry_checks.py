@@ -33,7 +33,7 @@ import numpy as np
 from catalog.errors import RecordFormatError
 from catalog.validation import is_int
 
-from .image_header import get_max_image_pixels
+from .image_io import get_max_image_pixels
 from .transforms import transform as tf
 
 __all__ = [

@@ -37,8 +37,13 @@ from catalog.validation import check_int
 from . import transforms as T
 from .errors import ImageReadError, PipelineStepError
 from .proposals import proposals_to_instances
-from .record_io import image_to_tensor, read_segmentation, read_sized_image, record_name
-from .record_size import record_image_size
+from .image_io import (
+    image_to_tensor,
+    read_segmentation,
+    read_sized_image,
+    record_image_size,
+    record_name,
+)
 from .skip_policy import SkipLog, SkippingStep
 from .training_instances import InstanceOptions, InstanceOptionValues
 from .transforms.owned_image import OwnedImageAugInput, apply_planned_image, reduced_decode_size

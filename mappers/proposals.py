@@ -26,7 +26,7 @@ from catalog.errors import RecordFormatError
 
 from . import transforms as T
 from .instances import Instances
-from .record_io import record_name
+from .image_io import record_name
 from .structures import Boxes
 
 __all__ = ["proposals_to_instances"]

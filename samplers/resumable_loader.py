@@ -53,7 +53,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from catalog import validation
 from catalog.seeding import torch_generator
-from mappers.opencv_threads import limit_opencv_threads
+from mappers.image_io import limit_opencv_threads
 
 from .errors import NotResumableError
 from .sample_seed import SampleSeededDataset, sample_seed

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import struct
+import zlib
 
 import numpy as np
 from PIL import Image
@@ -18,6 +19,7 @@ __all__ = [
     "insert_segment",
     "jpeg_bytes",
     "jpeg_segments",
+    "many_scan_jpeg",
     "photo_like",
     "png_bytes",
     "set_jpeg_size",
@@ -98,5 +100,14 @@ def set_jpeg_size(data: bytes, height: int, width: int) -> bytes:
 
 
 def set_png_size(data: bytes, height: int, width: int) -> bytes:
-    """``data`` with IHDR declaring (height, width) (the chunk CRC is left stale)."""
-    return data[:16] + struct.pack(">II", width, height) + data[24:]
+    """``data`` with IHDR declaring (height, width), its CRC updated."""
+    ihdr = data[12:16] + struct.pack(">II", width, height) + data[24:29]
+    return data[:12] + ihdr + struct.pack(">I", zlib.crc32(ihdr)) + data[33:]
+
+
+def many_scan_jpeg(height: int, width: int, repeats: int) -> bytes:
+    """A flat progressive JPEG whose last (refinement) scan is repeated ``repeats`` times:
+    a small file that costs a decoder ``repeats`` extra passes over every pixel."""
+    data = jpeg_bytes(np.full((height, width, 3), 128, np.uint8), progressive=True)
+    last = data.rfind(b"\xff\xda")
+    return data[:-2] + data[last:-2] * repeats + b"\xff\xd9"

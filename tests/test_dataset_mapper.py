@@ -389,7 +389,7 @@ def test_reduced_decode_for_shrinking_augmentations(tmp_path):
     augs = [T.ResizeShortestEdge(100, 1000), T.RandomFlip()]
     reduced = DatasetMapper(True, augmentations=augs, reduced_decode=True)
     full = DatasetMapper(True, augmentations=augs)
-    import mappers.record_io as dm  # where the mapper's image reading happens
+    import mappers.image_io as dm  # where the mapper's image reading happens
 
     seen = []
     real_read = dm.read_image

@@ -16,7 +16,7 @@ import pytest
 import torch
 from PIL import Image
 
-import mappers.record_io as record_io
+import mappers.image_io as record_io
 from catalog.box_mode import BoxMode
 from catalog.errors import RecordFormatError
 from mappers import transforms as T

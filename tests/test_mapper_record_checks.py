@@ -10,7 +10,7 @@ from mappers import DatasetMapper
 from mappers import transforms as T
 from mappers.dataset_mapper import check_image_size, read_record_image
 from mappers.errors import ImageSizeMismatchError
-from mappers.record_size import MAX_IMAGE_SIDE, record_image_size
+from mappers.image_io import MAX_IMAGE_SIDE, record_image_size
 from tests.image_bytes import jpeg_bytes, photo_like
 
 
@@ -91,14 +91,14 @@ def test_reduced_decode_with_matching_record(tmp_path):
 def test_segmentation_file_is_pixel_limited(tmp_path, monkeypatch):
     from PIL import Image
 
-    from mappers import image_header
+    from mappers import image_io
     from mappers.dataset_mapper import read_segmentation
     from mappers.errors import ImageTooLargeError
 
     path = tmp_path / "seg.png"
     Image.fromarray(np.zeros((30, 40), np.uint8)).save(path)
     assert read_segmentation(path).shape == (30, 40)
-    monkeypatch.setattr(image_header, "_configured_limit", 1199)
+    monkeypatch.setattr(image_io, "_configured", image_io.ImageLimits(max_pixels=1199))
     with pytest.raises(ImageTooLargeError, match="seg.png") as info:
         read_segmentation(path)
     assert info.value.pixels == 1200

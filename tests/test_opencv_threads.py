@@ -31,7 +31,7 @@ def test_first_import_through_catmap_sets_one_thread():
         """
         import cv2
         cv2.setNumThreads(4)
-        from mappers.opencv_threads import get_cv2, limit_opencv_threads
+        from mappers.image_io import get_cv2, limit_opencv_threads
         assert get_cv2().getNumThreads() == 1, get_cv2().getNumThreads()
         cv2.setNumThreads(3)
         limit_opencv_threads()  # already configured in this process: left alone
@@ -44,7 +44,7 @@ def test_first_import_through_catmap_sets_one_thread():
 
 def test_thread_count_comes_from_the_environment():
     code = """
-        from mappers.opencv_threads import get_cv2
+        from mappers.image_io import get_cv2
         print(get_cv2().getNumThreads())
         """
     out = _run(code, CATMAP_OPENCV_THREADS="2")
@@ -52,7 +52,7 @@ def test_thread_count_comes_from_the_environment():
     assert out.stdout.strip() == "2"
     bad = _run(code, CATMAP_OPENCV_THREADS="many")
     assert bad.returncode != 0
-    assert "CATMAP_OPENCV_THREADS must be an integer, got 'many'" in bad.stderr
+    assert "CATMAP_OPENCV_THREADS must be an integer >= 0, got 'many'" in bad.stderr
 
 
 def test_limit_before_workers_and_resize_in_forked_workers():
@@ -63,7 +63,7 @@ def test_limit_before_workers_and_resize_in_forked_workers():
         img = np.zeros((600, 800, 3), np.uint8)
         for _ in range(5):
             cv2.resize(img, (1067, 800))        # the parent uses OpenCV's pool first
-        from mappers.opencv_threads import limit_opencv_threads
+        from mappers.image_io import limit_opencv_threads
         limit_opencv_threads()
         assert cv2.getNumThreads() == 1
 

@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mappers.opencv_threads import limit_opencv_threads
+from mappers.image_io import limit_opencv_threads
 from tools._bench_common import HelpFormatter
 from tools.dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset
 

@@ -45,7 +45,7 @@ _CV2_DTYPES = (np.uint8, np.uint16, np.int16, np.float32, np.float64)
 def get_cv2() -> Any | None:
     """Return the ``cv2`` module (set to one thread, see ``mappers.opencv_threads``), or None
     when OpenCV is not installed."""
-    from ..opencv_threads import get_cv2 as _get_configured_cv2
+    from ..image_io import get_cv2 as _get_configured_cv2
 
     return _get_configured_cv2()
 
