@@ -355,7 +355,6 @@ def _check_decoder(name: str) -> str:
     return name
 
 
-@lru_cache(maxsize=1)
 def _plugins() -> dict[str, Any]:
     """The Pillow image classes of the allowed formats: opening one directly runs that
     plugin only (no probing of the others, no Pillow bomb check: the limits here rule)."""

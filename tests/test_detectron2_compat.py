@@ -23,6 +23,7 @@ from catalog import DatasetCatalog, SerializedList, register_coco_instances
 from catalog.config_access import ConfigKeyError
 from mappers import (
     DatasetFromList,
+    ImageLimits,
     ImageNotFoundError,
     ImageReadError,
     ImageTooLargeError,
@@ -30,6 +31,7 @@ from mappers import (
     MissingDependencyError,
     PickledList,
     read_image,
+    set_image_limits,
 )
 from mappers.datasets import ToIterableDataset
 from samplers import (
@@ -419,6 +421,7 @@ def test_read_image_through_fsspec_urls(jpeg_bytes):
     url = "memory://compat/a.jpg"
     with fsspec.open(url, "wb") as handle:
         handle.write(data)
+    set_image_limits(remote_roots=("memory://compat/", "nosuchproto://"))  # the opt-in
     try:
         np.testing.assert_array_equal(read_image(url, "BGR"), local)
         np.testing.assert_array_equal(read_image(path.as_uri(), "BGR"), local)
@@ -433,6 +436,7 @@ def test_read_image_through_fsspec_urls(jpeg_bytes):
             read_image("nosuchproto://x.jpg")
     finally:
         fsspec.filesystem("memory").rm(url)
+        set_image_limits(ImageLimits())
 
 
 def test_local_files_have_the_same_byte_bound(jpeg_bytes):
@@ -444,8 +448,12 @@ def test_local_files_have_the_same_byte_bound(jpeg_bytes):
 
 def test_missing_fsspec_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "fsspec", None)  # makes "import fsspec" fail
-    with pytest.raises(MissingDependencyError, match=r"catmap\[remote\]"):
-        read_image("s3://bucket/a.jpg")
+    set_image_limits(remote_roots=("s3://bucket/",))
+    try:
+        with pytest.raises(MissingDependencyError, match=r"catmap\[remote\]"):
+            read_image("s3://bucket/a.jpg")
+    finally:
+        set_image_limits(ImageLimits())
 
 
 # ---------------------------------------------------------------- other silent differences
