@@ -1,27 +1,24 @@
-"""Image reading for the mappers: a file's bytes, one decoder per format, a record's image.
+"""Image reading: a record's file -> bytes -> one decoder per format -> an HWC array.
 
-Trust by construction, every bound in one :class:`ImageLimits`:
-
-* a file named by a record is opened non-blocking and read only if it is a regular file
-  (a FIFO, a device or a directory is an :class:`ImageReadError`, never a hang), at most
-  ``max_bytes`` of it; a URL is read (through fsspec) only under a remote root the user
-  registered, with connect/read timeouts;
-* the format is chosen by the file's first bytes from an allowlist (JPEG, PNG, BMP, TIFF,
-  WebP, GIF) and Pillow opens it with that plugin only: EPS/PS/PDF never reach a decoder;
-* the work is bounded from the header, before any pixel is decoded: ``max_pixels`` and,
-  for progressive JPEGs, pixels x scans (``max_decode_work``).
-
-JPEGs decode with simplejpeg when it is installed (straight into RGB/BGR/gray), else with
-Pillow; everything else with Pillow. EXIF orientation is applied as Pillow's
-``ImageOps.exif_transpose`` does; 16-bit images are scaled with ``value >> 8``.
+Trust by construction, every bound in one :class:`ImageLimits`: a file is opened
+non-blocking and read only if it is a regular file (a FIFO, device or directory is an
+:class:`ImageReadError`, never a hang), at most ``max_bytes`` of it; a URL only under a
+remote root the user set, with timeouts. The format is chosen by the first bytes from an
+allowlist (JPEG, PNG, BMP, TIFF, WebP, GIF) and only that Pillow plugin opens it: EPS/PS/PDF
+never reach a decoder. Work is bounded from the header before any pixel is decoded: pixels,
+and pixels x scans for progressive JPEGs. JPEGs decode with simplejpeg when installed
+(straight into RGB/BGR/gray), else Pillow; other formats with Pillow. EXIF orientation is
+applied as ``ImageOps.exif_transpose`` does.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import logging
 import math
 import os
+import re
 import stat
 import sys
 from dataclasses import dataclass, replace
@@ -43,10 +40,9 @@ from .errors import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_IMAGE_PIXELS", "ImageLimits", "JPEG_DECODERS", "MAX_IMAGE_SIDE",
-    "SUPPORTED_FORMATS", "apply_exif_orientation", "available_jpeg_decoders",
-    "check_image_size", "copy_for_mapping", "decode_image", "default_jpeg_decoder", "get_cv2",
-    "get_image_limits", "get_max_image_pixels", "image_to_tensor", "is_remote_path",
+    "DEFAULT_MAX_IMAGE_PIXELS", "ImageLimits", "MAX_IMAGE_SIDE", "apply_exif_orientation",
+    "available_jpeg_decoders", "check_image_size", "decode_image", "default_jpeg_decoder",
+    "get_cv2", "get_image_limits", "get_max_image_pixels", "image_to_tensor", "is_remote_path",
     "limit_opencv_threads", "read_file_bytes", "read_image", "read_record_image",
     "read_segmentation", "read_sized_image", "record_image_size", "record_name",
     "set_image_limits", "set_max_image_pixels",
@@ -54,28 +50,31 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-# ----------------------------------------------------------------------------------- limits
-
 #: Pillow's default ``Image.MAX_IMAGE_PIXELS``: 89,478,485.
 DEFAULT_MAX_IMAGE_PIXELS = 1024 * 1024 * 1024 // 4 // 3
 #: Largest side a record may declare (a JPEG header holds at most 65,535).
 MAX_IMAGE_SIDE = 1 << 20
+JPEG_DECODERS = ("simplejpeg", "pillow")  # fastest first; other formats always use Pillow
+SUPPORTED_FORMATS = ("RGB", "BGR", "L", "YUV-BT.601")
 _PIXELS_ENV = "CATMAP_MAX_IMAGE_PIXELS"
+_OPENCV_THREADS_ENV = "CATMAP_OPENCV_THREADS"
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
+_SIGNATURES = ((b"\xff\xd8\xff", "JPEG"), (b"\x89PNG\r\n\x1a\n", "PNG"), (b"GIF87a", "GIF"),
+               (b"GIF89a", "GIF"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"BM", "BMP"))
+_SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+_RGB_TO_YUV = np.array([[0.299, 0.587, 0.114], [-0.14713, -0.28886, 0.436],
+                        [0.615, -0.51499, -0.10001]], dtype=np.float32).T
 _UNSET: Any = object()
 
 
 @dataclass(frozen=True)
 class ImageLimits:
-    """Every bound on reading one image. The defaults are far above COCO, LVIS, Cityscapes
-    (2048x1024) and Objects365 photos; None removes a bound.
+    """Every bound on reading one image; None removes one. The defaults are far above COCO,
+    LVIS, Cityscapes (2048x1024) and Objects365 photos.
 
-    Attributes:
-        max_pixels: height x width from the header (Pillow's default limit).
-        max_bytes: bytes read from one file (1 GiB).
-        max_decode_work: pixels x scans of a progressive JPEG (2**29: a 50-megapixel photo
-            with 10 scans); a small file with thousands of scans costs seconds per scan pass.
-        remote_roots: URL prefixes (``"s3://bucket/"``) under which URLs may be read.
-        remote_timeout_s: connect and read timeout for URLs (http(s) and s3).
+    ``max_decode_work`` bounds pixels x scans of a progressive JPEG (2**29 = 50 megapixels x
+    10 scans; each scan is a pass over every pixel, and a 1 MB file can hold thousands).
+    ``remote_roots``: URL prefixes under which URLs may be read (none by default).
 
     Example:
         >>> set_image_limits(remote_roots=("s3://my-bucket/",))  # doctest: +SKIP
@@ -91,17 +90,15 @@ class ImageLimits:
         for name in ("max_pixels", "max_bytes", "max_decode_work"):
             check_int(getattr(self, name), name, minimum=1, optional=True, error=ValueError,
                       where="ImageLimits")
-        if isinstance(self.remote_roots, str) or not all(
-            isinstance(root, str) and "://" in root for root in self.remote_roots
-        ):
-            raise ValueError(f"ImageLimits: remote_roots must be URL prefixes, got "
-                             f"{self.remote_roots!r}")
-        object.__setattr__(self, "remote_roots", tuple(self.remote_roots))
+        roots = self.remote_roots
+        if isinstance(roots, str) or not all(isinstance(r, str) and "://" in r for r in roots):
+            raise ValueError(f"ImageLimits: remote_roots must be URL prefixes, got {roots!r}")
+        object.__setattr__(self, "remote_roots", tuple(roots))
         if not (isinstance(self.remote_timeout_s, (int, float)) and self.remote_timeout_s > 0):
-            raise ValueError(f"ImageLimits: remote_timeout_s must be > 0, got "
-                             f"{self.remote_timeout_s!r}")
+            raise ValueError(f"ImageLimits: bad remote_timeout_s {self.remote_timeout_s!r}")
 
 
+_DEFAULT_LIMITS = ImageLimits()
 _configured: ImageLimits | None = None  # inherited by forked workers, not by spawned ones
 
 
@@ -113,17 +110,14 @@ def get_image_limits() -> ImageLimits:
     text = os.environ.get(_PIXELS_ENV, "").strip()
     if not text:
         return _DEFAULT_LIMITS
-    if text.lower() == "none":
-        return replace(_DEFAULT_LIMITS, max_pixels=None)
-    if not text.isdigit() or int(text) <= 0:
+    if text.lower() != "none" and (not text.isdigit() or int(text) <= 0):
         raise ValueError(f"${_PIXELS_ENV} must be a positive integer or 'none', got {text!r}")
-    return replace(_DEFAULT_LIMITS, max_pixels=int(text))
+    return replace(_DEFAULT_LIMITS, max_pixels=None if text.lower() == "none" else int(text))
 
 
 def set_image_limits(limits: ImageLimits | None = None, **changes: Any) -> ImageLimits:
-    """Set the limits of this process (and of workers forked after it): ``limits``, or the
-    current ones with ``changes``; ``set_image_limits(ImageLimits())`` restores the defaults.
-    Spawned workers start from the defaults (set ``$CATMAP_MAX_IMAGE_PIXELS`` for those)."""
+    """Set this process's limits (forked workers inherit them; spawned ones read
+    ``$CATMAP_MAX_IMAGE_PIXELS``): ``limits``, or the current ones with ``changes``."""
     global _configured
     _configured = replace(limits or get_image_limits(), **changes)
     return _configured
@@ -135,13 +129,7 @@ def get_max_image_pixels() -> int | None:
 
 
 def set_max_image_pixels(limit: int | None) -> None:
-    """Set the largest height x width any image may have (None: no limit).
-
-    Example:
-        >>> set_max_image_pixels(10_000_000); get_max_image_pixels()
-        10000000
-        >>> set_max_image_pixels(DEFAULT_MAX_IMAGE_PIXELS)
-    """
+    """``set_image_limits(max_pixels=limit)``; None removes the limit."""
     set_image_limits(max_pixels=limit)
 
 
@@ -153,61 +141,44 @@ def _check_pixels(height: int, width: int, source: str, limit: int | None) -> No
             f" or ${_PIXELS_ENV}", source, pixels=height * width, limit=limit)
 
 
-_DEFAULT_LIMITS = ImageLimits()
-
-# ----------------------------------------------------------------------------------- OpenCV
-
-#: Environment variable with the number of OpenCV threads catmap sets (default 1).
-OPENCV_THREADS_ENV = "CATMAP_OPENCV_THREADS"
+# OpenCV: one thread per process, so N workers use N cores without oversubscription.
 _cv2_configured = False  # inherited by forked children, so a child never reconfigures
 
 
-def _configure_cv2(cv2: Any, imported_before: bool) -> None:
-    # A worker forked after cv2's pool started inherits its locks, not its threads: calling
-    # into the pool there (setNumThreads included) can deadlock, so it keeps the parent's.
-    global _cv2_configured
-    if _cv2_configured:
-        return
-    _cv2_configured = True
-    if imported_before and torch.utils.data.get_worker_info() is not None:
-        return
-    raw = os.environ.get(OPENCV_THREADS_ENV, "1")
-    if not raw.strip().isdigit():
-        raise ValueError(f"{OPENCV_THREADS_ENV} must be an integer >= 0, got {raw!r}")
-    cv2.setNumThreads(int(raw))
-
-
 def get_cv2() -> Any | None:
-    """``cv2`` set to ``$CATMAP_OPENCV_THREADS`` threads (default 1), or None if missing."""
-    imported_before = "cv2" in sys.modules
+    """``cv2`` set to ``$CATMAP_OPENCV_THREADS`` threads (default 1) on first use, or None.
+
+    A worker forked after cv2's pool started inherits its locks, not its threads: calling
+    into the pool there (setNumThreads too) can deadlock, so it keeps the parent's setting.
+    """
+    global _cv2_configured
+    inherited = "cv2" in sys.modules and torch.utils.data.get_worker_info() is not None
     try:
         import cv2
     except ImportError:
         return None
-    _configure_cv2(cv2, imported_before)
+    if not _cv2_configured:
+        _cv2_configured = True
+        raw = os.environ.get(_OPENCV_THREADS_ENV, "1")
+        if not raw.strip().isdigit():
+            raise ValueError(f"{_OPENCV_THREADS_ENV} must be an integer >= 0, got {raw!r}")
+        if not inherited:
+            cv2.setNumThreads(int(raw))
     return cv2
 
 
 def limit_opencv_threads() -> None:
     """Set OpenCV's threads if cv2 is imported; the loader builders call it before workers
     start (never call it inside a forked worker)."""
-    cv2 = sys.modules.get("cv2")
-    if cv2 is not None:
-        _configure_cv2(cv2, False)
-
-# ----------------------------------------------------------------------------------- bytes
+    if "cv2" in sys.modules:
+        get_cv2()
 
 
+# Bytes: regular files opened non-blocking; URLs only under a remote root.
 def is_remote_path(path: str) -> bool:
-    """True when ``path`` has a URL scheme (``s3://``, ``https://`` ...), ``file://`` aside.
-
-    Example:
-        >>> is_remote_path("s3://bucket/a.jpg"), is_remote_path("/data/a.jpg")
-        (True, False)
-    """
-    scheme, sep, _ = path.partition("://")
-    return bool(sep) and scheme.isascii() and scheme[:1].isalpha() and scheme != "file" and all(
-        c.isalnum() or c in "+.-" for c in scheme)
+    """True when ``path`` has a URL scheme other than ``file://`` (``s3://b/a.jpg``)."""
+    match = _SCHEME.match(path)
+    return match is not None and match[1] != "file"
 
 
 def _too_large(path: str, size: int | None, limit: int) -> ImageTooLargeError:
@@ -220,21 +191,13 @@ def _read_bounded(handle: Any, path: str, limit: int | None, size: int | None) -
     """At most ``limit`` bytes of ``handle``; ``size`` (known or None) sizes the first read."""
     if limit is not None and size is not None and size > limit:
         raise _too_large(path, size, limit)
-    cap = None if limit is None else limit + 1
-    want = (size + 1 if cap is None else min(size + 1, cap)) if size is not None else (cap or -1)
-    data = handle.read(want)
-    if size is not None and len(data) > size:  # the file grew: read on, bounded
-        parts, total = [data], len(data)
-        while cap is None or total < cap:
-            chunk = handle.read(1 << 20 if cap is None else min(1 << 20, cap - total))
-            if not chunk:
-                break
-            parts.append(chunk)
-            total += len(chunk)
-        data = b"".join(parts)
+    cap = -1 if limit is None else limit + 1
+    data = handle.read(cap if size is None else size + 1 if cap < 0 else min(size + 1, cap))
+    if size is not None and len(data) > size and (cap < 0 or len(data) < cap):  # it grew
+        data += handle.read(cap if cap < 0 else cap - len(data))
     if limit is not None and len(data) > limit:
         raise _too_large(path, None, limit)
-    return bytes(data)
+    return data
 
 
 def _read_remote(path: str, limits: ImageLimits) -> bytes:
@@ -246,24 +209,16 @@ def _read_remote(path: str, limits: ImageLimits) -> bytes:
         import fsspec
     except ImportError:
         raise missing_dependency("fsspec", "remote", "reading a URL") from None
-    timeout = limits.remote_timeout_s
-    options: dict[str, Any] = {}
-    scheme = path.partition("://")[0]
+    t, scheme, options = limits.remote_timeout_s, path.partition("://")[0], {}
     if scheme in ("http", "https"):
         import aiohttp
 
-        options["client_kwargs"] = {
-            "timeout": aiohttp.ClientTimeout(sock_connect=timeout, sock_read=timeout)}
+        options = {"client_kwargs": {"timeout": aiohttp.ClientTimeout(sock_connect=t, sock_read=t)}}
     elif scheme in ("s3", "s3a"):
-        options["config_kwargs"] = {"connect_timeout": timeout, "read_timeout": timeout}
+        options = {"config_kwargs": {"connect_timeout": t, "read_timeout": t}}
     try:
         fs, inner = fsspec.core.url_to_fs(path, **options)
-        try:
-            size = fs.size(inner)
-        except FileNotFoundError:
-            raise
-        except Exception:  # unknown size: the bounded read still holds
-            size = None
+        size = fs.info(inner).get("size")  # FileNotFoundError for a missing file
         with fs.open(inner, "rb") as handle:
             return _read_bounded(handle, path, limits.max_bytes, size if is_int(size) else None)
     except ImageReadError:
@@ -275,17 +230,10 @@ def _read_remote(path: str, limits: ImageLimits) -> bytes:
 
 
 def read_file_bytes(file_name: str | os.PathLike[str], max_bytes: Any = _UNSET) -> bytes:
-    """The bytes of a regular file (opened non-blocking) or of a URL under a remote root.
-
-    Raises:
-        ImageNotFoundError: the file does not exist.
-        ImageTooLargeError: it holds more than ``max_bytes`` (default: the limits').
-        ImageReadError: not a regular file (FIFO, device, directory), unreadable, or a URL
-            outside the remote roots, timed out or failed.
-    """
-    path = os.fspath(file_name)
-    if not isinstance(path, str):
-        raise TypeError(f"file_name must be a str or path, got {type(path).__name__}")
+    """The bytes of a regular file, or of a URL under a remote root: ImageNotFoundError,
+    ImageTooLargeError (over ``max_bytes``, default the limits'), or ImageReadError (not a
+    regular file, unreadable, a URL outside the remote roots, timed out or failed)."""
+    path = str(os.fspath(file_name))
     limits = get_image_limits()
     if max_bytes is not _UNSET:
         limits = replace(limits, max_bytes=max_bytes)
@@ -293,7 +241,7 @@ def read_file_bytes(file_name: str | os.PathLike[str], max_bytes: Any = _UNSET) 
         path = path[len("file://"):]
     elif is_remote_path(path):
         return _read_remote(path, limits)
-    try:
+    try:  # non-blocking: opening a FIFO must not wait for a writer
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError as exc:
         raise ImageNotFoundError(f"file not found: {path}", path) from exc
@@ -307,37 +255,17 @@ def read_file_bytes(file_name: str | os.PathLike[str], max_bytes: Any = _UNSET) 
     with open(fd, "rb") as handle:
         try:
             return _read_bounded(handle, path, limits.max_bytes, info.st_size)
+        except ImageReadError:
+            raise
         except OSError as exc:
-            if isinstance(exc, ImageReadError):
-                raise
             raise ImageReadError(f"cannot read {path}: {exc}", path) from exc
 
-# ----------------------------------------------------------------------------------- decode
 
-#: JPEG decoders, fastest first; other formats always decode with Pillow.
-JPEG_DECODERS = ("simplejpeg", "pillow")
-#: Pixel formats read_image produces (YUV-BT.601 as float32, as detectron2).
-SUPPORTED_FORMATS = ("RGB", "BGR", "L", "YUV-BT.601")
-_SIGNATURES = ((b"\xff\xd8\xff", "JPEG"), (b"\x89PNG\r\n\x1a\n", "PNG"), (b"GIF87a", "GIF"),
-               (b"GIF89a", "GIF"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"BM", "BMP"))
-_SIXTEEN_BIT = ("I;16", "I;16L", "I;16B", "I;16N", "I")
-_RGB_TO_YUV = np.array([[0.299, 0.587, 0.114], [-0.14713, -0.28886, 0.436],
-                        [0.615, -0.51499, -0.10001]], dtype=np.float32).T
-
-
+# Decoding: the format by content, the limits from the header, then one decoder.
 @lru_cache(maxsize=1)
 def available_jpeg_decoders() -> tuple[str, ...]:
-    """The JPEG decoders installed here, fastest first.
-
-    Example:
-        >>> available_jpeg_decoders()[-1]
-        'pillow'
-    """
-    try:
-        import simplejpeg  # noqa: F401
-    except ImportError:
-        return ("pillow",)
-    return JPEG_DECODERS
+    """The JPEG decoders installed here, fastest first ("simplejpeg", "pillow")."""
+    return JPEG_DECODERS if importlib.util.find_spec("simplejpeg") else ("pillow",)
 
 
 def default_jpeg_decoder() -> str:
@@ -356,8 +284,8 @@ def _check_decoder(name: str) -> str:
 
 
 def _plugins() -> dict[str, Any]:
-    """The Pillow image classes of the allowed formats: opening one directly runs that
-    plugin only (no probing of the others, no Pillow bomb check: the limits here rule)."""
+    """Pillow's classes for the allowed formats. Opening one directly runs that plugin only:
+    no probing of the others (EPS, PDF ...), no Pillow bomb check (the limits here rule)."""
     try:
         from PIL import BmpImagePlugin, GifImagePlugin, JpegImagePlugin, PngImagePlugin
         from PIL import TiffImagePlugin, WebPImagePlugin
@@ -366,11 +294,6 @@ def _plugins() -> dict[str, Any]:
     return {"JPEG": JpegImagePlugin.JpegImageFile, "PNG": PngImagePlugin.PngImageFile,
             "BMP": BmpImagePlugin.BmpImageFile, "GIF": GifImagePlugin.GifImageFile,
             "TIFF": TiffImagePlugin.TiffImageFile, "WEBP": WebPImagePlugin.WebPImageFile}
-
-
-def _open(data: bytes, source: str) -> Any:
-    """``data`` opened (header only) by the plugin of the format its first bytes name."""
-    return _plugins()[_sniff(data, source)](io.BytesIO(data))
 
 
 def _sniff(data: bytes, source: str) -> str:
@@ -384,28 +307,14 @@ def _sniff(data: bytes, source: str) -> str:
 
 
 def apply_exif_orientation(image: np.ndarray, orientation: int) -> np.ndarray:
-    """Rotate/flip an HWC array as EXIF ``orientation`` says, as ``exif_transpose`` does.
-
-    Example:
-        >>> apply_exif_orientation(np.zeros((2, 3, 1), np.uint8), 6).shape
-        (3, 2, 1)
-    """
-    if orientation == 2:
-        out = image[:, ::-1]
-    elif orientation == 3:
-        out = image[::-1, ::-1]
-    elif orientation == 4:
-        out = image[::-1]
-    elif orientation == 5:
-        out = image.transpose(1, 0, 2)
-    elif orientation == 6:
-        out = np.rot90(image, -1)
-    elif orientation == 7:
-        out = image[::-1, ::-1].transpose(1, 0, 2)
-    elif orientation == 8:
-        out = np.rot90(image, 1)
-    else:
+    """Rotate/flip an HWC array as EXIF ``orientation`` says, as ``exif_transpose`` does."""
+    if not 2 <= orientation <= 8:
         return image
+    flips = {2: image[:, ::-1], 3: image[::-1, ::-1], 4: image[::-1]}
+    if orientation in flips:
+        return np.ascontiguousarray(flips[orientation])
+    turned = image.transpose(1, 0, 2)  # 5: transpose; 6: rotate 270; 7: transverse; 8: 90
+    out = {5: turned, 6: turned[:, ::-1], 7: turned[::-1, ::-1], 8: turned[::-1]}[orientation]
     return np.ascontiguousarray(out)
 
 
@@ -427,8 +336,8 @@ def _to_format(array: np.ndarray, fmt: str) -> np.ndarray:
 
 
 def _reduction(height: int, width: int, min_size: tuple[int, int] | None) -> int:
-    """Largest JPEG scale 1/f (f in 8, 4, 2) keeping at least ``min_size`` that Pillow's
-    ``draft`` reproduces too; else 1."""
+    """Largest JPEG scale 1/f (f = 8, 4, 2) keeping ``min_size`` that Pillow's draft
+    reproduces too; else 1."""
     if min_size is None:
         return 1
     for factor in (8, 4, 2):
@@ -439,16 +348,20 @@ def _reduction(height: int, width: int, min_size: tuple[int, int] | None) -> int
     return 1
 
 
-def _mismatch(source: str, got: tuple[int, int], expected: tuple[int, int]) -> Exception:
+def _mismatch(source: str, got: tuple[int, ...], expected: tuple[int, int]) -> Exception:
     return ImageSizeMismatchError(
-        f"image {source} has size (h={got[0]}, w={got[1]}) but (h={expected[0]}, "
-        f"w={expected[1]}) was expected; fix the annotation file or the image (EXIF "
-        "orientation is applied)")
+        f"image {source} has size (h={got[0]}, w={got[1]}) but its record says (h={expected[0]}"
+        f", w={expected[1]}); fix the annotation file or the image (EXIF orientation is applied)")
+
+
+def _orientation(img: Any) -> int:
+    value = img.getexif().get(0x0112, 1)  # EXIF, else XMP, as exif_transpose reads it
+    return value if is_int(value) and 1 <= value <= 8 else 1
 
 
 def _pillow_pixels(img: Any, data: bytes, fmt: str, reduce: int, keep_16bit: bool,
                    source: str, jpeg: bool = False) -> np.ndarray:
-    """Decode an opened Pillow image to HxW(xC), 16-bit samples scaled (or kept)."""
+    """Decode an opened Pillow image into ``fmt``; 16-bit samples scaled (or kept)."""
     if jpeg and (reduce > 1 or fmt == "L"):
         width, height = img.size
         size = (max(1, width // reduce), max(1, height // reduce)) if reduce > 1 else None
@@ -464,43 +377,51 @@ def _pillow_pixels(img: Any, data: bytes, fmt: str, reduce: int, keep_16bit: boo
     if img.mode == "F":
         raise ImageReadError(f"cannot decode image {source}: floating-point pixels have no "
                              "8-bit scale; convert the image to 8 or 16 bits", source)
-    if keep_16bit and data[:8] == b"\x89PNG\r\n\x1a\n" and data[24] == 16 and data[25] in (2, 6):
-        return _png16_color(data, fmt, source)  # Pillow reads 16-bit color as 8 bits
+    if keep_16bit and data[:4] == b"\x89PNG" and data[24] == 16 and data[25] in (2, 4, 6):
+        raise UnsupportedImageFormatError(f"read_image: {source} is a 16-bit color image, which "
+                                          "Pillow reads as 8 bits; keep_16bit is for gray ones")
     return _to_format(np.asarray(img.convert("L" if fmt == "L" else "RGB")), fmt)
 
 
-def _png16_color(data: bytes, fmt: str, source: str) -> np.ndarray:
-    cv2 = get_cv2()
-    if cv2 is None:
-        raise UnsupportedImageFormatError(
-            f"read_image: {source} is a 16-bit color image; keep_16bit=True needs OpenCV")
-    image = cv2.imdecode(np.frombuffer(data, np.uint8),
-                         cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION)
-    if image is None or image.dtype != np.uint16 or image.ndim != 3:
-        raise ImageReadError(f"cannot decode image {source}: OpenCV could not read it", source)
-    if fmt == "L":
-        return cv2.cvtColor(image[:, :, :3], cv2.COLOR_BGR2GRAY)[:, :, None]
-    return _to_format(image[:, :, 2::-1], fmt)  # BGR(A) -> RGB
-
-
-def _decode_jpeg(img: Any, data: bytes, fmt: str, decoder: str, factor: int,
-                 source: str) -> np.ndarray:
+def _decode_jpeg(img: Any, data: bytes, fmt: str, decoder: str, limits: ImageLimits,
+                 min_size: tuple[int, int] | None, expected: tuple[int, int] | None,
+                 source: str) -> tuple[np.ndarray, int]:
+    """(pixels in the stored orientation, EXIF orientation); sizes and work checked first."""
     width, height = img.size
+    orientation = _orientation(img)
+    oriented = (width, height) if orientation >= 5 else (height, width)
+    if expected is not None and oriented != expected:
+        raise _mismatch(source, oriented, expected)
+    # Only progressive JPEGs have many scans (libjpeg refuses a second baseline one).
+    scans = data.count(b"\xff\xda") if img.info.get("progressive") else 1
+    work = height * width * scans
+    if limits.max_decode_work is not None and work > limits.max_decode_work:
+        raise ImageTooLargeError(
+            f"image {source}: {height} x {width} pixels x {scans} scans = {work} is over the "
+            f"decode-work limit of {limits.max_decode_work}; raise it with "
+            "set_image_limits(max_decode_work=...)", source, pixels=work,
+            limit=limits.max_decode_work)
+    if min_size is not None and orientation >= 5:
+        min_size = (min_size[1], min_size[0])
+    factor = _reduction(height, width, min_size)
+    reduced = (math.ceil(height / factor), math.ceil(width / factor))
+    image = None
     if decoder == "simplejpeg":
         import simplejpeg
 
         space = {"BGR": "BGR", "L": "GRAY"}.get(fmt, "RGB")
         try:  # strict: on any libjpeg warning Pillow (the same libjpeg) decides
-            if factor == 1:
-                image = simplejpeg.decode_jpeg(data, colorspace=space, strict=True)
-            else:
-                image = simplejpeg.decode_jpeg(
-                    data, colorspace=space, strict=True, min_factor=factor,
-                    min_height=math.ceil(height / factor), min_width=math.ceil(width / factor))
-            return _to_format(image, fmt) if fmt == "YUV-BT.601" else image
-        except Exception as exc:  # CMYK, a warning ...: Pillow gets a try
+            image = simplejpeg.decode_jpeg(data, colorspace=space, strict=True, min_factor=factor,
+                                           min_height=reduced[0], min_width=reduced[1])
+            image = _to_format(image, fmt) if fmt == "YUV-BT.601" else image
+        except Exception as exc:  # CMYK, a libjpeg warning ...: Pillow gets a try
             logger.debug("simplejpeg failed on %s (%s); trying Pillow", source, exc)
-    return _pillow_pixels(img, data, fmt, factor, False, source, jpeg=True)
+    if image is None:
+        image = _pillow_pixels(img, data, fmt, factor, False, source, jpeg=True)
+    if image.shape[:2] != reduced:
+        raise ImageReadError(f"cannot decode image {source}: got size {image.shape[:2]}, the "
+                             f"header says {reduced}", source)
+    return image, orientation
 
 
 def decode_image(data: bytes, format: str | None = None, *,
@@ -515,44 +436,25 @@ def decode_image(data: bytes, format: str | None = None, *,
         >>> decode_image(buf.getvalue()).shape
         (2, 4, 3)
     """
-    fmt = _check_format(format)
+    fmt = "RGB" if format is None else format
+    if fmt not in SUPPORTED_FORMATS:
+        raise UnsupportedImageFormatError(f"read_image: format {fmt!r} is not supported; "
+                                          f"choose one of {', '.join(SUPPORTED_FORMATS)}")
     decoder = _check_decoder(decoder) if decoder else default_jpeg_decoder()
     limits = get_image_limits()
     if max_pixels is not _UNSET:
         limits = replace(limits, max_pixels=max_pixels)
-    if expected_size is not None:
-        expected_size = (int(expected_size[0]), int(expected_size[1]))
+    expected = None if expected_size is None else (int(expected_size[0]), int(expected_size[1]))
     kind = _sniff(data, source)
     try:
         with _plugins()[kind](io.BytesIO(data)) as img:
-            width, height = img.size
-            _check_pixels(height, width, source, limits.max_pixels)
-            orientation = img.getexif().get(0x0112, 1) if kind == "JPEG" else 1
-            orientation = orientation if is_int(orientation) and 1 <= orientation <= 8 else 1
-            oriented = (width, height) if orientation >= 5 else (height, width)
-            if expected_size is not None and kind == "JPEG" and oriented != expected_size:
-                raise _mismatch(source, oriented, expected_size)
+            _check_pixels(img.size[1], img.size[0], source, limits.max_pixels)
             if kind == "JPEG":
-                scans = data.count(b"\xff\xda") if img.info.get("progressive") else 1
-                work = height * width * scans
-                if limits.max_decode_work is not None and work > limits.max_decode_work:
-                    raise ImageTooLargeError(
-                        f"image {source}: {height} x {width} pixels x {scans} scans = {work} "
-                        f"is over the decode-work limit of {limits.max_decode_work}; raise it "
-                        "with set_image_limits(max_decode_work=...)", source, pixels=work,
-                        limit=limits.max_decode_work)
-                stored = None if min_size is None else (
-                    tuple(min_size[::-1]) if orientation >= 5 else tuple(min_size))
-                factor = _reduction(height, width, stored)
-                image = _decode_jpeg(img, data, fmt, decoder, factor, source)
-                reduced = (math.ceil(height / factor), math.ceil(width / factor))
-                if image.shape[:2] != reduced:
-                    raise ImageReadError(f"cannot decode image {source}: got size "
-                                         f"{image.shape[:2]}, the header says {reduced}", source)
+                image, orientation = _decode_jpeg(img, data, fmt, decoder, limits, min_size,
+                                                  expected, source)
             else:
                 image = _pillow_pixels(img, data, fmt, 1, keep_16bit, source)
-                orientation = img.getexif().get(0x0112, 1)
-                orientation = orientation if is_int(orientation) and 1 <= orientation <= 8 else 1
+                orientation = _orientation(img)
     except (ImageReadError, ImageSizeMismatchError, UnsupportedImageFormatError,
             MissingDependencyError):
         raise
@@ -560,18 +462,9 @@ def decode_image(data: bytes, format: str | None = None, *,
         raise ImageReadError(f"cannot decode image {source}: {type(exc).__name__}: {exc}",
                              source) from exc
     image = apply_exif_orientation(image, orientation)
-    if expected_size is not None and kind != "JPEG" and image.shape[:2] != expected_size:
-        raise _mismatch(source, image.shape[:2], expected_size)
+    if expected is not None and image.shape[:2] != expected and kind != "JPEG":
+        raise _mismatch(source, image.shape[:2], expected)
     return image
-
-
-def _check_format(fmt: str | None) -> str:
-    fmt = "RGB" if fmt is None else fmt
-    if fmt not in SUPPORTED_FORMATS:
-        raise UnsupportedImageFormatError(
-            f"read_image: format {fmt!r} is not supported; choose one of "
-            f"{', '.join(SUPPORTED_FORMATS)}")
-    return fmt
 
 
 def read_image(file_name: str | os.PathLike[str], format: str | None = None, *,
@@ -581,14 +474,14 @@ def read_image(file_name: str | os.PathLike[str], format: str | None = None, *,
     """Read an image file into an HWC array with its EXIF orientation applied (detectron2).
 
     Args:
-        file_name: a local path, or a URL under a registered remote root (:class:`ImageLimits`).
+        file_name: a local path, or a URL under a remote root (:class:`ImageLimits`).
         format: "RGB" (default, also None), "BGR", "L" (HxWx1) or "YUV-BT.601" (float32).
         min_size: (height, width) the caller will shrink to; a JPEG at least 2x larger may
             decode at 1/2, 1/4 or 1/8 scale (never below it). The returned shape tells.
         decoder: force the JPEG decoder ("simplejpeg", "pillow"); default the fastest.
         expected_size: (height, width) the oriented image must have, checked from the header.
         max_pixels, max_bytes: override the :class:`ImageLimits` ones for this call.
-        keep_16bit: return uint16 for 16-bit images instead of scaling them to 8 bits.
+        keep_16bit: return uint16 for 16-bit gray images instead of scaling them to 8 bits.
 
     Raises:
         ImageNotFoundError: (a FileNotFoundError) the file does not exist.
@@ -602,7 +495,6 @@ def read_image(file_name: str | os.PathLike[str], format: str | None = None, *,
         >>> read_image("photo.jpg", "BGR").shape  # doctest: +SKIP
         (480, 640, 3)
     """
-    _check_format(format)
     path = os.fspath(file_name)
     return decode_image(read_file_bytes(path, max_bytes), format, min_size=min_size,
                         decoder=decoder, source=str(path), expected_size=expected_size,
@@ -611,15 +503,12 @@ def read_image(file_name: str | os.PathLike[str], format: str | None = None, *,
 
 def read_segmentation(file_name: str | os.PathLike[str]) -> np.ndarray:
     """A semantic segmentation map (label ids) as HxW: uint8 for L/P images (palette
-    indices are the labels), int32 for 16/32-bit ones; a color image is refused.
-
-    Raises:
-        ImageNotFoundError / ImageTooLargeError / ImageReadError: as :func:`read_image`.
-    """
+    indices are the labels), int32 for 16/32-bit ones; a color image is refused. Read and
+    bounded as :func:`read_image`, with the same typed errors."""
     path = str(os.fspath(file_name))
     data = read_file_bytes(path)
     try:
-        with _open(data, path) as img:
+        with _plugins()[_sniff(data, path)](io.BytesIO(data)) as img:
             _check_pixels(img.size[1], img.size[0], path, get_max_image_pixels())
             img.load()
             if img.mode in ("L", "P"):
@@ -635,16 +524,10 @@ def read_segmentation(file_name: str | os.PathLike[str]) -> np.ndarray:
     raise ImageReadError(f"segmentation file {path} has mode {mode!r}; expected a "
                          "single-channel label map (L, P, I or I;16)", path)
 
-# ----------------------------------------------------------------------------------- records
 
-
+# Records: a record's image, its declared size checked.
 def record_name(record: dict[str, Any]) -> str:
-    """How error messages name a record: its file name, else its image id.
-
-    Example:
-        >>> record_name({"image_id": 7})
-        'image_id=7'
-    """
+    """How error messages name a record: its file name, else its image id."""
     for key in ("file_name", "image_id"):
         if record.get(key) is not None:
             return f"{key}={record[key]!r}"
@@ -652,18 +535,9 @@ def record_name(record: dict[str, Any]) -> str:
 
 
 def record_image_size(record: dict[str, Any]) -> tuple[int, int] | None:
-    """The record's validated (height, width); None when either is absent.
-
-    Raises:
-        RecordFormatError: a side is not an int in [1, 2**20], or height x width is over the
-            pixel limit; names the file and the key.
-
-    Example:
-        >>> record_image_size({"file_name": "a.jpg", "height": 480, "width": 640})
-        (480, 640)
-    """
-    height, width = record.get("height"), record.get("width")
-    if height is None or width is None:
+    """The record's (height, width), ints in [1, 2**20] within the pixel limit, else a
+    RecordFormatError naming the file and key; None when either is absent."""
+    if record.get("height") is None or record.get("width") is None:
         return None
     where = f"record ({record_name(record)})"
     height, width = (check_int(record[key], f"key {key!r}", minimum=1, maximum=MAX_IMAGE_SIDE,
@@ -684,17 +558,13 @@ def check_image_size(record: dict[str, Any], image: np.ndarray) -> None:
         >>> check_image_size(rec, np.zeros((4, 6, 3), np.uint8)); (rec["height"], rec["width"])
         (4, 6)
     """
-    h, w = int(image.shape[0]), int(image.shape[1])
+    size = (int(image.shape[0]), int(image.shape[1]))
     expected = record_image_size(record)
-    if expected is not None and expected != (h, w):
-        raise ImageSizeMismatchError(
-            f"image {record.get('file_name')!r} (image_id={record.get('image_id')!r}) has size "
-            f"(h={h}, w={w}) but its record says (h={expected[0]}, w={expected[1]}); fix the "
-            "annotation file or the image (EXIF orientation is applied)")
-    if record.get("height") is None:
-        record["height"] = h
-    if record.get("width") is None:
-        record["width"] = w
+    if expected is not None and expected != size:
+        source = f"{record.get('file_name')!r} (image_id={record.get('image_id')!r})"
+        raise _mismatch(source, size, expected)
+    record["height"] = size[0] if record.get("height") is None else record["height"]
+    record["width"] = size[1] if record.get("width") is None else record["width"]
 
 
 def read_sized_image(record: dict[str, Any], expected: tuple[int, int] | None,
@@ -715,34 +585,16 @@ def read_sized_image(record: dict[str, Any], expected: tuple[int, int] | None,
 def read_record_image(record: dict[str, Any], image_format: str = "RGB", *,
                       decoder: str | None = None,
                       min_size: tuple[int, int] | None = None) -> np.ndarray:
-    """Read a record's image, its size checked against the record's (from the header).
-
-    With ``min_size`` a JPEG may come back at 1/2, 1/4 or 1/8 of the record's size.
-    """
+    """A record's image, its size checked against the record's from the header (with
+    ``min_size``, a JPEG may come back at 1/2, 1/4 or 1/8 of it)."""
     return read_sized_image(record, record_image_size(record), image_format, decoder, min_size)
 
 
-def copy_for_mapping(record: dict[str, Any]) -> dict[str, Any]:
-    """The record and its annotation dicts copied, nested values shared: the mapping steps
-    only set or pop keys and replace (never modify) values, so this leaves the input intact."""
-    out = dict(record)
-    annotations = out.get("annotations")
-    if isinstance(annotations, list):
-        out["annotations"] = [dict(a) if isinstance(a, dict) else a for a in annotations]
-    return out
-
-
 def image_to_tensor(image: np.ndarray) -> torch.Tensor:
-    """An HWC (or HW) image as a CHW tensor sharing its memory when possible.
-
-    Example:
-        >>> image_to_tensor(np.zeros((4, 6, 3), np.uint8)).shape
-        torch.Size([3, 4, 6])
-    """
-    if image.ndim == 2:
-        image = image[:, :, None]
-    flags = image.flags
-    if not (flags.c_contiguous and flags.writeable) and (
-            not flags.writeable or any(s < 0 for s in image.strides)):
-        image = np.ascontiguousarray(image) if image.flags.writeable else image.copy()
+    """An HWC (or HW) image as a CHW tensor sharing its memory when possible."""
+    image = image[:, :, None] if image.ndim == 2 else image
+    if not image.flags.writeable:
+        image = image.copy()
+    elif not image.flags.c_contiguous and any(s < 0 for s in image.strides):
+        image = np.ascontiguousarray(image)
     return torch.from_numpy(image.transpose(2, 0, 1))

@@ -48,8 +48,7 @@ def _build_mapper() -> Any:
 
 def _steps(mapper: Any, serialized: Any) -> dict[str, Callable[[int, dict[str, Any]], Any]]:
     """Step name -> fn(index, state); each step reads and writes ``state``."""
-    from mappers.image_io import decode_image
-    from mappers.image_io import copy_for_mapping, image_to_tensor, record_image_size
+    from mappers.image_io import decode_image, image_to_tensor, record_image_size
     from mappers.training_instances import annotations_to_training_instances
     from mappers.transforms.owned_image import apply_planned_image
 
@@ -57,7 +56,9 @@ def _steps(mapper: Any, serialized: Any) -> dict[str, Callable[[int, dict[str, A
         s["raw"] = serialized[i]
 
     def copy(i: int, s: dict[str, Any]) -> None:
-        s["record"] = copy_for_mapping(s["raw"])
+        record = dict(s["raw"])  # what the mapper copies: the record and its annotation dicts
+        record["annotations"] = [dict(a) for a in record.get("annotations", [])]
+        s["record"] = record
 
     def plan(i: int, s: dict[str, Any]) -> None:
         size = record_image_size(s["record"])
