@@ -58,6 +58,7 @@ JPEG_DECODERS = ("simplejpeg", "pillow")  # fastest first; other formats always 
 SUPPORTED_FORMATS = ("RGB", "BGR", "L", "YUV-BT.601")
 _PIXELS_ENV = "CATMAP_MAX_IMAGE_PIXELS"
 _OPENCV_THREADS_ENV = "CATMAP_OPENCV_THREADS"
+_SOS = re.compile(rb"\xff\xda")  # start of scan (in scan data 0xFF is followed by 0)
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 _SIGNATURES = ((b"\xff\xd8\xff", "JPEG"), (b"\x89PNG\r\n\x1a\n", "PNG"), (b"GIF87a", "GIF"),
                (b"GIF89a", "GIF"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"BM", "BMP"))
@@ -168,8 +169,7 @@ def get_cv2() -> Any | None:
 
 
 def limit_opencv_threads() -> None:
-    """Set OpenCV's threads if cv2 is imported; the loader builders call it before workers
-    start (never call it inside a forked worker)."""
+    """Set OpenCV's threads if cv2 is imported; call before workers start, not in them."""
     if "cv2" in sys.modules:
         get_cv2()
 
@@ -392,8 +392,8 @@ def _decode_jpeg(img: Any, data: bytes, fmt: str, decoder: str, limits: ImageLim
     oriented = (width, height) if orientation >= 5 else (height, width)
     if expected is not None and oriented != expected:
         raise _mismatch(source, oriented, expected)
-    # Only progressive JPEGs have many scans (libjpeg refuses a second baseline one).
-    scans = data.count(b"\xff\xda") if img.info.get("progressive") else 1
+    # libjpeg refuses a second baseline scan: only progressive JPEGs have many
+    scans = len(_SOS.findall(data)) if img.info.get("progressive") else 1
     work = height * width * scans
     if limits.max_decode_work is not None and work > limits.max_decode_work:
         raise ImageTooLargeError(
