@@ -1,28 +1,32 @@
 """Fuzz the image decoders and the segmentation/keypoint checks with hypothesis.
 
-Images: small valid JPEG/PNG files built here are mutated (bytes flipped, inserted,
-deleted, the file truncated, the header's size set to anything up to 65535 x 65535) and
-decoded by every installed decoder under a small pixel limit. Allowed outcomes: an image
-within the limit, or an :class:`~mappers.errors.ImageReadError` (the family: too large,
-corrupt, unreadable). For JPEG all decoders must agree on raise-vs-success and, on
-success, on the shape. There is no intentional difference between decoders: every JPEG is
-judged by one structural check before any decoder runs, and damage libjpeg repairs decodes
-everywhere.
+Images: small valid files of every allowed format (JPEG, PNG, BMP, TIFF, WebP, GIF) are
+mutated (bytes flipped, inserted, deleted, the file truncated, the header's size set to
+anything up to 65535 x 65535) and decoded by every installed decoder under a small pixel
+limit, and read as segmentation maps. Allowed outcomes: an image within the limit, or an
+:class:`~mappers.errors.ImageReadError` (the family: too large, corrupt, unreadable). For
+JPEG both decoders must agree on raise-vs-success and, on success, on the shape: simplejpeg
+stops at any libjpeg warning and Pillow (the same libjpeg) decides.
 
 Annotations: random polygons, RLE dicts and keypoints (NaN, inf, 1e300, wrong types, runs
 past the mask) go through transform_annotations and annotations_to_instances in-process:
 only catmap's typed errors may come out (a native crash would kill the run).
 
-The default run uses ``CATMAP_FUZZ_EXAMPLES`` examples (150); the slow tests re-run this
-file in a subprocess with thousands, so that a native crash shows up as a failed exit code.
+The default run uses ``CATMAP_FUZZ_EXAMPLES`` examples (150); the slow test re-runs this
+file in a child process limited to 3 GiB of address space with thousands, so that a native
+crash or unbounded memory shows up as a failed exit code.
 """
 
 from __future__ import annotations
 
+import io
 import os
+import pathlib
+import resource
 import struct
 import subprocess
 import sys
+import tempfile
 from functools import lru_cache
 
 import numpy as np
@@ -33,8 +37,9 @@ from hypothesis import strategies as st
 from catalog import BoxMode
 from catalog.errors import CatmapError
 from mappers import annotations_to_instances, transform_annotations
-from mappers.errors import ImageReadError
-from mappers.image_io import available_jpeg_decoders, decode_image
+from mappers import get_max_image_pixels
+from mappers.errors import ImageReadError, UnsupportedImageFormatError
+from mappers.image_io import available_jpeg_decoders, decode_image, read_segmentation
 from mappers.transforms import HFlipTransform, NoOpTransform, ResizeTransform
 from tests.image_bytes import jpeg_bytes, photo_like, png_bytes, set_jpeg_size, set_png_size
 
@@ -51,16 +56,20 @@ FUZZ = settings(
 
 @lru_cache(maxsize=1)
 def _seeds() -> tuple[bytes, ...]:
-    """Valid files: baseline, progressive, grayscale and EXIF JPEGs; RGB, 16-bit, palette PNGs."""
+    """Valid files: baseline, progressive, grayscale and EXIF JPEGs; RGB, 16-bit, palette PNGs;
+    BMP, TIFF, WebP and GIF."""
     from PIL import Image
 
     rgb = photo_like(24, 32, seed=5)
     exif = Image.Exif()
     exif[0x0112] = 6
     gray16 = (np.arange(24 * 32, dtype=np.uint32).reshape(24, 32) * 83 % 65536).astype(np.uint16)
-    palette = Image.fromarray(rgb).convert("P")
-    buf = __import__("io").BytesIO()
-    palette.save(buf, "PNG")
+
+    def encoded(image: Image.Image, fmt: str, **args) -> bytes:
+        buf = io.BytesIO()
+        image.save(buf, fmt, **args)
+        return buf.getvalue()
+
     return (
         jpeg_bytes(rgb),
         jpeg_bytes(rgb, progressive=True),
@@ -68,7 +77,11 @@ def _seeds() -> tuple[bytes, ...]:
         jpeg_bytes(rgb, exif=exif.tobytes(), quality=75),
         png_bytes(rgb),
         png_bytes(gray16),
-        buf.getvalue(),
+        encoded(Image.fromarray(rgb).convert("P"), "PNG"),
+        encoded(Image.fromarray(rgb), "BMP"),
+        encoded(Image.fromarray(rgb), "TIFF", compression="tiff_deflate"),
+        encoded(Image.fromarray(rgb), "WEBP", quality=80),
+        encoded(Image.fromarray(rgb).convert("P"), "GIF"),
     )
 
 
@@ -122,7 +135,7 @@ def _outcome(data: bytes, decoder: str, **kwargs) -> tuple[str, object]:
 
 
 @FUZZ
-@given(seed=st.integers(0, 6), ops=st.lists(_ops, min_size=1, max_size=4))
+@given(seed=st.integers(0, 10), ops=st.lists(_ops, min_size=1, max_size=4))
 def test_fuzz_decoders_typed_errors_and_agreement(seed, ops):
     data = _mutate(_seeds()[seed], ops)
     outcomes = {d: _outcome(data, d) for d in DECODERS}
@@ -131,8 +144,20 @@ def test_fuzz_decoders_typed_errors_and_agreement(seed, ops):
         assert len(set(kinds.values())) == 1, f"decoders disagree: {outcomes}"
         if kinds[DECODERS[0]] == "ok":
             assert len({o[1] for o in outcomes.values()}) == 1, outcomes
-    _outcome(data, "pillow", format="L", keep_16bit=True)
+    try:
+        _outcome(data, "pillow", format="L", keep_16bit=True)
+    except UnsupportedImageFormatError:
+        pass  # keep_16bit on a 16-bit color PNG: refused by name, not a crash
     _outcome(data, DECODERS[0], format="BGR", min_size=(6, 8))
+    _SEGMENTATION_FILE.write_bytes(data)
+    try:
+        label_map = read_segmentation(_SEGMENTATION_FILE)
+    except ImageReadError:
+        return
+    assert label_map.ndim == 2 and label_map.size <= get_max_image_pixels()
+
+
+_SEGMENTATION_FILE = pathlib.Path(tempfile.mkdtemp()) / "fuzz.png"
 
 
 _number = st.one_of(
@@ -189,6 +214,10 @@ def test_fuzz_annotations_typed_errors_only(annos, transform, mask_format):
         pass
 
 
+def _limit_address_space() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
 def _run_file_in_subprocess(examples: int) -> None:
     env = {**os.environ, "CATMAP_FUZZ_EXAMPLES": str(examples)}
     result = subprocess.run(
@@ -198,11 +227,13 @@ def _run_file_in_subprocess(examples: int) -> None:
         capture_output=True,
         text=True,
         timeout=3600,
+        preexec_fn=_limit_address_space,  # bounded memory: a bigger allocation fails the run
     )
     assert result.returncode == 0, (result.returncode, result.stdout[-4000:], result.stderr[-2000:])
 
 
 @pytest.mark.slow
 def test_fuzz_thousands_in_a_subprocess():
-    """5000 examples each, in a child process: a native crash fails this test."""
+    """5000 examples each, in a child process with 3 GiB of address space: a native crash or
+    unbounded memory fails this test."""
     _run_file_in_subprocess(5000)
