@@ -106,11 +106,9 @@ _configured: ImageLimits | None = None  # inherited by forked workers, not by sp
 def get_image_limits() -> ImageLimits:
     """The limits in force: :func:`set_image_limits`, else the defaults with
     ``$CATMAP_MAX_IMAGE_PIXELS`` (a positive int or ``none``) as ``max_pixels``."""
-    if _configured is not None:
-        return _configured
     text = os.environ.get(_PIXELS_ENV, "").strip()
-    if not text:
-        return _DEFAULT_LIMITS
+    if _configured is not None or not text:
+        return _configured or _DEFAULT_LIMITS
     if text.lower() != "none" and (not text.isdigit() or int(text) <= 0):
         raise ValueError(f"${_PIXELS_ENV} must be a positive integer or 'none', got {text!r}")
     return replace(_DEFAULT_LIMITS, max_pixels=None if text.lower() == "none" else int(text))
@@ -535,18 +533,21 @@ def record_name(record: dict[str, Any]) -> str:
 
 
 def record_image_size(record: dict[str, Any]) -> tuple[int, int] | None:
-    """The record's (height, width), ints in [1, 2**20] within the pixel limit, else a
-    RecordFormatError naming the file and key; None when either is absent."""
-    if record.get("height") is None or record.get("width") is None:
+    """The record's (height, width) (RecordFormatError naming the key if bad), or None."""
+    height, width = record.get("height"), record.get("width")
+    if height is None or width is None:
         return None
-    where = f"record ({record_name(record)})"
-    height, width = (check_int(record[key], f"key {key!r}", minimum=1, maximum=MAX_IMAGE_SIDE,
-                               error=RecordFormatError, where=where) for key in ("height", "width"))
+    if not (type(height) is int and type(width) is int  # the usual case, checked cheaply
+            and 0 < height <= MAX_IMAGE_SIDE and 0 < width <= MAX_IMAGE_SIDE):
+        where = f"record ({record_name(record)})"
+        height, width = (
+            check_int(record[key], f"key {key!r}", minimum=1, maximum=MAX_IMAGE_SIDE,
+                      error=RecordFormatError, where=where) for key in ("height", "width"))
     limit = get_max_image_pixels()
     if limit is not None and height * width > limit:
         raise RecordFormatError(
-            f"{where}: keys 'height' x 'width' = {height} x {width} = {height * width} "
-            f"pixels, over the image pixel limit of {limit}")
+            f"record ({record_name(record)}): keys 'height' x 'width' = {height} x {width} = "
+            f"{height * width} pixels, over the image pixel limit of {limit}")
     return height, width
 
 
@@ -585,8 +586,7 @@ def read_sized_image(record: dict[str, Any], expected: tuple[int, int] | None,
 def read_record_image(record: dict[str, Any], image_format: str = "RGB", *,
                       decoder: str | None = None,
                       min_size: tuple[int, int] | None = None) -> np.ndarray:
-    """A record's image, its size checked against the record's from the header (with
-    ``min_size``, a JPEG may come back at 1/2, 1/4 or 1/8 of it)."""
+    """A record's image, its size checked against the record's (from a JPEG's header)."""
     return read_sized_image(record, record_image_size(record), image_format, decoder, min_size)
 
 
