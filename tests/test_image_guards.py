@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import io
 import os
+import struct
 import time
 import warnings
+import zlib
 
 import numpy as np
 import pytest
@@ -362,19 +364,28 @@ def test_many_scan_jpeg_is_refused_before_decoding(decoder, monkeypatch):
     assert {name: counter.calls for name, counter in decoders.items() if counter.calls} == {}
 
 
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
 def test_damaged_png_chunk_is_a_typed_error(tmp_path):
-    data = bytearray(png_bytes(np.arange(64 * 64, dtype=np.uint8).reshape(64, 64) % 7))
-    idat = data.find(b"IDAT")
-    data[idat + 8 : idat + 16] = b"\xff" * 8  # damaged compressed data, stale CRC
-    path = tmp_path / "seg.png"
-    path.write_bytes(bytes(data))
-    with pytest.raises(ImageReadError, match="seg.png"):
-        read_segmentation(path)
-    with pytest.raises(ImageReadError, match="seg.png"):
-        read_image(path)
-    path.write_bytes(bytes(data[:33]) + b"\x00\x00\x00\x04tEXt" + b"\xff" * 8)  # bad chunk
-    with pytest.raises(ImageReadError, match="seg.png"):
-        read_segmentation(path)
+    """Damage Pillow reports as OSError, SyntaxError or ValueError: one typed error."""
+    good = png_bytes(np.arange(64 * 64, dtype=np.uint8).reshape(64, 64) % 7)
+    iend = good.rfind(b"IEND") - 4
+    idat = good.find(b"IDAT")
+    damaged = {
+        "idat": good[: idat + 8] + b"\xff" * 8 + good[idat + 16 :],
+        "chunk": good[:33] + b"\x00\x00\x00\x04tEXt" + b"\xff" * 8,
+        "ztxt": good[:iend] + _chunk(b"zTXt", b"k\x00\x00" + zlib.compress(b"x" * (2 << 20)))
+        + good[iend:],  # ValueError in Pillow: untyped at d43f773
+    }
+    for name, data in damaged.items():
+        path = tmp_path / f"seg_{name}.png"
+        path.write_bytes(data)
+        with pytest.raises(ImageReadError, match=f"seg_{name}.png"):
+            read_segmentation(path)
+        with pytest.raises(ImageReadError, match=f"seg_{name}.png"):
+            read_image(path)
 
 
 def test_url_is_read_only_under_a_registered_remote_root(tmp_path):
