@@ -208,21 +208,21 @@ def _read_remote(path: str, limits: ImageLimits) -> bytes:
     except ImportError:
         raise missing_dependency("fsspec", "remote", "reading a URL") from None
     t, scheme, options = limits.remote_timeout_s, path.partition("://")[0], {}
-    if scheme in ("http", "https"):
-        import aiohttp
-
-        options = {"client_kwargs": {"timeout": aiohttp.ClientTimeout(sock_connect=t, sock_read=t)}}
-    elif scheme in ("s3", "s3a"):
-        options = {"config_kwargs": {"connect_timeout": t, "read_timeout": t}}
     try:
+        if scheme in ("http", "https"):
+            from aiohttp import ClientTimeout
+
+            options = {"client_kwargs": {"timeout": ClientTimeout(sock_connect=t, sock_read=t)}}
+        elif scheme in ("s3", "s3a"):
+            options = {"config_kwargs": {"connect_timeout": t, "read_timeout": t}}
         fs, inner = fsspec.core.url_to_fs(path, **options)
         size = fs.info(inner).get("size")  # FileNotFoundError for a missing file
         with fs.open(inner, "rb") as handle:
             return _read_bounded(handle, path, limits.max_bytes, size if is_int(size) else None)
     except ImageReadError:
         raise
-    except FileNotFoundError as exc:
-        raise ImageNotFoundError(f"file not found: {path}", path) from exc
+    except FileNotFoundError as exc:  # fsspec's http says so for an unreachable server too
+        raise ImageNotFoundError(f"file not found: {path} {exc.__cause__ or ''}", path) from exc
     except Exception as exc:  # timeouts, protocol and client errors of any fsspec backend
         raise ImageReadError(f"cannot read {path}: {type(exc).__name__}: {exc}", path) from exc
 
@@ -231,7 +231,7 @@ def read_file_bytes(file_name: str | os.PathLike[str], max_bytes: Any = _UNSET) 
     """The bytes of a regular file, or of a URL under a remote root: ImageNotFoundError,
     ImageTooLargeError (over ``max_bytes``, default the limits'), or ImageReadError (not a
     regular file, unreadable, a URL outside the remote roots, timed out or failed)."""
-    path = str(os.fspath(file_name))
+    path = os.fsdecode(file_name)
     limits = get_image_limits()
     if max_bytes is not _UNSET:
         limits = replace(limits, max_bytes=max_bytes)
@@ -493,9 +493,9 @@ def read_image(file_name: str | os.PathLike[str], format: str | None = None, *,
         >>> read_image("photo.jpg", "BGR").shape  # doctest: +SKIP
         (480, 640, 3)
     """
-    path = os.fspath(file_name)
+    path = os.fsdecode(file_name)
     return decode_image(read_file_bytes(path, max_bytes), format, min_size=min_size,
-                        decoder=decoder, source=str(path), expected_size=expected_size,
+                        decoder=decoder, source=path, expected_size=expected_size,
                         max_pixels=max_pixels, keep_16bit=keep_16bit)
 
 
@@ -503,7 +503,7 @@ def read_segmentation(file_name: str | os.PathLike[str]) -> np.ndarray:
     """A semantic segmentation map (label ids) as HxW: uint8 for L/P images (palette
     indices are the labels), int32 for 16/32-bit ones; a color image is refused. Read and
     bounded as :func:`read_image`, with the same typed errors."""
-    path = str(os.fspath(file_name))
+    path = os.fsdecode(file_name)
     data = read_file_bytes(path)
     try:
         with _plugins()[_sniff(data, path)](io.BytesIO(data)) as img:

@@ -404,3 +404,19 @@ def test_url_is_read_only_under_a_registered_remote_root(tmp_path):
             read_image("memory://other/a.jpg")
     finally:
         fsspec.filesystem("memory").rm("memory://roots/a.jpg")
+
+
+def test_silent_server_gives_a_typed_error_within_the_timeout():
+    pytest.importorskip("fsspec")
+    pytest.importorskip("aiohttp")
+    import socket
+
+    with socket.socket() as server:  # accepts connections, never answers
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/a.jpg"
+        set_image_limits(remote_roots=("http://127.0.0.1:",), remote_timeout_s=0.5)
+        start = time.perf_counter()
+        with pytest.raises(ImageReadError, match="127.0.0.1"):
+            read_image(url)
+        assert time.perf_counter() - start < 10
