@@ -1,20 +1,11 @@
-"""Checks run on segmentation and keypoint values before any native code sees them.
+"""Checks on annotation values from records, run before native code (pycocotools) sees them.
 
-pycocotools rasterizes polygons and decodes RLE in C without bounds checks: a polygon
-coordinate of 1e9 overflows its integer arithmetic and crashes the process, RLE runs that
-add up to more than ``height * width`` write past the mask, and an RLE ``size`` of
-100000 x 100000 allocates 10 GB. Everything here raises
-:class:`~catalog.errors.RecordFormatError` (naming the annotation and the key) first:
-
-* **Polygons**: every coordinate finite, and ``|x|, |y| <= 4 * max(h, w) + 64`` for the image
-  (h, w) they are drawn on (:func:`coordinate_bound`). Real annotations stay within about
-  a pixel of the image; the bound leaves room for sloppy ones and keeps the rasterizer's
-  work proportional to the image.
-* **RLE**: ``size`` is two positive ints equal to the image size when it is known (else
-  within the pixel limit); list ``counts`` are non-negative ints adding up to h * w;
-  compressed ``counts`` (str/bytes) are decoded here (vectorized) and must add up to h * w
-  too, which also bounds their length.
-* **Keypoints**: x, y and v finite (and within the float32 range).
+pycocotools works in C without bounds checks: a polygon coordinate of 1e9 overflows its
+integers, RLE runs adding up to more than h * w write past the mask, an RLE size of
+100000 x 100000 allocates 10 GB. Each check here raises
+:class:`~catalog.errors.RecordFormatError` naming the annotation and the key: polygon
+coordinates finite and within ``4 * max(h, w) + 64``; RLE size equal to the image's (or under
+the pixel limit), counts non-negative and adding up to h * w; keypoints finite.
 
 Example:
     >>> check_polygon(np.array([0.0, 0.0, 5.0, 0.0, 5.0, float("nan")]), "a.jpg", 0, None)
@@ -25,20 +16,23 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from catalog.box_mode import BoxMode
 from catalog.errors import RecordFormatError
 from catalog.validation import is_int
 
 from .image_header import get_max_image_pixels
+from .structure_common import is_flat_polygon
 from .transforms import transform as tf
 
 __all__ = [
     "COORDINATE_BOUND_FACTOR",
     "COORDINATE_BOUND_MARGIN",
+    "boxes_xyxy",
     "check_keypoints",
     "check_polygon",
     "check_polygons",
@@ -46,6 +40,8 @@ __all__ = [
     "coordinate_bound",
     "decode_rle_counts",
     "input_size_of",
+    "polygons_as_arrays",
+    "where",
 ]
 
 #: Polygon coordinates may lie up to this many image sides (plus the margin) from 0.
@@ -276,3 +272,77 @@ def input_size_of(transforms: tf.Transform, output_size: tuple[int, int]) -> tup
         else:
             return None
     return height, width
+
+
+def where(context: str | None, annotation: Mapping[str, Any] | None = None) -> str:
+    parts = [context] if context else []
+    if annotation is not None and isinstance(annotation, Mapping) and "id" in annotation:
+        parts.append(f"annotation id {annotation['id']}")
+    return ", ".join(parts) if parts else "annotation"
+
+
+def polygons_as_arrays(
+    segm: Sequence[Any], where: str | Callable[[], str], bound: float | None = None
+) -> list[np.ndarray]:
+    """Validate polygons and return them as flat float64 arrays (``where`` names the source).
+
+    Every coordinate must be finite, and at most ``bound`` in absolute value when given.
+    """
+    arrays = []
+    for j, polygon in enumerate(segm):
+        if is_flat_polygon(polygon):
+            arrays.append(polygon)  # already transformed / validated
+            continue
+        try:
+            arr = np.asarray(polygon, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            label = where() if callable(where) else where
+            raise RecordFormatError(
+                f"{label}: key 'segmentation', polygon {j} is not a flat list of numbers"
+            ) from None
+        if arr.size % 2 != 0 or arr.size < 6:
+            label = where() if callable(where) else where
+            raise RecordFormatError(
+                f"{label}: key 'segmentation', polygon {j} has {arr.size} numbers; a polygon "
+                "needs an even count of at least 6 (x, y pairs)"
+            )
+        arrays.append(arr)
+    try:
+        check_polygons(arrays, "", bound)
+    except RecordFormatError as exc:
+        label = where() if callable(where) else where
+        raise RecordFormatError(f"{label}{exc}") from None
+    return arrays
+
+
+def boxes_xyxy(annotations: Sequence[Mapping[str, Any]], where: Callable[[int], str]) -> np.ndarray:
+    """Stack the annotations' boxes as an Nx4 float64 XYXY_ABS array."""
+    n = len(annotations)
+    try:  # fast path: every box is 4 numbers in XYXY_ABS or XYWH_ABS
+        modes = np.fromiter((obj["bbox_mode"] for obj in annotations), dtype=np.int64, count=n)
+        if np.all((modes == BoxMode.XYXY_ABS) | (modes == BoxMode.XYWH_ABS)):
+            boxes = np.array([obj["bbox"] for obj in annotations], dtype=np.float64)
+            if boxes.shape == (n, 4):
+                xywh = modes == BoxMode.XYWH_ABS
+                boxes[xywh, 2:] += boxes[xywh, :2]
+                return boxes
+    except (KeyError, TypeError, ValueError):
+        pass  # the loop below finds the culprit and names it
+    boxes = np.empty((n, 4), dtype=np.float64)
+    for i, obj in enumerate(annotations):
+        try:
+            bbox, mode = obj["bbox"], obj["bbox_mode"]
+        except KeyError as exc:
+            raise RecordFormatError(f"{where(i)}: missing key {exc.args[0]!r}") from None
+        except TypeError:
+            raise RecordFormatError(
+                f"{where(i)}: an annotation must be a dict, got {type(obj).__name__}"
+            ) from None
+        try:
+            boxes[i] = BoxMode.convert(np.asarray(bbox, dtype=np.float64), mode, BoxMode.XYXY_ABS)
+        except (TypeError, ValueError) as exc:
+            raise RecordFormatError(
+                f"{where(i)}: key 'bbox' {bbox!r} with bbox_mode {mode!r} is not a box of 4 "
+                f"numbers ({exc})"
+            ) from None
+    return boxes

@@ -28,9 +28,9 @@ from mappers import (
     ImageTooLargeError,
     MapDataset,
     MissingDependencyError,
-    PickledList,
     read_image,
 )
+from mappers.datasets import PickledList
 from mappers.datasets import ToIterableDataset
 from samplers import (
     AspectRatioGroupedDataset,

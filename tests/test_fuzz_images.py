@@ -32,7 +32,8 @@ from hypothesis import strategies as st
 
 from catalog import BoxMode
 from catalog.errors import CatmapError
-from mappers import annotations_to_instances, transform_annotations
+from mappers import annotations_to_instances
+from mappers.annotations import transform_annotations
 from mappers.errors import ImageReadError
 from mappers.image_io import available_jpeg_decoders, decode_image
 from mappers.transforms import HFlipTransform, NoOpTransform, ResizeTransform

@@ -51,7 +51,7 @@ def _steps(mapper: Any, serialized: Any) -> dict[str, Callable[[int, dict[str, A
     from mappers.image_io import decode_image
     from mappers.record_io import copy_for_mapping, image_to_tensor
     from mappers.record_size import record_image_size
-    from mappers.training_instances import annotations_to_training_instances
+    from mappers.annotations import annotations_to_training_instances
     from mappers.transforms.owned_image import apply_planned_image
 
     def unpickle(i: int, s: dict[str, Any]) -> None:
