@@ -44,24 +44,17 @@ __all__ = [
     "where",
 ]
 
-#: Polygon coordinates may lie up to this many image sides (plus the margin) from 0.
-COORDINATE_BOUND_FACTOR = 4
-#: Absolute slack, in pixels, added to the polygon coordinate bound.
-COORDINATE_BOUND_MARGIN = 64
-# A compressed count takes at most 6 characters of 5 bits: 30 bits, sign included, enough
-# for any run under the pixel limit, and what pycocotools parses without int overflow.
+#: Polygon coordinates may lie up to FACTOR image sides plus MARGIN pixels from 0.
+COORDINATE_BOUND_FACTOR, COORDINATE_BOUND_MARGIN = 4, 64
+# a compressed count: at most 6 characters of 5 bits (30 bits with the sign), what
+# pycocotools parses without int overflow and enough for any run under the pixel limit
 _MAX_CHARS_PER_COUNT = 6
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _FLOAT64_MAX = float(np.finfo(np.float64).max)
 
 
 def coordinate_bound(height: int, width: int) -> float:
-    """The largest ``|x|`` or ``|y|`` a polygon drawn on an (h, w) image may have.
-
-    Example:
-        >>> coordinate_bound(480, 640)
-        2624.0
-    """
+    """The largest ``|x|`` or ``|y|`` a polygon drawn on an (h, w) image may have."""
     return float(COORDINATE_BOUND_FACTOR * max(int(height), int(width)) + COORDINATE_BOUND_MARGIN)
 
 
@@ -86,11 +79,7 @@ def check_polygon(polygon: np.ndarray, where: str, index: int, bound: float | No
 
 
 def check_polygons(polygons: Sequence[np.ndarray], where: str, bound: float | None) -> None:
-    """:func:`check_polygon` on each polygon, with one vectorized pass when all are fine.
-
-    Example:
-        >>> check_polygons([np.array([0.0, 0, 4, 0, 4, 4])], "a.jpg", 10.0)
-    """
+    """:func:`check_polygon` on each polygon, in one vectorized pass when all are fine."""
     arrays = [
         p if type(p) is np.ndarray and p.dtype == np.float64 else np.asarray(p, dtype=np.float64)
         for p in polygons
@@ -108,11 +97,7 @@ def check_polygons(polygons: Sequence[np.ndarray], where: str, bound: float | No
 
 
 def check_keypoints(keypoints: np.ndarray, where: str) -> None:
-    """Raise RecordFormatError when a keypoint value (x, y or v) is not finite.
-
-    Example:
-        >>> check_keypoints(np.array([[1.0, 2.0, 2.0]]), "a.jpg")
-    """
+    """Raise RecordFormatError when a keypoint value is not finite or beyond float32."""
     if keypoints.size and not np.isfinite(keypoints).all():
         raise RecordFormatError(f"{where}: key 'keypoints' has a non-finite value")
     if keypoints.size and np.abs(keypoints).max() > _FLOAT32_MAX:
@@ -124,19 +109,10 @@ def _positive_int(value: Any) -> int | None:
 
 
 def decode_rle_counts(counts: bytes, where: str) -> np.ndarray:
-    """The run lengths of a COCO compressed RLE string, as int64, decoded with numpy.
+    """The run lengths of a COCO compressed RLE string (int64), decoded with numpy.
 
-    Each run is a little-endian sequence of 5-bit groups in characters ``chr(48 + g)``
-    (bit 0x20 of ``g`` marks a continuation, bit 0x10 of the last group the sign); from the
-    third run on, the value is a difference to the run two places before.
-
-    Raises:
-        RecordFormatError: a character outside the alphabet, a run longer than 6
-            characters, or a string ending inside a run.
-
-    Example:
-        >>> decode_rle_counts(b"12", "a").tolist()
-        [1, 2]
+    Each run is little-endian 5-bit groups in ``chr(48 + g)`` (0x20: continuation, 0x10 of the
+    last group: sign); from the third run on a value is a difference to the run two before.
     """
     raw = np.frombuffer(counts, dtype=np.uint8).astype(np.int64) - 48
     if raw.size == 0:
@@ -171,18 +147,8 @@ def decode_rle_counts(counts: bytes, where: str) -> np.ndarray:
 def check_rle(
     rle: Mapping[str, Any], where: str, image_size: tuple[int, int] | None
 ) -> tuple[int, int, Any]:
-    """Validate a COCO RLE dict before pycocotools decodes it; return (height, width, counts).
-
-    ``counts`` comes back as a list of ints or as bytes (compressed), ready for pycocotools.
-
-    Raises:
-        RecordFormatError: keys missing; ``size`` not two positive ints, different from
-            ``image_size`` (when given) or over the pixel limit; counts of the wrong type,
-            negative, or not adding up to height * width. The message names the annotation.
-
-    Example:
-        >>> check_rle({"size": [2, 2], "counts": [1, 2, 1]}, "a.jpg", (2, 2))
-        (2, 2, [1, 2, 1])
+    """Validate a COCO RLE dict before pycocotools decodes it; return (height, width,
+    counts), counts as a list of ints or compressed bytes. Errors name the annotation.
     """
     if "size" not in rle or "counts" not in rle:
         raise RecordFormatError(
@@ -243,13 +209,8 @@ def check_rle(
 
 
 def input_size_of(transforms: tf.Transform, output_size: tuple[int, int]) -> tuple[int, int] | None:
-    """The image size before ``transforms``, traced back from ``output_size``; None if unknown.
-
-    Known: no-ops, flips, resizes, pads, and crops that record ``orig_h``/``orig_w``.
-
-    Example:
-        >>> input_size_of(tf.TransformList([tf.ResizeTransform(100, 200, 50, 100)]), (50, 100))
-        (100, 200)
+    """The image size before ``transforms``, traced back from ``output_size`` (None if a
+    transform hides it; no-ops, flips, resizes, pads and crops recording their input size are known).
     """
     flat: list[tf.Transform] = []
     stack = [transforms]
@@ -284,9 +245,8 @@ def where(context: str | None, annotation: Mapping[str, Any] | None = None) -> s
 def polygons_as_arrays(
     segm: Sequence[Any], where: str | Callable[[], str], bound: float | None = None
 ) -> list[np.ndarray]:
-    """Validate polygons and return them as flat float64 arrays (``where`` names the source).
-
-    Every coordinate must be finite, and at most ``bound`` in absolute value when given.
+    """Validated polygons as flat float64 arrays (``where`` names the source): even
+    counts of at least 6, finite, and within ``bound`` when given.
     """
     arrays = []
     for j, polygon in enumerate(segm):
@@ -316,7 +276,7 @@ def polygons_as_arrays(
 
 
 def boxes_xyxy(annotations: Sequence[Mapping[str, Any]], where: Callable[[int], str]) -> np.ndarray:
-    """Stack the annotations' boxes as an Nx4 float64 XYXY_ABS array."""
+    """The annotations' boxes as an Nx4 float64 XYXY_ABS array (errors name the annotation)."""
     n = len(annotations)
     try:  # fast path: every box is 4 numbers in XYXY_ABS or XYWH_ABS
         modes = np.fromiter((obj["bbox_mode"] for obj in annotations), dtype=np.int64, count=n)
