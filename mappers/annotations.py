@@ -173,8 +173,8 @@ def transform_annotations(
 
     Example:
         >>> annos = [{"bbox": [0, 0, 10, 10], "bbox_mode": BoxMode.XYXY_ABS, "category_id": 0}]
-        >>> [a["bbox"].tolist() for a in transform_annotations(annos, [HFlipTransform(20)], (20, 20))]
-        [[10.0, 0.0, 20.0, 10.0]]
+        >>> transform_annotations(annos, [HFlipTransform(20)], (20, 20))[0]["bbox"].tolist()
+        [10.0, 0.0, 20.0, 10.0]
     """
     annotations = list(annotations)
     prefix = f"{context}, " if context else ""

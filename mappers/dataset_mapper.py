@@ -95,7 +95,8 @@ class _SkippingStep:
         self.num_skipped += 1
         warned = self.__dict__.setdefault("_warned", set())
         key = str(file_name)
-        if key in warned or (len(warned) >= _MAX_WARNED_FILES and self.num_skipped & (self.num_skipped - 1)):
+        full = len(warned) >= _MAX_WARNED_FILES
+        if key in warned or (full and self.num_skipped & (self.num_skipped - 1)):
             return
         if len(warned) < _MAX_WARNED_FILES:
             warned.add(key)
@@ -120,7 +121,8 @@ def _image_size(results: dict[str, Any], step: str) -> tuple[int, int]:
 
 def _chain(results: dict[str, Any], transforms: T.TransformList) -> None:
     previous = results.get("transforms")
-    results["transforms"] = transforms if previous is None else T.TransformList([previous, transforms])
+    chained = transforms if previous is None else T.TransformList([previous, transforms])
+    results["transforms"] = chained
 
 
 @TRANSFORMS.register()
@@ -249,7 +251,8 @@ class PlannedLoad:
         plan = None
         if size is not None and "sem_seg_file_name" not in results:
             plan = self.augment.augmentations.plan((size[0], size[1], self._channels))
-        min_size = reduced_decode_size(plan) if plan is not None and self.load.reduced_decode else None
+        reduce = plan is not None and self.load.reduced_decode
+        min_size = reduced_decode_size(plan) if reduce else None
         loaded = self.load.load(results, size, min_size)
         if loaded is None:
             return None
@@ -374,7 +377,9 @@ class ToTensor:
         results = dict(results)
         for key in self.keys:
             if key not in results:
-                raise RecordFormatError(f"ToTensor: record ({record_name(results)}) has no key {key!r}")
+                raise RecordFormatError(
+                    f"ToTensor: record ({record_name(results)}) has no key {key!r}"
+                )
             if isinstance(results[key], np.ndarray):
                 results[key] = image_to_tensor(results[key])
         sem_seg = results.get("sem_seg")
@@ -392,7 +397,9 @@ Step = Callable[[dict[str, Any]], "dict[str, Any] | None"]
 def _build_step(entry: Step | Mapping[str, Any], index: int) -> Step:
     if isinstance(entry, Mapping):
         if "type" not in entry:
-            raise PipelineStepError(f"Compose step {index}: config dict {dict(entry)!r} has no 'type' key")
+            raise PipelineStepError(
+                f"Compose step {index}: config dict {dict(entry)!r} has no 'type' key"
+            )
         kwargs = plain_container(entry)  # a DictConfig's ListConfig values become lists
         name = kwargs.pop("type")
         target = TRANSFORMS.get(name) if isinstance(name, str) else name
@@ -432,7 +439,9 @@ class Compose:
         if isinstance(transforms, Mapping) or callable(transforms):
             transforms = [transforms]  # type: ignore[list-item]
         if not isinstance(transforms, Sequence) or isinstance(transforms, str):
-            raise PipelineStepError(f"Compose: expected a list of steps, got {type(transforms).__name__}")
+            raise PipelineStepError(
+                f"Compose: expected a list of steps, got {type(transforms).__name__}"
+            )
         self.transforms: list[Step] = [_build_step(t, i) for i, t in enumerate(transforms)]
         self._run: list[Step] = []
         for step in self.transforms:
@@ -540,7 +549,8 @@ def _resolve_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[st
             argument="augmentations",
         )
     if isinstance(augmentations, (str, bytes, Mapping)) or not (
-        isinstance(augmentations, (T.Augmentation, T.Transform)) or hasattr(augmentations, "__iter__")
+        isinstance(augmentations, (T.Augmentation, T.Transform))
+        or hasattr(augmentations, "__iter__")
     ):
         raise MapperArgumentError(
             "DatasetMapper: augmentations must be a list of Augmentation / Transform objects, "
@@ -596,7 +606,8 @@ class DatasetMapper:
         self.precomputed_proposal_topk: int | None = options["precomputed_proposal_topk"]
         if self.image_format not in _FORMATS:
             raise ValueError(
-                f"DatasetMapper: image_format must be 'RGB', 'BGR' or 'L', got {self.image_format!r}"
+                "DatasetMapper: image_format must be 'RGB', 'BGR' or 'L', got "
+                f"{self.image_format!r}"
             )
         augmentations = options["augmentations"]
         if isinstance(augmentations, (T.Augmentation, T.Transform)):
@@ -673,7 +684,8 @@ class DatasetMapper:
         recompute_boxes = False
         if is_train and config_value(cfg, "INPUT.CROP.ENABLED", False):
             crop_type = config_value(cfg, "INPUT.CROP.TYPE", "relative_range")
-            augs.insert(0, T.RandomCrop(crop_type, config_value(cfg, "INPUT.CROP.SIZE", [0.9, 0.9])))
+            crop_size = config_value(cfg, "INPUT.CROP.SIZE", [0.9, 0.9])
+            augs.insert(0, T.RandomCrop(crop_type, crop_size))
             recompute_boxes = mask_on  # boxes from the cropped masks, as detectron2
         keypoint_on = bool(config_value(cfg, "MODEL.KEYPOINT_ON", False))
         indices = None

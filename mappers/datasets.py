@@ -61,12 +61,11 @@ DEFAULT_MAX_REFETCH = 100
 _LAST_FAILED_SHOWN = 10
 
 
-# --------------------------------------------------------------------- functions for spawn workers
 
 
 def needs_by_value(fn: Any) -> bool:
-    """Whether ``fn`` is a function (or a partial / bound method of one) that pickle cannot
-    store by name: a lambda, closure or nested function."""
+    """Whether pickle cannot store ``fn`` by name (a lambda, closure or nested function, or
+    a partial / method of one)."""
     if isinstance(fn, functools.partial):
         return any(map(needs_by_value, (fn.func, *fn.args, *fn.keywords.values())))
     if isinstance(fn, types.MethodType):
@@ -82,7 +81,7 @@ def needs_by_value(fn: Any) -> bool:
 
 class PicklableCallable:
     """Calls ``fn``; pickles it by value with cloudpickle (the ``catmap[spawn]`` extra) when
-    plain pickle cannot store it by name, so lambdas reach spawn / forkserver workers."""
+    plain pickle cannot, so lambdas reach spawn workers."""
 
     __slots__ = ("fn",)
 
@@ -126,24 +125,20 @@ def unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn.fn if isinstance(fn, PicklableCallable) else fn
 
 
-# ------------------------------------------------------------------------------ record lists
 
 
 @runtime_checkable
 class HasRecords(Protocol):
-    """A dataset whose item ``i`` is built from ``records[i]`` (what the loader builders read
-    to group by aspect ratio without mapping a sample)."""
+    """A dataset whose item ``i`` is built from ``records[i]`` (read by the loader builders
+    to group by aspect ratio)."""
 
     @property
     def records(self) -> Any:
-        """The record sequence the dataset's items are built from, index for index."""
+        """The record sequence, index for index."""
 
 
 def records_of(dataset: Any) -> Sequence[dict] | None:
-    """The record dicts behind ``dataset``, index for index, or None when it names none.
-
-    A ``SerializedList`` or list / tuple of dicts counts itself; otherwise the public
-    ``records`` links are followed (at most 16). Private attributes are never looked at.
+    """The record dicts behind ``dataset``, following public ``records`` links, or None.
 
     Example:
         >>> records_of([{"file_name": "a.jpg"}])[0]["file_name"], records_of(range(3))
@@ -165,8 +160,8 @@ def records_of(dataset: Any) -> Sequence[dict] | None:
 
 
 class PickledList(Sequence[Any]):
-    """Items that are not all dicts, pickled into one shared uint8 buffer (built here from the
-    caller's own objects, never read from a file); each access returns a fresh copy."""
+    """Non-dict items pickled into one buffer shared by workers (built from the caller's own
+    objects); each access returns a fresh copy."""
 
     def __init__(self, items: Iterable[Any]) -> None:
         blobs = []
@@ -197,15 +192,9 @@ class PickledList(Sequence[Any]):
 class DatasetFromList(data.Dataset):
     """A map-style dataset over a list of records (any picklable items, as in detectron2).
 
-    Args:
-        lst: the records (a list, or a catalog ``SerializedList`` used as it is).
-        copy: without serialization, return a deep copy of each record on access.
-        serialize: True stores the records in one buffer shared by all workers (a
-            ``SerializedList`` for dicts, else a pickled buffer); a callable turns the list
-            into an indexable container; False keeps the Python list.
-
-    Raises:
-        TypeError: ``lst`` is an IterableDataset or unsized, or ``serialize`` is invalid.
+    ``serialize=True`` stores them in one buffer shared by all workers (a ``SerializedList``
+    for dicts); a callable builds the container; False keeps the list, deep-copied on access
+    when ``copy``.
 
     Example:
         >>> ds = DatasetFromList([{"file_name": "a.jpg"}, {"file_name": "b.jpg"}])
@@ -264,12 +253,10 @@ class DatasetFromList(data.Dataset):
         return f"DatasetFromList({len(self)} records, serialized={self._serialized})"
 
 
-# -------------------------------------------------------------------------------- MapDataset
 
 
 class _Failures:
-    """Failure counts of one process (reset after fork, never pickled); they feed warnings and
-    :meth:`MapDataset.failure_stats` only."""
+    """Failure counts of one process (reset after fork, not pickled), for warnings only."""
 
     __slots__ = ("pid", "ever_failed", "warned", "num_failures")
 
@@ -288,20 +275,10 @@ def _describe(index: int, record: Any) -> str:
 class MapDataset(data.Dataset):
     """``ds[i]`` is ``map_func(dataset[i])``; a None result is replaced by another record's.
 
-    The replacement index of attempt ``a`` is drawn uniformly from the attempt's generator
-    (see the module docstring); ``max_refetch + 1`` None results in a row raise
-    RefetchExhaustedError. One warning is logged per failing index per process. An
-    IterableDataset input gives a :class:`MapIterableDataset`, which skips None results.
-
-    Args:
-        dataset: a map-style dataset (or an IterableDataset).
-        map_func: ``record -> sample or None``; lambdas reach spawn workers via cloudpickle.
-        max_refetch: how many other indices to try after the requested one maps to None.
-        seed: the refetch seed outside a sample-seeded loader; None derives it from
-            ``torch.initial_seed()`` at construction.
-
-    Raises:
-        RefetchExhaustedError: (a RuntimeError) from ``ds[i]``, naming the index and file.
+    Replacement indices come from the sample's attempt generators (module docstring);
+    ``max_refetch + 1`` None results in a row raise RefetchExhaustedError (a RuntimeError naming
+    the index and file). ``seed`` (default: from ``torch.initial_seed()``) is used outside a
+    sample-seeded loader. An IterableDataset gives a :class:`MapIterableDataset`.
 
     Example:
         >>> ds = MapDataset([1, 2, 3, 4], lambda x: x * 10 if x % 2 == 0 else None, seed=0)
@@ -357,10 +334,11 @@ class MapDataset(data.Dataset):
         return self._failures
 
     def failure_stats(self) -> dict[str, Any]:
-        """``{"num_failures", "failed_indices"}`` of this process: how many times the mapper
-        returned None, and every index (stream position) that did."""
+        """``{"num_failures", "failed_indices"}``: this process's None results and the indices
+        that gave them."""
         failures = self._process_failures()
-        return {"num_failures": failures.num_failures, "failed_indices": sorted(failures.ever_failed)}
+        failed = sorted(failures.ever_failed)
+        return {"num_failures": failures.num_failures, "failed_indices": failed}
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_failures": None}
@@ -438,24 +416,14 @@ class MapDataset(data.Dataset):
 
 
 class MapIterableDataset(MapDataset, data.IterableDataset):
-    """MapDataset over an IterableDataset: yields ``map_func(item)``, skipping None results;
-    ``max_refetch + 1`` None results in a row raise RefetchExhaustedError.
-
-    Example:
-        >>> class Numbers(data.IterableDataset):
-        ...     def __iter__(self):
-        ...         return iter(range(5))
-        >>> list(MapDataset(Numbers(), lambda x: x if x % 2 else None))
-        [1, 3]
+    """MapDataset over an IterableDataset: skips None results, ``max_refetch + 1`` in a row
+    raise RefetchExhaustedError.
     """
 
     def __getitem__(self, index: int) -> Any:
         raise TypeError("MapDataset over an IterableDataset cannot be indexed; iterate it")
 
-    @property
-    def records(self) -> None:
-        """A stream names no records."""
-        return None
+    records = None  # a stream names no records
 
     def __iter__(self) -> Iterator[Any]:
         consecutive = 0
@@ -488,16 +456,13 @@ class MapIterableDataset(MapDataset, data.IterableDataset):
         return f"MapDataset({self._dataset!r}, {self.map_func!r}, iterable)"
 
 
-# ------------------------------------------------------------------------- ToIterableDataset
 
 
 class ToIterableDataset(data.IterableDataset):
-    """detectron2's: an IterableDataset over ``dataset[i]`` for ``i`` in ``sampler``.
+    """detectron2's: an IterableDataset of ``dataset[i]`` for ``i`` in ``sampler``.
 
-    With N workers each worker iterates the whole sampler and keeps every N-th chunk of
-    ``shard_chunk_size`` indices, so a DataLoader with ``batch_size == shard_chunk_size``
-    yields the sequence of 0 workers. catmap's own loaders run the sampler in the main
-    process instead (that is what makes their position resumable).
+    With N workers each worker keeps every N-th chunk of ``shard_chunk_size`` indices, so a
+    DataLoader with ``batch_size == shard_chunk_size`` yields the sequence of 0 workers.
 
     Example:
         >>> list(ToIterableDataset(["a", "b", "c"], [2, 0, 1]))

@@ -8,10 +8,8 @@ coordinates finite and within ``4 * max(h, w) + 64``; RLE size equal to the imag
 the pixel limit), counts non-negative and adding up to h * w; keypoints finite.
 
 Example:
-    >>> check_polygon(np.array([0.0, 0.0, 5.0, 0.0, 5.0, float("nan")]), "a.jpg", 0, None)
-    Traceback (most recent call last):
-    ...
-    catalog.errors.RecordFormatError: a.jpg: key 'segmentation', polygon 0 has a non-finite coordinate (nan)
+    >>> coordinate_bound(480, 640)  # the largest |x| or |y| of a polygon on a 480x640 image
+    2624.0
 """
 
 from __future__ import annotations
@@ -170,7 +168,8 @@ def check_rle(
     limit = get_max_image_pixels()
     if limit is not None and height * width > limit:
         raise RecordFormatError(
-            f"{where}: key 'segmentation' RLE size {[height, width]} is over the pixel limit {limit}"
+            f"{where}: key 'segmentation' RLE size {[height, width]} is over the pixel limit "
+            f"{limit}"
         )
     counts = rle["counts"]
     total = height * width
@@ -210,7 +209,7 @@ def check_rle(
 
 def input_size_of(transforms: tf.Transform, output_size: tuple[int, int]) -> tuple[int, int] | None:
     """The image size before ``transforms``, traced back from ``output_size`` (None if a
-    transform hides it; no-ops, flips, resizes, pads and crops recording their input size are known).
+    transform hides it; known: no-ops, flips, resizes, pads, crops recording their input).
     """
     flat: list[tf.Transform] = []
     stack = [transforms]
