@@ -183,23 +183,17 @@ class LoadImage(_SkippingStep):
         return f"LoadImage(format={self.format!r}, key={self.key!r})"
 
 
-def _build_augmentation(entry: Any, index: int) -> Any:
-    if not isinstance(entry, Mapping):
-        return entry
+def _from_config(entry: Mapping[str, Any], registry: Registry, where: str) -> Any:
+    """Build ``{"type": name or class, **kwargs}`` through ``registry``; errors name ``where``."""
     if "type" not in entry:
-        raise PipelineStepError(f"ApplyAugmentations entry {index}: no 'type' key in {entry!r}")
-    name = entry["type"]
-    try:
-        target = name if callable(name) else AUGMENTATIONS.get(name)
-    except KeyError as exc:  # RegistryKeyError: lists close matches
-        raise PipelineStepError(f"ApplyAugmentations entry {index}: {exc}") from exc
-    kwargs = {k: v for k, v in entry.items() if k != "type"}
+        raise PipelineStepError(f"{where}: no 'type' key in {dict(entry)!r}")
+    kwargs = plain_container(entry)  # a DictConfig's ListConfig values become lists
+    name = kwargs.pop("type")
+    target = registry.get(name) if isinstance(name, str) else name  # KeyError: close matches
     try:
         return target(**kwargs)
     except TypeError as exc:
-        raise PipelineStepError(
-            f"ApplyAugmentations entry {index}: cannot build {name!r} from {kwargs!r}: {exc}"
-        ) from exc
+        raise PipelineStepError(f"{where}: cannot build {name!r} from {kwargs!r}: {exc}") from exc
 
 
 @TRANSFORMS.register()
@@ -208,9 +202,15 @@ class ApplyAugmentations:
     ``sem_seg``; the transforms drawn are chained into ``results["transforms"]``."""
 
     def __init__(self, augmentations: Sequence[Any]) -> None:
-        self.augmentations = T.AugmentationList(
-            [_build_augmentation(a, i) for i, a in enumerate(augmentations)]
-        )
+        built = list(augmentations)
+        for i, entry in enumerate(built):
+            if isinstance(entry, Mapping):
+                where = f"ApplyAugmentations entry {i}"
+                try:
+                    built[i] = _from_config(entry, AUGMENTATIONS, where)
+                except KeyError as exc:
+                    raise PipelineStepError(f"{where}: {exc}") from exc
+        self.augmentations = T.AugmentationList(built)
 
     def __call__(self, results: dict[str, Any]) -> dict[str, Any]:
         if "image" not in results:
@@ -396,19 +396,7 @@ Step = Callable[[dict[str, Any]], "dict[str, Any] | None"]
 
 def _build_step(entry: Step | Mapping[str, Any], index: int) -> Step:
     if isinstance(entry, Mapping):
-        if "type" not in entry:
-            raise PipelineStepError(
-                f"Compose step {index}: config dict {dict(entry)!r} has no 'type' key"
-            )
-        kwargs = plain_container(entry)  # a DictConfig's ListConfig values become lists
-        name = kwargs.pop("type")
-        target = TRANSFORMS.get(name) if isinstance(name, str) else name
-        try:
-            return target(**kwargs)
-        except TypeError as exc:
-            raise PipelineStepError(
-                f"Compose step {index}: cannot build {name!r} from {kwargs!r}: {exc}"
-            ) from exc
+        return _from_config(entry, TRANSFORMS, f"Compose step {index}")
     if callable(entry):
         return wrap_for_pickling(entry)
     raise PipelineStepError(
