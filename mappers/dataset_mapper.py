@@ -1,62 +1,72 @@
-"""DatasetMapper: record dict -> model input (image tensor + Instances), detectron2-compatible.
+"""DatasetMapper: record dict -> model input, and the Compose steps it is a preset of.
 
-A preset of the Compose steps of :mod:`mappers.pipeline_steps` (one pipeline
-implementation): ``LoadImage`` → ``ApplyAugmentations`` → ``AnnotationsToInstances`` (training)
-→ ``LoadProposals`` (with precomputed proposals) → ``ToTensor``. What it does:
-
-1. copy the record (the caller's dict is never modified);
-2. read the image (:func:`~mappers.image_io.read_image`, fast JPEG path, EXIF orientation)
-   and check its size against the record's ``height`` / ``width``;
-3. apply the augmentations to the image (and ``sem_seg`` when the record has a
-   ``sem_seg_file_name``);
-4. return ``image`` as a CHW uint8 tensor, plus in training ``instances`` built from the
-   non-crowd annotations transformed the same way (empty instances filtered out;
-   ``gt_boxes`` a :class:`~mappers.structures.Boxes`).
+One record's trip through :class:`DatasetMapper` (read :meth:`DatasetMapper.__call__` top to
+bottom): copy the record; read the image and check its size against the record's
+``height``/``width``; draw and apply the augmentations; in training, transform the non-crowd
+annotations the same way and build ``instances`` (empty ones filtered); precomputed
+proposals when asked; the image as a CHW uint8 tensor (a view of the augmented HWC array).
 
 When every augmentation reads only the image's shape (resizes, flips, crops), the transforms
-are drawn from the record's height/width before decoding, so a JPEG can be decoded at
-reduced scale (``reduced_decode``) and flipped before it is resized (see
-:class:`~mappers.pipeline_steps.PlannedLoad`).
+are drawn from the record's height/width before decoding, so a JPEG can be decoded at reduced
+scale (``reduced_decode``) and flipped before it is resized (:class:`PlannedLoad`).
 
-``DatasetMapper(cfg, is_train)`` builds it from a detectron2-style config
-(:mod:`mappers.mapper_config`).
+The same steps (``LoadImage``, ``ApplyAugmentations``, ``AnnotationsToInstances``,
+``LoadProposals``, ``ToTensor``) make mmengine-style :class:`Compose` pipelines, by object or
+by name through :data:`TRANSFORMS`.
 
-The image tensor is a CHW *view* of the HWC array the augmentations produced (strides
-``(1, W*C, C)``), not a copy: a contiguous CHW copy costs about as much as the resize. Models
-normalize the image first, which produces a new contiguous tensor anyway; call
-``.contiguous()`` if you need one.
-
-Threads: torch runs one thread in DataLoader workers by itself. OpenCV is set to one thread
-when catmap first imports it and again by the loader builders before workers start (see
-``mappers.opencv_threads``): calling into OpenCV's pool inside a forked worker deadlocks when
-the parent had already used it.
+Example:
+    >>> from mappers import transforms as T
+    >>> mapper = DatasetMapper(True, augmentations=[T.ResizeShortestEdge(800, 1333),
+    ...                                             T.RandomFlip()])
+    >>> sample = mapper(record)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+import torch
+
+from catalog.box_mode import BoxMode
+from catalog.config_access import config_value, is_detectron2_config
+from catalog.config_values import is_config_container, plain_container
+from catalog.errors import RecordFormatError
+from catalog.log_limits import warn_limited
+from catalog.registry import Registry
+from catalog.validation import check_int
+
 from . import transforms as T
-from .compose import Compose
-from .mapper_config import mapper_kwargs_from_config, resolve_call
-from .pipeline_steps import (
-    AnnotationsToInstances,
-    ApplyAugmentations,
-    LoadImage,
-    LoadProposals,
-    ToTensor,
-)
+from .annotations import InstanceOptions, annotations_to_training_instances
+from .datasets import unwrap, wrap_for_pickling
+from .errors import ImageReadError, MapperArgumentError, PipelineStepError
+from .instances import Instances
+from .keypoint_flip import create_keypoint_hflip_indices
 from .image_io import (
     check_image_size,
     image_to_tensor,
     read_record_image,
     read_segmentation,
+    read_sized_image,
+    record_image_size,
+    record_name,
 )
-from .training_instances import InstanceOptions, annotations_to_training_instances
+from .structures import Boxes
+from .transforms.owned_image import OwnedImageAugInput, apply_planned_image, reduced_decode_size
 
 __all__ = [
+    "AUGMENTATIONS",
+    "TRANSFORMS",
+    "AnnotationsToInstances",
+    "ApplyAugmentations",
+    "Compose",
     "DatasetMapper",
+    "LoadImage",
+    "LoadProposals",
+    "PlannedLoad",
+    "ToTensor",
     "annotations_to_training_instances",
     "check_image_size",
     "image_to_tensor",
@@ -66,155 +76,643 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: Pipeline steps usable as ``{"type": "Name", ...}`` in a Compose config.
+TRANSFORMS = Registry("transform")
+#: The augmentations a config names: every name in ``mappers.transforms.__all__``.
+AUGMENTATIONS = Registry("augmentation", module=T)
+_FORMATS = ("RGB", "BGR", "L")
+_MAX_WARNED_FILES = 4096
 
-def _instance_option(name: str, doc: str) -> property:
-    """A read-only DatasetMapper attribute that shows one of its instance options."""
-    return property(lambda mapper: getattr(mapper._instances.options, name), doc=doc)
+
+class _SkippingStep:
+    """A step that may skip bad records (returns None, so MapDataset uses another one): it
+    counts them in ``num_skipped`` and warns once per file, naming ``owner``."""
+
+    owner = ""
+    num_skipped = 0
+
+    def _skip(self, exc: BaseException, file_name: object, what: str) -> None:
+        self.num_skipped += 1
+        warned = self.__dict__.setdefault("_warned", set())
+        key = str(file_name)
+        full = len(warned) >= _MAX_WARNED_FILES
+        if key in warned or (full and self.num_skipped & (self.num_skipped - 1)):
+            return
+        if len(warned) < _MAX_WARNED_FILES:
+            warned.add(key)
+        warn_limited(
+            logger,
+            f"{self.owner}.skip_{what}",
+            "%s: skipping a record with unusable %s, %s (%s); %d skipped so far in this process",
+            self.owner, what, key, exc, self.num_skipped,
+        )
+
+
+def _image_size(results: dict[str, Any], step: str) -> tuple[int, int]:
+    """(height, width) of ``results["image"]`` (HxWxC array or CxHxW tensor)."""
+    image = results.get("image")
+    if image is None:
+        raise RecordFormatError(
+            f"{step}: record ({record_name(results)}) has no 'image'; it must come after LoadImage"
+        )
+    height, width = image.shape[-2:] if isinstance(image, torch.Tensor) else np.shape(image)[:2]
+    return int(height), int(width)
+
+
+def _chain(results: dict[str, Any], transforms: T.TransformList) -> None:
+    previous = results.get("transforms")
+    chained = transforms if previous is None else T.TransformList([previous, transforms])
+    results["transforms"] = chained
+
+
+@TRANSFORMS.register()
+class LoadImage(_SkippingStep):
+    """Read ``results[key]`` into ``results["image"]`` (HWC uint8) and check its size.
+
+    Also reads ``sem_seg_file_name`` into ``sem_seg``. With ``skip_bad_images`` an unreadable
+    image returns None instead of raising ImageReadError. ``reduced_decode``: see DatasetMapper.
+    """
+
+    def __init__(
+        self,
+        format: str = "RGB",
+        key: str = "file_name",
+        skip_bad_images: bool = False,
+        decoder: str | None = None,
+        reduced_decode: bool = False,
+    ) -> None:
+        if format not in _FORMATS:
+            raise ValueError(f"LoadImage: format must be 'RGB', 'BGR' or 'L', got {format!r}")
+        self.format = format
+        self.key = key
+        self.skip_bad_images = bool(skip_bad_images)
+        self.decoder = decoder
+        self.reduced_decode = bool(reduced_decode)
+        self.owner = "LoadImage"
+
+    def __call__(self, results: dict[str, Any]) -> dict[str, Any] | None:
+        results = dict(results)
+        return self.load(results, record_image_size(results))
+
+    def load(
+        self,
+        results: dict[str, Any],
+        size: tuple[int, int] | None,
+        min_size: tuple[int, int] | None = None,
+    ) -> dict[str, Any] | None:
+        """Read the image into ``results`` (the caller's own copy); ``size``: the record's
+        checked (h, w) or None; ``min_size`` allows a reduced JPEG decode down to it."""
+        if self.key != "file_name":
+            if self.key not in results:
+                raise RecordFormatError(
+                    f"LoadImage: record ({record_name(results)}) has no key {self.key!r}"
+                )
+            results["file_name"] = results[self.key]
+        try:
+            results["image"] = read_sized_image(results, size, self.format, self.decoder, min_size)
+        except ImageReadError as exc:
+            if not self.skip_bad_images:
+                raise
+            self._skip(exc, exc.path, "image")
+            return None
+        if "sem_seg_file_name" in results:
+            results["sem_seg"] = read_segmentation(results.pop("sem_seg_file_name"))
+        return results
+
+    def __repr__(self) -> str:
+        return f"LoadImage(format={self.format!r}, key={self.key!r})"
+
+
+def _from_config(entry: Mapping[str, Any], registry: Registry, where: str) -> Any:
+    """Build ``{"type": name or class, **kwargs}`` through ``registry``; errors name ``where``."""
+    if "type" not in entry:
+        raise PipelineStepError(f"{where}: no 'type' key in {dict(entry)!r}")
+    kwargs = plain_container(entry)  # a DictConfig's ListConfig values become lists
+    name = kwargs.pop("type")
+    target = registry.get(name) if isinstance(name, str) else name  # KeyError: close matches
+    try:
+        return target(**kwargs)
+    except TypeError as exc:
+        raise PipelineStepError(f"{where}: cannot build {name!r} from {kwargs!r}: {exc}") from exc
+
+
+@TRANSFORMS.register()
+class ApplyAugmentations:
+    """Apply augmentations (objects or ``{"type": "RandomFlip", ...}`` dicts) to ``image`` and
+    ``sem_seg``; the transforms drawn are chained into ``results["transforms"]``."""
+
+    def __init__(self, augmentations: Sequence[Any]) -> None:
+        built = list(augmentations)
+        for i, entry in enumerate(built):
+            if isinstance(entry, Mapping):
+                where = f"ApplyAugmentations entry {i}"
+                try:
+                    built[i] = _from_config(entry, AUGMENTATIONS, where)
+                except KeyError as exc:
+                    raise PipelineStepError(f"{where}: {exc}") from exc
+        self.augmentations = T.AugmentationList(built)
+
+    def __call__(self, results: dict[str, Any]) -> dict[str, Any]:
+        if "image" not in results:
+            raise RecordFormatError(
+                f"ApplyAugmentations: record ({record_name(results)}) has no 'image'; put "
+                "LoadImage before it"
+            )
+        results = dict(results)
+        self.augment(results, T.AugInput(results["image"], sem_seg=results.get("sem_seg")))
+        return results
+
+    def augment(self, results: dict[str, Any], aug_input: T.AugInput) -> None:
+        """Draw and apply the augmentations on ``aug_input``; store the outputs in ``results``."""
+        transforms = self.augmentations(aug_input)
+        results["image"] = aug_input.image
+        if aug_input.sem_seg is not None:
+            results["sem_seg"] = aug_input.sem_seg
+        _chain(results, transforms)
+
+    def __repr__(self) -> str:
+        return f"ApplyAugmentations({self.augmentations!r})"
+
+
+class PlannedLoad:
+    """LoadImage then ApplyAugmentations, the transforms drawn from the record's size before
+    decoding when the augmentations read only the shape (the same draws either way; the
+    image equal up to rounding, as a flip runs before a resize). Compose and DatasetMapper
+    run the two steps as one of these."""
+
+    def __init__(self, load: LoadImage, augment: ApplyAugmentations) -> None:
+        self.load = load
+        self.augment = augment
+        self._channels = 1 if load.format == "L" else 3
+
+    def __call__(self, results: dict[str, Any]) -> dict[str, Any] | None:
+        results = dict(results)
+        size = record_image_size(results)  # RecordFormatError for a malformed height/width
+        plan = None
+        if size is not None and "sem_seg_file_name" not in results:
+            plan = self.augment.augmentations.plan((size[0], size[1], self._channels))
+        reduce = plan is not None and self.load.reduced_decode
+        min_size = reduced_decode_size(plan) if reduce else None
+        loaded = self.load.load(results, size, min_size)
+        if loaded is None:
+            return None
+        if plan is None and size is None and "sem_seg" not in loaded:
+            plan = self.augment.augmentations.plan(loaded["image"].shape)  # known now
+        if plan is None:
+            aug_input = OwnedImageAugInput(loaded["image"], sem_seg=loaded.get("sem_seg"))
+            self.augment.augment(loaded, aug_input)
+            return loaded
+        loaded["image"] = apply_planned_image(loaded["image"], plan)
+        _chain(loaded, plan)
+        return loaded
+
+    def __repr__(self) -> str:
+        return f"PlannedLoad({self.load!r}, {self.augment!r})"
+
+
+@TRANSFORMS.register()
+class AnnotationsToInstances(_SkippingStep):
+    """Transform ``annotations`` with ``transforms`` into ``instances`` (crowd dropped, empty
+    instances filtered with ``filter_empty``). A record without ``annotations`` passes as it is.
+
+    With ``skip_bad_annotations`` a malformed annotation (RecordFormatError) returns None.
+    ``**options``: those of :class:`~mappers.annotations.InstanceOptions`.
+    """
+
+    def __init__(
+        self, *, filter_empty: bool = True, skip_bad_annotations: bool = False, **options: Any
+    ) -> None:
+        self.options = InstanceOptions("AnnotationsToInstances", **options)
+        self.filter_empty = bool(filter_empty)
+        self.skip_bad_annotations = bool(skip_bad_annotations)
+        self.owner = "AnnotationsToInstances"
+
+    def __call__(self, results: dict[str, Any]) -> dict[str, Any] | None:
+        results = dict(results)
+        image_size = _image_size(results, "AnnotationsToInstances")
+        if "annotations" not in results:
+            return results
+        transforms = results.get("transforms")
+        transforms = T.NoOpTransform() if transforms is None else transforms
+        annotations = [dict(a) for a in results.pop("annotations") or []]
+        try:
+            results["instances"] = self.options.instances(
+                annotations, transforms, image_size,
+                file_name=results.get("file_name"), filter_empty=self.filter_empty,
+            )
+        except RecordFormatError as exc:
+            if not self.skip_bad_annotations:
+                raise
+            self._skip(exc, results.get("file_name"), "annotations")
+            return None
+        return results
+
+    def __repr__(self) -> str:
+        opts = self.options
+        return (
+            f"AnnotationsToInstances(use_instance_mask={opts.use_instance_mask}, "
+            f"use_keypoint={opts.use_keypoint}, instance_mask_format="
+            f"{opts.instance_mask_format!r})"
+        )
+
+
+@TRANSFORMS.register()
+class LoadProposals:
+    """The record's precomputed ``proposal_boxes`` / ``proposal_objectness_logits`` /
+    ``proposal_bbox_mode`` (detectron2's LOAD_PROPOSALS) as ``proposals`` Instances: moved
+    with ``transforms``, clipped, boxes with a side <= ``min_box_size`` dropped, the first
+    ``topk`` kept. Records without proposals pass unchanged."""
+
+    def __init__(self, topk: int, min_box_size: float = 0.0) -> None:
+        self.topk = check_int(topk, "topk", minimum=0, error=ValueError, where="LoadProposals")
+        self.min_box_size = float(min_box_size)
+
+    def __call__(self, results: dict[str, Any]) -> dict[str, Any]:
+        if "proposal_boxes" not in results:
+            return results
+        results = dict(results)
+        height, width = _image_size(results, "LoadProposals")
+        name = record_name(results)
+        try:
+            boxes = np.asarray(results.pop("proposal_boxes"), dtype=np.float64).reshape(-1, 4)
+            logits = np.asarray(results.pop("proposal_objectness_logits"), np.float32).reshape(-1)
+            mode = BoxMode(results.pop("proposal_bbox_mode", BoxMode.XYXY_ABS))
+        except KeyError as exc:
+            raise RecordFormatError(f"record ({name}): missing proposal key {exc}") from None
+        except (TypeError, ValueError) as exc:
+            raise RecordFormatError(f"record ({name}): malformed proposals ({exc})") from None
+        if len(logits) != len(boxes):
+            raise RecordFormatError(
+                f"record ({name}): {len(boxes)} 'proposal_boxes' but "
+                f"{len(logits)} 'proposal_objectness_logits'"
+            )
+        if mode != BoxMode.XYXY_ABS:
+            boxes = np.asarray(BoxMode.convert(boxes, mode, BoxMode.XYXY_ABS), dtype=np.float64)
+        if len(boxes):
+            transforms = results.get("transforms")
+            transforms = T.NoOpTransform() if transforms is None else transforms
+            boxes = np.asarray(transforms.apply_box(boxes), dtype=np.float64)
+            boxes = np.minimum(np.maximum(boxes, 0.0), (width, height, width, height))
+        boxes32 = boxes.astype(np.float32)
+        sides = boxes32[:, 2:] - boxes32[:, :2]
+        keep = (sides[:, 0] > self.min_box_size) & (sides[:, 1] > self.min_box_size)
+        proposals = Instances((height, width))
+        proposals.proposal_boxes = Boxes(torch.from_numpy(boxes32[keep][: self.topk].copy()))
+        proposals.objectness_logits = torch.from_numpy(logits[keep][: self.topk].copy())
+        results["proposals"] = proposals
+        return results
+
+    def __repr__(self) -> str:
+        return f"LoadProposals(topk={self.topk})"
+
+
+@TRANSFORMS.register()
+class ToTensor:
+    """HWC numpy images in ``keys`` to CHW tensors (views, no copy); ``sem_seg`` to int64."""
+
+    def __init__(self, keys: Sequence[str] = ("image",)) -> None:
+        self.keys = (keys,) if isinstance(keys, str) else tuple(keys)
+
+    def __call__(self, results: dict[str, Any]) -> dict[str, Any]:
+        results = dict(results)
+        for key in self.keys:
+            if key not in results:
+                raise RecordFormatError(
+                    f"ToTensor: record ({record_name(results)}) has no key {key!r}"
+                )
+            if isinstance(results[key], np.ndarray):
+                results[key] = image_to_tensor(results[key])
+        sem_seg = results.get("sem_seg")
+        if isinstance(sem_seg, np.ndarray):
+            results["sem_seg"] = torch.as_tensor(sem_seg.astype(np.int64))
+        return results
+
+    def __repr__(self) -> str:
+        return f"ToTensor(keys={self.keys!r})"
+
+
+Step = Callable[[dict[str, Any]], "dict[str, Any] | None"]
+
+
+def _build_step(entry: Step | Mapping[str, Any], index: int) -> Step:
+    if isinstance(entry, Mapping):
+        return _from_config(entry, TRANSFORMS, f"Compose step {index}")
+    if callable(entry):
+        return wrap_for_pickling(entry)
+    raise PipelineStepError(
+        f"Compose step {index}: expected a callable or a {{'type': ...}} dict, got "
+        f"{type(entry).__name__}: {entry!r}"
+    )
+
+
+class Compose:
+    """Run dict -> dict steps in order; a step returning None ends the pipeline with None
+    (MapDataset then uses another record). Entries are callables or ``{"type": "Name", ...}``
+    dicts of :data:`TRANSFORMS`; a LoadImage directly followed by ApplyAugmentations runs as
+    one :class:`PlannedLoad`.
+
+    Raises:
+        RegistryKeyError: (a KeyError) an unknown step name; lists close matches.
+        PipelineStepError: (a TypeError) an entry that is neither, or wrong arguments.
+
+    Example:
+        >>> pipe = Compose([lambda d: {**d, "x": 1}, lambda d: d if d["x"] else None])
+        >>> pipe({"file_name": "a.jpg"})
+        {'file_name': 'a.jpg', 'x': 1}
+    """
+
+    def __init__(self, transforms: Sequence[Step | Mapping[str, Any]] | Step | Mapping) -> None:
+        if is_config_container(transforms):  # a ListConfig / DictConfig of steps
+            transforms = plain_container(transforms)
+        if isinstance(transforms, Mapping) or callable(transforms):
+            transforms = [transforms]  # type: ignore[list-item]
+        if not isinstance(transforms, Sequence) or isinstance(transforms, str):
+            raise PipelineStepError(
+                f"Compose: expected a list of steps, got {type(transforms).__name__}"
+            )
+        self.transforms: list[Step] = [_build_step(t, i) for i, t in enumerate(transforms)]
+        self._run: list[Step] = []
+        for step in self.transforms:
+            previous = self._run[-1] if self._run else None
+            if isinstance(step, ApplyAugmentations) and isinstance(previous, LoadImage):
+                self._run[-1] = PlannedLoad(previous, step)
+            else:
+                self._run.append(step)
+
+    def __call__(self, data: dict[str, Any]) -> dict[str, Any] | None:
+        for step in self._run:
+            data = step(data)  # type: ignore[assignment]
+            if data is None:
+                return None
+        return data
+
+    def __len__(self) -> int:
+        return len(self.transforms)
+
+    def __repr__(self) -> str:
+        body = "".join(f"\n    {unwrap(step)!r}," for step in self.transforms)
+        return f"Compose({body}\n)" if body else "Compose()"
+
+
+# ------------------------------------------------------------------------------ DatasetMapper
+
+_UNSET: Any = object()
+_OPTION_DEFAULTS: dict[str, Any] = {
+    "augmentations": _UNSET,
+    "image_format": "RGB",
+    "use_instance_mask": False,
+    "use_keypoint": False,
+    "instance_mask_format": "polygon",
+    "keypoint_hflip_indices": None,
+    "recompute_boxes": False,
+    "precomputed_proposal_topk": None,
+    "skip_bad_images": False,
+    "skip_bad_annotations": False,
+    "decoder": None,
+    "reduced_decode": False,
+}
+_FLAGS = ("use_instance_mask", "use_keypoint", "recompute_boxes", "skip_bad_images",
+          "skip_bad_annotations", "reduced_decode")
+_INSTANCE_OPTIONS = ("use_instance_mask", "use_keypoint", "instance_mask_format",
+                     "keypoint_hflip_indices", "recompute_boxes")
+
+
+def _is_flag(value: Any) -> bool:
+    return type(value).__name__ in ("bool", "bool_") or (isinstance(value, int) and value in (0, 1))
+
+
+def _check_flag(value: Any, name: str, hint: str = "") -> bool:
+    if not _is_flag(value):
+        raise MapperArgumentError(
+            f"DatasetMapper: {name} must be True or False{hint}, got "
+            f"{type(value).__name__} {value!r}",
+            argument=name,
+        )
+    return bool(value)
+
+
+def _resolve_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """All of DatasetMapper's options (``is_train`` included) from one constructor call:
+    a config first (``is_train`` may follow; keywords override it), or ``is_train`` alone."""
+    kwargs = dict(kwargs)
+    unknown = sorted(set(kwargs) - set(_OPTION_DEFAULTS) - {"is_train", "cfg"})
+    if unknown:
+        raise MapperArgumentError(
+            f"DatasetMapper got unexpected keyword argument(s) {unknown}; it takes cfg, "
+            f"is_train and {sorted(_OPTION_DEFAULTS)}",
+            argument=unknown[0],
+        )
+    positional = list(args)
+    cfg = kwargs.pop("cfg", _UNSET)
+    if cfg is _UNSET and positional and is_detectron2_config(positional[0]):
+        cfg = positional.pop(0)
+    if cfg is not _UNSET and not is_detectron2_config(cfg):
+        raise MapperArgumentError(
+            "DatasetMapper: cfg must be a detectron2-style config (a mapping with INPUT, "
+            f"MODEL, DATASETS ... sections), got {type(cfg).__name__}",
+            argument="cfg",
+        )
+    if len(positional) > 1:
+        raise MapperArgumentError(
+            f"DatasetMapper takes at most a config and is_train by position; got "
+            f"{len(positional)} more positional arguments (pass augmentations and the others "
+            "by keyword)",
+            argument="augmentations",
+        )
+    if positional and "is_train" in kwargs:
+        raise MapperArgumentError(
+            "DatasetMapper got is_train both by position and by keyword", argument="is_train"
+        )
+    is_train = _check_flag(
+        positional[0] if positional else kwargs.pop("is_train", True), "is_train",
+        " (the first argument may also be a detectron2-style config)",
+    )
+    kwargs.pop("is_train", None)
+    options = kwargs if cfg is _UNSET else {**DatasetMapper.from_config(cfg, is_train), **kwargs}
+    augmentations = options.get("augmentations", _UNSET)
+    if augmentations is _UNSET:
+        raise MapperArgumentError(
+            "DatasetMapper needs augmentations=[...] (a list, possibly empty) when it is not "
+            "built from a config",
+            argument="augmentations",
+        )
+    if isinstance(augmentations, (str, bytes, Mapping)) or not (
+        isinstance(augmentations, (T.Augmentation, T.Transform))
+        or hasattr(augmentations, "__iter__")
+    ):
+        raise MapperArgumentError(
+            "DatasetMapper: augmentations must be a list of Augmentation / Transform objects, "
+            f"got {type(augmentations).__name__}",
+            argument="augmentations",
+        )
+    resolved = {name: options.get(name, default) for name, default in _OPTION_DEFAULTS.items()}
+    for name in _FLAGS:
+        resolved[name] = _check_flag(resolved[name], name)
+    resolved["is_train"] = is_train
+    return resolved
 
 
 class DatasetMapper:
-    """Map a detectron2 record to the dict a detection model takes.
+    """Map a detectron2 record to the dict a detection model takes (detectron2-compatible).
 
-    Called as detectron2's: ``DatasetMapper(is_train, augmentations=[...], ...)`` or
-    ``DatasetMapper(cfg, is_train=True)`` with a detectron2-style config (keywords given
-    beside a config override what it says; see :meth:`from_config`).
+    Called as ``DatasetMapper(is_train, augmentations=[...], ...)`` or
+    ``DatasetMapper(cfg, is_train=True)`` (keywords beside a config override it).
 
     Args:
-        is_train: training mode keeps annotations (as ``instances``); test mode drops them.
+        is_train: training keeps annotations (as ``instances``); inference drops them.
         augmentations: augmentations (or transforms) applied in order.
         image_format: "RGB", "BGR" or "L".
-        use_instance_mask: keep ``segmentation`` and build ``gt_masks``.
-        use_keypoint: keep ``keypoints`` and build ``gt_keypoints``.
+        use_instance_mask / use_keypoint: build ``gt_masks`` / ``gt_keypoints``.
         instance_mask_format: "polygon" or "bitmask".
-        keypoint_hflip_indices: keypoint permutation applied after a horizontal flip (from
-            metadata ``keypoint_flip_map``); needed with ``use_keypoint`` and flips.
-        recompute_boxes: recompute boxes from the transformed masks (needs
-            ``use_instance_mask``).
-        precomputed_proposal_topk: keep this many of the record's precomputed proposals
-            (``proposal_boxes`` ...) as ``proposals``; None: proposals are not read.
-        skip_bad_images: an unreadable image makes the mapper return None (so MapDataset
-            uses another record) and is counted in :attr:`num_skipped`, with one warning per
-            file; otherwise :class:`~mappers.errors.ImageReadError` propagates.
-        skip_bad_annotations: the same for a malformed annotation (RecordFormatError).
+        keypoint_hflip_indices: keypoint permutation after a horizontal flip.
+        recompute_boxes: boxes from the transformed masks (needs ``use_instance_mask``).
+        precomputed_proposal_topk: keep this many of the record's proposals as ``proposals``.
+        skip_bad_images / skip_bad_annotations: return None (MapDataset uses another record)
+            for an unreadable image / a malformed annotation, counted in :attr:`num_skipped`.
         decoder: force a JPEG decoder (see :func:`~mappers.image_io.read_image`).
-        reduced_decode: when the augmentations shrink the image at least 2x in both sides
-            (drawn before decoding from the record's height/width), decode the JPEG at 1/2,
-            1/4 or 1/8 scale (never below the output size) and resize from there: much
-            cheaper for small training scales, pixels close to (not equal to) a full decode.
-
-    Returns (from ``__call__``):
-        The record's keys plus ``image`` (CHW uint8 tensor, see the module notes), the
-        original ``height``/``width``, ``sem_seg`` (int64 HxW tensor) when the record has a
-        ``sem_seg_file_name``, in training ``instances``, and ``proposals`` when asked.
-        None for a skipped record.
+        reduced_decode: when the augmentations shrink the image at least 2x, decode the JPEG
+            at 1/2, 1/4 or 1/8 scale (pixels close to, not equal to, a full decode).
 
     Raises:
-        MapperArgumentError: (a TypeError) a wrong call: an unknown keyword, too many
-            positional arguments, no augmentations, a flag that is not a bool; names it.
-        ValueError: an invalid option value or combination (at construction).
-        ImageSizeMismatchError: the image's size differs from the record's.
+        MapperArgumentError: (a TypeError) an unknown keyword, a missing augmentations list,
+            a flag that is not a bool.
+        ValueError: an invalid option value or combination.
+        ImageSizeMismatchError: (from a call) the image's size differs from the record's.
 
     Example:
-        >>> from mappers import transforms as T
-        >>> mapper = DatasetMapper(True, augmentations=[T.ResizeShortestEdge(800, 1333),
-        ...                                             T.RandomFlip()])
-        >>> sample = mapper(record)  # doctest: +SKIP
-        >>> sample["image"].shape, len(sample["instances"])  # doctest: +SKIP
-        (torch.Size([3, 800, 1067]), 7)
         >>> DatasetMapper({"INPUT": {"MIN_SIZE_TEST": 600}}, is_train=False).augmentations
         AugmentationList[ResizeShortestEdge(short_edge_length=(600, 600), max_size=1333, sample_style='choice')]
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        options = resolve_call(args, kwargs)
+        options = _resolve_arguments(args, kwargs)
         self.is_train: bool = options["is_train"]
         self.image_format: str = options["image_format"]
         self.skip_bad_images: bool = options["skip_bad_images"]
         self.decoder: str | None = options["decoder"]
         self.reduced_decode: bool = options["reduced_decode"]
-        if self.image_format not in ("RGB", "BGR", "L"):
+        self.precomputed_proposal_topk: int | None = options["precomputed_proposal_topk"]
+        if self.image_format not in _FORMATS:
             raise ValueError(
                 "DatasetMapper: image_format must be 'RGB', 'BGR' or 'L', got "
                 f"{self.image_format!r}"
             )
-        self._load = LoadImage(
-            self.image_format,
-            skip_bad_images=self.skip_bad_images,
-            decoder=self.decoder,
-            reduced_decode=self.reduced_decode,
-        )
         augmentations = options["augmentations"]
         if isinstance(augmentations, (T.Augmentation, T.Transform)):
             augmentations = [augmentations]
-        self._augment = ApplyAugmentations(list(augmentations))
-        instance_options = {
-            name: options[name]
-            for name in (
-                "use_instance_mask",
-                "use_keypoint",
-                "instance_mask_format",
-                "keypoint_hflip_indices",
-                "recompute_boxes",
-            )
-        }
+        instance_options = {name: options[name] for name in _INSTANCE_OPTIONS}
         InstanceOptions("DatasetMapper", **instance_options)  # errors name DatasetMapper
+        self._load = LoadImage(self.image_format, skip_bad_images=self.skip_bad_images,
+                               decoder=self.decoder, reduced_decode=self.reduced_decode)
+        self._read_and_augment = PlannedLoad(self._load, ApplyAugmentations(list(augmentations)))
         self._instances = AnnotationsToInstances(
             **instance_options, skip_bad_annotations=options["skip_bad_annotations"]
         )
-        for step in (self._load, self._instances):
-            step.skips.owner = "DatasetMapper"
-        steps: list[Any] = [self._load, self._augment]
-        if self.is_train:
-            steps.append(self._instances)
-        topk = options["precomputed_proposal_topk"]
-        self.precomputed_proposal_topk: int | None = topk
-        if topk is not None:
-            steps.append(LoadProposals(topk))
-        steps.append(ToTensor())
-        self.pipeline = Compose(steps)
+        self._load.owner = self._instances.owner = "DatasetMapper"
+        topk = self.precomputed_proposal_topk
+        self._proposals = LoadProposals(topk) if topk is not None else None
+        self._to_tensor = ToTensor()
         mode = "training" if self.is_train else "inference"
         logger.info("DatasetMapper in %s mode, augmentations: %s", mode, self.augmentations)
 
+    def __call__(self, dataset_dict: dict[str, Any]) -> dict[str, Any] | None:
+        """Map one record (left unmodified); None for a skipped record.
+
+        Returns the record's keys plus ``image`` (CHW uint8), ``sem_seg`` when the record
+        names one, in training ``instances``, and ``proposals`` when asked.
+        """
+        # copy the record, read the image, check its size, draw and apply the augmentations
+        sample = self._read_and_augment(dataset_dict)
+        if sample is None:
+            return None
+        if self.is_train:  # annotations, transformed like the image, to Instances
+            sample = self._instances(sample)
+            if sample is None:
+                return None
+        else:
+            sample.pop("annotations", None)
+        if self._proposals is not None:
+            sample = self._proposals(sample)
+        sample = self._to_tensor(sample)  # image as a CHW tensor
+        sample.pop("transforms", None)
+        return sample
+
     @classmethod
     def from_config(cls, cfg: Any, is_train: bool = True) -> dict[str, Any]:
-        """The keyword arguments a detectron2-style config gives (as detectron2's).
+        """The keyword arguments a detectron2-style config gives (yacs, OmegaConf or a nested
+        dict; detectron2's defaults for absent keys), as detectron2's ``from_config``.
+
+        Raises:
+            ValueError: a config value out of range (named with its key).
+            KeypointFlipError: KEYPOINT_ON and the training datasets lack a keypoint flip map.
 
         Example:
             >>> kwargs = DatasetMapper.from_config({"MODEL": {"MASK_ON": True}}, True)
             >>> kwargs["use_instance_mask"], kwargs["image_format"]
             (True, 'BGR')
         """
-        return mapper_kwargs_from_config(cfg, is_train)
+        if is_train:
+            min_size = config_value(cfg, "INPUT.MIN_SIZE_TRAIN", (800,))
+            max_size = config_value(cfg, "INPUT.MAX_SIZE_TRAIN", 1333)
+            style = config_value(cfg, "INPUT.MIN_SIZE_TRAIN_SAMPLING", "choice")
+        else:
+            min_size = config_value(cfg, "INPUT.MIN_SIZE_TEST", 800)
+            max_size = config_value(cfg, "INPUT.MAX_SIZE_TEST", 1333)
+            style = "choice"
+        augs: list[T.Augmentation] = [T.ResizeShortestEdge(min_size, max_size, style)]
+        flip = config_value(cfg, "INPUT.RANDOM_FLIP", "horizontal")
+        if is_train and flip != "none":
+            if flip not in ("horizontal", "vertical"):
+                raise ValueError(
+                    "config key INPUT.RANDOM_FLIP must be 'horizontal', 'vertical' or 'none', "
+                    f"got {flip!r}"
+                )
+            augs.append(T.RandomFlip(horizontal=flip == "horizontal", vertical=flip == "vertical"))
+        mask_on = bool(config_value(cfg, "MODEL.MASK_ON", False))
+        recompute_boxes = False
+        if is_train and config_value(cfg, "INPUT.CROP.ENABLED", False):
+            crop_type = config_value(cfg, "INPUT.CROP.TYPE", "relative_range")
+            crop_size = config_value(cfg, "INPUT.CROP.SIZE", [0.9, 0.9])
+            augs.insert(0, T.RandomCrop(crop_type, crop_size))
+            recompute_boxes = mask_on  # boxes from the cropped masks, as detectron2
+        keypoint_on = bool(config_value(cfg, "MODEL.KEYPOINT_ON", False))
+        indices = None
+        if keypoint_on:
+            datasets = config_value(cfg, "DATASETS.TRAIN", ())
+            indices = create_keypoint_hflip_indices(
+                [datasets] if isinstance(datasets, str) else list(datasets)
+            )
+        topk = None
+        if config_value(cfg, "MODEL.LOAD_PROPOSALS", False):
+            key = "MODEL.RPN.POST_NMS_TOPK_TRAIN" if is_train else "MODEL.RPN.POST_NMS_TOPK_TEST"
+            topk = int(config_value(cfg, key, 2000 if is_train else 1000))
+        return {
+            "is_train": is_train,
+            "augmentations": augs,
+            "image_format": config_value(cfg, "INPUT.FORMAT", "BGR"),
+            "use_instance_mask": mask_on,
+            "instance_mask_format": config_value(cfg, "INPUT.MASK_FORMAT", "polygon"),
+            "use_keypoint": keypoint_on,
+            "keypoint_hflip_indices": indices,
+            "recompute_boxes": recompute_boxes,
+            "precomputed_proposal_topk": topk,
+        }
 
     @property
     def augmentations(self) -> T.AugmentationList:
         """The augmentations applied, in order."""
-        return self._augment.augmentations
+        return self._read_and_augment.augment.augmentations
 
-    use_instance_mask = _instance_option("use_instance_mask", "Whether ``gt_masks`` is built.")
-    use_keypoint = _instance_option("use_keypoint", "Whether ``gt_keypoints`` is built.")
-    instance_mask_format = _instance_option("instance_mask_format", '"polygon" or "bitmask".')
-    keypoint_hflip_indices = _instance_option(
-        "keypoint_hflip_indices", "The keypoint permutation applied after a horizontal flip."
-    )
-    recompute_boxes = _instance_option(
-        "recompute_boxes", "Whether boxes are recomputed from the transformed masks."
-    )
+    use_instance_mask = property(lambda self: self._instances.options.use_instance_mask)
+    use_keypoint = property(lambda self: self._instances.options.use_keypoint)
+    instance_mask_format = property(lambda self: self._instances.options.instance_mask_format)
+    keypoint_hflip_indices = property(lambda self: self._instances.options.keypoint_hflip_indices)
+    recompute_boxes = property(lambda self: self._instances.options.recompute_boxes)
 
     @property
     def num_skipped(self) -> int:
         """Records skipped so far in this process (unreadable images, bad annotations)."""
         return self._load.num_skipped + self._instances.num_skipped
-
-    def __call__(self, dataset_dict: dict[str, Any]) -> dict[str, Any] | None:
-        """Map one record (left unmodified); see the class docstring."""
-        out = self.pipeline(dataset_dict)
-        if out is None:
-            return None
-        out.pop("transforms", None)
-        if not self.is_train:
-            out.pop("annotations", None)
-        return out
 
     def __repr__(self) -> str:
         return (

@@ -1,31 +1,34 @@
-"""Datasets that wrap record lists: DatasetFromList, MapDataset (ToIterableDataset lives in
-:mod:`mappers.to_iterable` and is re-exported here).
+"""Datasets over record lists: DatasetFromList, MapDataset (seeded, bounded refetch) and
+detectron2's ToIterableDataset.
 
-``MapDataset`` applies a mapper to every record. A mapper may return ``None`` to say "this
-record gives no usable sample" (an unreadable image, a crop without boxes); another index is
-then tried. Unlike detectron2 (fixed seed 42 in every worker, endless loop when every record
-fails) and mmengine (global RNG, bare ``Exception``), the retries here are
+``MapDataset`` applies a mapper to every record; a mapper returning None means "use another
+record". Attempt ``a`` of a request draws its replacement from the sample's own generator
+(:mod:`mappers.random_state`: from (seed, global position, a) inside a catmap loader, from
+(seed, index, a) without one), so the result depends on nothing else: not on the worker, the
+number of workers, earlier failures or a resume. ``max_refetch`` failures in a row raise
+:class:`~mappers.errors.RefetchExhaustedError` instead of looping forever.
 
-* drawn from the sample's own generators (:mod:`mappers.random_state`): attempt ``a`` of the
-  sample draws its replacement index, and maps it, with a generator derived from (seed, the
-  sample's global stream position, ``a``) inside a catmap loader, or from (seed, index, ``a``)
-  without one. The replacement depends on nothing else: not on the worker, the number of
-  workers, what failed earlier in the process, or a restore; global random state is never
-  drawn from;
-* bounded: ``max_refetch`` consecutive failures for one request raise
-  :class:`~mappers.errors.RefetchExhaustedError`.
+Example:
+    >>> ds = MapDataset(DatasetFromList([{"file_name": "a.jpg"}]), lambda r: r["file_name"])
+    >>> ds[0]
+    'a.jpg'
 """
 
 from __future__ import annotations
 
 import collections
 import copy
+import functools
+import itertools
 import logging
 import operator
 import os
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+import pickle
+import types
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 from torch.utils import data
 
@@ -34,49 +37,164 @@ from catalog.seeding import derive_seed
 from catalog.serialized_list import SerializedList
 from catalog.validation import check_int
 
-from ._function_pickle import unwrap, wrap_for_pickling
-from .errors import RefetchExhaustedError
-from .exception_context import add_context
-from .pickled_list import PickledList
+from .errors import MapFuncPickleError, RefetchExhaustedError, add_context
 from .random_state import attempt_generator, current_sample, index_sample_seed
-from .record_source import records_of
-from .to_iterable import ToIterableDataset
 
 __all__ = [
     "DEFAULT_MAX_REFETCH",
     "DatasetFromList",
+    "HasRecords",
     "MapDataset",
     "MapIterableDataset",
+    "PicklableCallable",
     "ToIterableDataset",
+    "needs_by_value",
+    "records_of",
+    "unwrap",
+    "wrap_for_pickling",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: Default number of other indices MapDataset tries after a record maps to None.
 DEFAULT_MAX_REFETCH = 100
-
-#: How many of the last failing indices a RefetchExhaustedError lists.
 _LAST_FAILED_SHOWN = 10
 
 
+
+
+def needs_by_value(fn: Any) -> bool:
+    """Whether pickle cannot store ``fn`` by name (a lambda, closure or nested function, or
+    a partial / method of one)."""
+    if isinstance(fn, functools.partial):
+        return any(map(needs_by_value, (fn.func, *fn.args, *fn.keywords.values())))
+    if isinstance(fn, types.MethodType):
+        return needs_by_value(fn.__func__)
+    if not isinstance(fn, types.FunctionType):
+        return False
+    try:  # a function pickles by module + qualified name: cheap, and fails for these
+        pickle.dumps(fn)
+    except (pickle.PicklingError, AttributeError, ImportError, TypeError):
+        return True
+    return False
+
+
+class PicklableCallable:
+    """Calls ``fn``; pickles it by value with cloudpickle (the ``catmap[spawn]`` extra) when
+    plain pickle cannot, so lambdas reach spawn workers."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return repr(self.fn)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        if not needs_by_value(self.fn):
+            return (PicklableCallable, (self.fn,))
+        try:
+            import cloudpickle
+        except ImportError:
+            raise MapFuncPickleError(
+                f"cannot send {self.fn!r} to spawn/forkserver DataLoader workers: a lambda, "
+                'closure or nested function needs cloudpickle: pip install "catmap[spawn]" '
+                "(or use a module-level function or a callable class)"
+            ) from None
+        try:
+            return (_loads_callable, (cloudpickle.dumps(self.fn),))
+        except Exception as exc:
+            raise MapFuncPickleError(f"cloudpickle could not pickle {self.fn!r}: {exc}") from exc
+
+
+def _loads_callable(payload: bytes) -> PicklableCallable:
+    return PicklableCallable(pickle.loads(payload))  # our own bytes, inside the outer pickle
+
+
+def wrap_for_pickling(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` in a :class:`PicklableCallable` when it needs by-value pickling, else ``fn``."""
+    return PicklableCallable(fn) if needs_by_value(fn) else fn
+
+
+def unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The callable inside a :class:`PicklableCallable` (or ``fn`` itself)."""
+    return fn.fn if isinstance(fn, PicklableCallable) else fn
+
+
+
+
+@runtime_checkable
+class HasRecords(Protocol):
+    """A dataset whose item ``i`` is built from ``records[i]`` (read by the loader builders
+    to group by aspect ratio)."""
+
+    @property
+    def records(self) -> Any:
+        """The record sequence, index for index."""
+
+
+def records_of(dataset: Any) -> Sequence[dict] | None:
+    """The record dicts behind ``dataset``, following public ``records`` links, or None.
+
+    Example:
+        >>> records_of([{"file_name": "a.jpg"}])[0]["file_name"], records_of(range(3))
+        ('a.jpg', None)
+    """
+    current = dataset
+    for _ in range(17):
+        if isinstance(current, SerializedList):
+            return current
+        if isinstance(current, (list, tuple)):
+            return current if all(isinstance(item, dict) for item in current[:1]) else None
+        if current is None or not isinstance(current, HasRecords):
+            return None
+        inner = current.records
+        if inner is current:
+            return None
+        current = inner
+    return None
+
+
+class PickledList(Sequence[Any]):
+    """Non-dict items pickled into one buffer shared by workers (built from the caller's own
+    objects); each access returns a fresh copy."""
+
+    def __init__(self, items: Iterable[Any]) -> None:
+        blobs = []
+        for index, item in enumerate(items):
+            try:
+                blobs.append(pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL))
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                raise TypeError(
+                    f"PickledList: item {index} ({type(item).__name__}) cannot be pickled: {exc}"
+                ) from exc
+        self._ends = np.cumsum([len(b) for b in blobs], dtype=np.int64)
+        self._buffer = np.frombuffer(b"".join(blobs), dtype=np.uint8)
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __getitem__(self, index: Any) -> Any:  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        n, i = len(self._ends), operator.index(index)
+        if not -n <= i < n:
+            raise IndexError(f"PickledList: index {i} out of range for {n} items")
+        i %= n
+        start = int(self._ends[i - 1]) if i else 0
+        return pickle.loads(self._buffer[start : int(self._ends[i])].tobytes())
+
+
 class DatasetFromList(data.Dataset):
-    """A map-style dataset over a list of records.
+    """A map-style dataset over a list of records (any picklable items, as in detectron2).
 
-    Items need not be dicts (as in detectron2): any picklable item works.
-
-    Args:
-        lst: the records (a list, or a catalog ``SerializedList`` which is used as it is).
-        copy: with ``serialize=False``, return a deep copy of each record on access so the
-            caller may modify it freely. Serialized records are fresh objects on every access
-            and are never copied again.
-        serialize: ``True`` stores the records in one shared buffer, no per-worker copies: a
-            ``SerializedList`` when every item is a dict, else a :class:`PickledList`; a
-            callable is called with the list and must return an indexable, sized container;
-            ``False`` keeps the Python list.
-
-    Raises:
-        TypeError: ``lst`` is an IterableDataset or has no length, or ``serialize`` is neither
-            a bool nor a callable.
+    ``serialize=True`` stores them in one buffer shared by all workers (a ``SerializedList``
+    for dicts); a callable builds the container; False keeps the list, deep-copied on access
+    when ``copy``.
 
     Example:
         >>> ds = DatasetFromList([{"file_name": "a.jpg"}, {"file_name": "b.jpg"}])
@@ -101,34 +219,27 @@ class DatasetFromList(data.Dataset):
                     f"DatasetFromList: lst must be a sized sequence of records unless "
                     f"serialize=True, got {type(lst).__name__}"
                 )
-            lst = list(lst)  # a generator: serialized below
+            lst = list(lst)
         if not isinstance(serialize, bool) and not callable(serialize):
             raise TypeError(
                 f"DatasetFromList: serialize must be a bool or a callable, got "
                 f"{type(serialize).__name__}"
             )
         self._copy = bool(copy)
-        self._serialized = False
+        self._serialized = serialize is not False or isinstance(lst, (SerializedList, PickledList))
         if isinstance(lst, (SerializedList, PickledList)):
             self._lst: Sequence[Any] = lst
-            self._serialized = True
         elif callable(serialize):
             self._lst = serialize(lst)
-            self._serialized = True
         elif serialize:
-            if all(type(item) is dict or isinstance(item, dict) for item in lst):
-                self._lst = SerializedList(lst)
-            else:
-                self._lst = PickledList(lst)
-            self._serialized = True
+            dicts = all(isinstance(item, dict) for item in lst)
+            self._lst = SerializedList(lst) if dicts else PickledList(lst)
         else:
             self._lst = lst
-        logger.debug("DatasetFromList: %d records (serialized=%s)", len(self._lst), self._serialized)
 
     @property
     def records(self) -> Sequence[Any]:
-        """The container item ``i`` is read from (a SerializedList or PickledList when
-        serialized); the ``records`` of :mod:`mappers.record_source`."""
+        """The container item ``i`` is read from (see :func:`records_of`)."""
         return self._lst
 
     def __len__(self) -> int:
@@ -136,17 +247,16 @@ class DatasetFromList(data.Dataset):
 
     def __getitem__(self, index: int) -> Any:
         item = self._lst[index]
-        if self._copy and not self._serialized:
-            return copy.deepcopy(item)
-        return item
+        return copy.deepcopy(item) if self._copy and not self._serialized else item
 
     def __repr__(self) -> str:
         return f"DatasetFromList({len(self)} records, serialized={self._serialized})"
 
 
-class _ProcessState:
-    """Failure statistics of one process (never pickled, reset after fork). They feed the
-    warnings and :meth:`MapDataset.failure_stats` only: no result depends on them."""
+
+
+class _Failures:
+    """Failure counts of one process (reset after fork, not pickled), for warnings only."""
 
     __slots__ = ("pid", "ever_failed", "warned", "num_failures")
 
@@ -157,121 +267,18 @@ class _ProcessState:
         self.num_failures = 0
 
 
-def _file_name_of(record: Any) -> str | None:
-    if isinstance(record, dict):
-        name = record.get("file_name")
-        return str(name) if name is not None else None
-    return None
-
-
 def _describe(index: int, record: Any) -> str:
-    name = _file_name_of(record)
-    return f"index {index}" + (f" (file_name={name!r})" if name else "")
+    name = record.get("file_name") if isinstance(record, dict) else None
+    return f"index {index}" + (f" (file_name={str(name)!r})" if name is not None else "")
 
 
-class _MapBase:
-    """What MapDataset and MapIterableDataset share: the mapper, the seed, per-process state."""
+class MapDataset(data.Dataset):
+    """``ds[i]`` is ``map_func(dataset[i])``; a None result is replaced by another record's.
 
-    def __init__(
-        self,
-        dataset: Any,
-        map_func: Callable[[Any], Any],
-        *,
-        max_refetch: int = DEFAULT_MAX_REFETCH,
-        seed: int | None = None,
-    ) -> None:
-        """Validate and store the arguments (documented on MapDataset).
-
-        Raises:
-            TypeError: ``map_func`` is not callable.
-            ValueError: ``max_refetch`` is not an int >= 0.
-        """
-        if not callable(map_func):
-            raise TypeError(f"MapDataset: map_func must be callable, got {type(map_func).__name__}")
-        max_refetch = check_int(
-            max_refetch, "max_refetch", minimum=0, error=ValueError, where="MapDataset"
-        )
-        self._dataset = dataset
-        self._map_func = wrap_for_pickling(map_func)
-        self.max_refetch = max_refetch
-        # seed=None: derived from the main process's torch seed at construction time, so it
-        # is fixed for this dataset object and shipped to every worker. Used only outside a
-        # sample-seeded loader (the loader's sample seeds already carry its seed).
-        self.seed = int(seed) if seed is not None else derive_seed(torch.initial_seed())
-        self._state: _ProcessState | None = None
-
-    @property
-    def dataset(self) -> Any:
-        """The wrapped dataset."""
-        return self._dataset
-
-    @property
-    def map_func(self) -> Callable[[Any], Any]:
-        """The mapping function."""
-        return unwrap(self._map_func)
-
-    def __len__(self) -> int:
-        return len(self._dataset)
-
-    def _process_state(self) -> _ProcessState:
-        state = self._state
-        if state is None or state.pid != os.getpid():
-            state = self._state = _ProcessState()
-        return state
-
-    def failure_stats(self) -> dict[str, Any]:
-        """Failures seen in this process so far.
-
-        Returns:
-            ``{"num_failures": int, "failed_indices": sorted list[int]}``: how many times the
-            mapper returned None, and every index (stream position for an iterable input)
-            that returned None at least once.
-        """
-        state = self._process_state()
-        return {"num_failures": state.num_failures, "failed_indices": sorted(state.ever_failed)}
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_state"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-
-
-class MapDataset(_MapBase, data.Dataset):
-    """Apply ``map_func`` to every record; a None result is replaced by another record's.
-
-    ``ds[i]`` returns ``map_func(dataset[i])``. When that is None, another index is drawn
-    uniformly from ``[0, len)`` and mapped, until a result is not None. Attempt ``a`` (0 is
-    the requested index) draws from its own generator (see :mod:`mappers.random_state`):
-
-    * inside a catmap loader (``mappers.random_state.sample_scope``, entered for each sample
-      with the seed of its global stream position), the sample's attempt generator: the
-      replacement index and every augmentation draw of that attempt come from it, and the
-      global RNGs are seeded from it;
-    * otherwise, ``attempt_generator(index_sample_seed(seed, i), a)`` for the index only
-      (augmentations draw from the current generator, as in any other code).
-
-    So the records a request ends up mapping depend only on (seed, position or index,
-    attempt), never on the worker or on earlier failures. One warning is logged per failing
-    index per process.
-
-    An IterableDataset input gives a :class:`MapIterableDataset` that skips None results.
-
-    Args:
-        dataset: a map-style dataset (or an IterableDataset, see above).
-        map_func: ``record -> sample or None``. Lambdas and closures are fine: they are
-            pickled by value with cloudpickle when the dataset is sent to spawn workers.
-        max_refetch: how many other indices to try after the requested one maps to None;
-            ``max_refetch + 1`` consecutive failures raise RefetchExhaustedError.
-        seed: the refetch seed used outside a sample-seeded loader. None draws one from
-            ``torch.initial_seed()`` of the process that constructs the dataset (the main
-            process), at construction time.
-
-    Raises:
-        RefetchExhaustedError: (a RuntimeError) from ``ds[i]`` when ``max_refetch + 1``
-            records in a row map to None.
+    Replacement indices come from the sample's attempt generators (module docstring);
+    ``max_refetch + 1`` None results in a row raise RefetchExhaustedError (a RuntimeError naming
+    the index and file). ``seed`` (default: from ``torch.initial_seed()``) is used outside a
+    sample-seeded loader. An IterableDataset gives a :class:`MapIterableDataset`.
 
     Example:
         >>> ds = MapDataset([1, 2, 3, 4], lambda x: x * 10 if x % 2 == 0 else None, seed=0)
@@ -285,37 +292,77 @@ class MapDataset(_MapBase, data.Dataset):
             return MapIterableDataset(*args, **kwargs)
         return super().__new__(cls)
 
+    def __init__(
+        self,
+        dataset: Any,
+        map_func: Callable[[Any], Any],
+        *,
+        max_refetch: int = DEFAULT_MAX_REFETCH,
+        seed: int | None = None,
+    ) -> None:
+        if not callable(map_func):
+            raise TypeError(f"MapDataset: map_func must be callable, got {type(map_func).__name__}")
+        self.max_refetch = check_int(
+            max_refetch, "max_refetch", minimum=0, error=ValueError, where="MapDataset"
+        )
+        self._dataset = dataset
+        self._map_func = wrap_for_pickling(map_func)
+        self.seed = int(seed) if seed is not None else derive_seed(torch.initial_seed())
+        self._failures: _Failures | None = None
+
+    @property
+    def dataset(self) -> Any:
+        """The wrapped dataset."""
+        return self._dataset
+
+    @property
+    def map_func(self) -> Callable[[Any], Any]:
+        """The mapping function."""
+        return unwrap(self._map_func)
+
     @property
     def records(self) -> Sequence[dict] | None:
-        """The records item ``i`` is mapped from (``records[i]``, before any refetch): those of
-        the wrapped dataset (see :mod:`mappers.record_source`), or None."""
+        """The records item ``i`` is mapped from (before any refetch), or None."""
         return records_of(self._dataset)
 
+    def __len__(self) -> int:
+        return len(self._dataset)
+
+    def _process_failures(self) -> _Failures:
+        if self._failures is None or self._failures.pid != os.getpid():
+            self._failures = _Failures()
+        return self._failures
+
+    def failure_stats(self) -> dict[str, Any]:
+        """``{"num_failures", "failed_indices"}``: this process's None results and the indices
+        that gave them."""
+        failures = self._process_failures()
+        failed = sorted(failures.ever_failed)
+        return {"num_failures": failures.num_failures, "failed_indices": failed}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_failures": None}
+
     def __getitem__(self, index: int) -> Any:
-        state = self._process_state()
         n = len(self._dataset)
         requested = operator.index(index)
         if not -n <= requested < n:
             raise IndexError(f"MapDataset: index {requested} out of range for {n} records")
-        if requested < 0:
-            requested += n
+        requested %= n
         sample = current_sample()
-        own_seed = None  # outside a sample scope: derived from (seed, index) when needed
+        own_seed = None
         current = requested
         recent: collections.deque[int] = collections.deque(maxlen=_LAST_FAILED_SHOWN)
-        map_func = self._map_func
         described = ""
         for attempt in range(self.max_refetch + 1):
-            if attempt:
-                if sample is not None:
-                    current = int(sample.next_attempt().integers(n))
-                else:
-                    if own_seed is None:
-                        own_seed = index_sample_seed(self.seed, requested)
-                    current = int(attempt_generator(own_seed, attempt).integers(n))
+            if attempt and sample is not None:
+                current = int(sample.next_attempt().integers(n))
+            elif attempt:
+                own_seed = own_seed or index_sample_seed(self.seed, requested)
+                current = int(attempt_generator(own_seed, attempt).integers(n))
             record = self._dataset[current]
             try:
-                result = map_func(record)
+                result = self._map_func(record)
             except Exception as exc:
                 context = f"MapDataset: map_func failed on {_describe(current, record)}"
                 if current != requested:
@@ -324,64 +371,66 @@ class MapDataset(_MapBase, data.Dataset):
                 raise
             if result is not None:
                 return result
-            if not attempt:
-                described = _describe(requested, record)
-            self._record_failure(state, current, record)
+            described = described or _describe(requested, record)
+            self._failed(current, record)
             recent.append(current)
-        tried = self.max_refetch + 1
+        failures = self._process_failures()
         raise RefetchExhaustedError(
-            f"MapDataset: {described} and {tried - 1} refetched indices all mapped to "
+            f"MapDataset: {described} and {self.max_refetch} refetched indices all mapped to "
             f"None (max_refetch={self.max_refetch}); last failing indices: {list(recent)}. "
-            f"{state.num_failures} failures so far in this process.",
+            f"{failures.num_failures} failures so far in this process.",
             index=requested,
-            tried=tried,
+            tried=self.max_refetch + 1,
             last_failed=list(recent),
         )
 
-    def _record_failure(self, state: _ProcessState, index: int, record: Any) -> None:
-        state.num_failures += 1
-        state.ever_failed.add(index)
-        if index not in state.warned:
-            state.warned.add(index)
+    def _failed(self, index: int, record: Any, stream: bool = False) -> int:
+        """Count a None result; warn once per index (per power of two for a stream)."""
+        failures = self._process_failures()
+        failures.num_failures += 1
+        failures.ever_failed.add(index)
+        count = failures.num_failures
+        if stream and count & (count - 1) == 0:
+            warn_limited(
+                logger,
+                "MapDataset.stream_skip",
+                "MapDataset: stream item %s mapped to None and is skipped (%d skipped so far "
+                "in this process)",
+                _describe(index, record),
+                count,
+            )
+        elif not stream and index not in failures.warned:
+            failures.warned.add(index)
             warn_limited(
                 logger,
                 "MapDataset.refetch",
                 "MapDataset: %s mapped to None; trying another index (%d failures so far in "
                 "this process)",
                 _describe(index, record),
-                state.num_failures,
+                count,
             )
+        return count
 
     def __repr__(self) -> str:
-        return (
-            f"MapDataset({self._dataset!r}, {self.map_func!r}, max_refetch={self.max_refetch})"
-        )
+        return f"MapDataset({self._dataset!r}, {self.map_func!r}, max_refetch={self.max_refetch})"
 
 
-class MapIterableDataset(_MapBase, data.IterableDataset):
-    """MapDataset over an IterableDataset: yields ``map_func(item)``, skipping None results.
-
-    ``max_refetch + 1`` None results in a row raise RefetchExhaustedError (so an endless
-    stream in which everything fails cannot loop forever). Skips are logged at the 1st, 2nd,
-    4th, 8th, ... occurrence. ``len`` is the input's ``len``. Usually built through
-    ``MapDataset(iterable, map_func)``.
-
-    Example:
-        >>> class Numbers(data.IterableDataset):
-        ...     def __iter__(self):
-        ...         return iter(range(5))
-        >>> list(MapDataset(Numbers(), lambda x: x if x % 2 else None))
-        [1, 3]
+class MapIterableDataset(MapDataset, data.IterableDataset):
+    """MapDataset over an IterableDataset: skips None results, ``max_refetch + 1`` in a row
+    raise RefetchExhaustedError.
     """
 
+    def __getitem__(self, index: int) -> Any:
+        raise TypeError("MapDataset over an IterableDataset cannot be indexed; iterate it")
+
+    records = None  # a stream names no records
+
     def __iter__(self) -> Iterator[Any]:
-        state = self._process_state()
-        map_func = self._map_func
         consecutive = 0
         recent: collections.deque[int] = collections.deque(maxlen=_LAST_FAILED_SHOWN)
         for position, record in enumerate(self._dataset):
             try:
-                result = map_func(record)
+                result = self._map_func(record)
             except Exception as exc:
                 add_context(
                     exc, f"MapDataset: map_func failed on stream item {_describe(position, record)}"
@@ -393,18 +442,7 @@ class MapIterableDataset(_MapBase, data.IterableDataset):
                 continue
             consecutive += 1
             recent.append(position)
-            state.num_failures += 1
-            state.ever_failed.add(position)
-            count = state.num_failures
-            if count & (count - 1) == 0:
-                warn_limited(
-                    logger,
-                    "MapDataset.stream_skip",
-                    "MapDataset: stream item %s mapped to None and is skipped (%d skipped so "
-                    "far in this process)",
-                    _describe(position, record),
-                    count,
-                )
+            self._failed(position, record, stream=True)
             if consecutive > self.max_refetch:
                 raise RefetchExhaustedError(
                     f"MapDataset: {consecutive} stream items in a row mapped to None "
@@ -416,3 +454,67 @@ class MapIterableDataset(_MapBase, data.IterableDataset):
 
     def __repr__(self) -> str:
         return f"MapDataset({self._dataset!r}, {self.map_func!r}, iterable)"
+
+
+
+
+class ToIterableDataset(data.IterableDataset):
+    """detectron2's: an IterableDataset of ``dataset[i]`` for ``i`` in ``sampler``.
+
+    With N workers each worker keeps every N-th chunk of ``shard_chunk_size`` indices, so a
+    DataLoader with ``batch_size == shard_chunk_size`` yields the sequence of 0 workers.
+
+    Example:
+        >>> list(ToIterableDataset(["a", "b", "c"], [2, 0, 1]))
+        ['c', 'a', 'b']
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        sampler: Iterable[int],
+        shard_sampler: bool = True,
+        shard_chunk_size: int = 1,
+    ) -> None:
+        if isinstance(dataset, data.IterableDataset):
+            raise TypeError("ToIterableDataset: dataset must be map-style, got an IterableDataset")
+        self.shard_chunk_size = check_int(
+            shard_chunk_size, "shard_chunk_size", minimum=1, error=ValueError,
+            where="ToIterableDataset",
+        )
+        if not isinstance(sampler, Iterable):
+            raise TypeError(
+                f"ToIterableDataset: sampler must be an iterable of indices, got "
+                f"{type(sampler).__name__}"
+            )
+        self.dataset = dataset
+        self.sampler = sampler
+        self.shard_sampler = bool(shard_sampler)
+
+    def __iter__(self) -> Iterator[Any]:
+        info = data.get_worker_info()
+        indices: Iterator[int] = iter(self.sampler)
+        if self.shard_sampler and info is not None and info.num_workers > 1:
+            indices = self._shard(indices, info.id, info.num_workers)
+        for index in indices:
+            yield self.dataset[index]
+
+    def _shard(self, indices: Iterator[int], worker: int, num_workers: int) -> Iterator[int]:
+        chunk = self.shard_chunk_size
+        skip_before, skip_after = worker * chunk, (num_workers - 1 - worker) * chunk
+        consume = collections.deque(maxlen=0).extend
+        consume(itertools.islice(indices, skip_before))
+        while taken := list(itertools.islice(indices, chunk)):
+            yield from taken
+            if len(taken) < chunk:
+                return
+            consume(itertools.islice(indices, skip_after + skip_before))
+
+    def __len__(self) -> int:
+        return len(self.sampler)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return (
+            f"ToIterableDataset({self.dataset!r}, sampler={self.sampler!r}, "
+            f"shard_chunk_size={self.shard_chunk_size})"
+        )

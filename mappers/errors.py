@@ -1,37 +1,31 @@
-"""Typed errors raised by the mappers package.
-
-Each message names what is needed to find the problem: the requested record index, the
-image path, the sizes involved.
-"""
+"""Typed errors of the mappers package; messages name the record index, file and sizes."""
 
 from __future__ import annotations
 
+import logging
 import pickle
 
 from catalog.errors import CatmapError
 
 __all__ = [
-    "RefetchExhaustedError",
-    "ImageReadError",
     "ImageNotFoundError",
-    "ImageTooLargeError",
+    "ImageReadError",
     "ImageSizeMismatchError",
-    "UnsupportedImageFormatError",
+    "ImageTooLargeError",
     "MapFuncPickleError",
+    "MapperArgumentError",
     "PipelineStepError",
+    "RefetchExhaustedError",
     "StructureIndexError",
     "StructureShapeError",
+    "UnsupportedImageFormatError",
+    "add_context",
 ]
 
 
 class RefetchExhaustedError(CatmapError, RuntimeError):
-    """MapDataset could not produce a sample: too many consecutive records mapped to None.
-
-    Attributes:
-        index: the index that was requested.
-        tried: how many indices were mapped (the requested one included) before giving up.
-        last_failed: the most recent failing indices, oldest first.
-    """
+    """MapDataset gave up: ``tried`` records in a row mapped to None for request ``index``
+    (``last_failed``: the most recent failing indices, oldest first)."""
 
     def __init__(
         self,
@@ -54,7 +48,7 @@ class ImageReadError(CatmapError, OSError):
         super().__init__(message)
         self.path = path
 
-    def __str__(self) -> str:  # OSError formats its args specially; keep the plain message.
+    def __str__(self) -> str:  # OSError formats its args specially; keep the plain message
         return str(self.args[0]) if self.args else ""
 
 
@@ -63,11 +57,7 @@ class ImageNotFoundError(ImageReadError, FileNotFoundError):
 
 
 class ImageTooLargeError(ImageReadError):
-    """An image's header declares more pixels than the decoder limit allows.
-
-    Checked from the header, before any pixel is decoded. Attributes: ``path``, ``pixels``
-    (height * width from the header) and ``limit``.
-    """
+    """An image's header declares more ``pixels`` than the decoder ``limit`` allows."""
 
     def __init__(
         self,
@@ -98,10 +88,39 @@ class PipelineStepError(CatmapError, TypeError):
     """A Compose pipeline entry is neither a callable nor a ``{"type": ...}`` dict."""
 
 
+class MapperArgumentError(CatmapError, TypeError):
+    """DatasetMapper got a wrong argument (unknown, missing or mistyped), named in ``argument``."""
+
+    def __init__(self, message: str, *, argument: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class StructureShapeError(CatmapError, ValueError):
-    """A structure (boxes, masks, keypoints, images) got data of the wrong shape, dtype or
-    type; the message names the structure and the shape it needs."""
+    """A structure (boxes, masks, keypoints, images) got data of the wrong shape or type."""
 
 
 class StructureIndexError(CatmapError, IndexError):
     """A structure was indexed with something it cannot be indexed by, or out of range."""
+
+
+def add_context(exc: BaseException, context: str) -> None:
+    """Append ``[context]`` to ``exc``'s message in place, keeping its type and fields (a note
+    for an ``OSError`` or an exception whose args are not one message).
+
+    Example:
+        >>> error = ValueError("bad box"); add_context(error, "index 3"); str(error)
+        'bad box [index 3]'
+    """
+    args = exc.args
+    if not isinstance(exc, OSError) and len(args) == 1 and isinstance(args[0], str):
+        exc.args = (f"{args[0]} [{context}]",)
+    elif not isinstance(exc, OSError) and not args:
+        exc.args = (f"[{context}]",)
+    elif hasattr(exc, "add_note"):
+        exc.add_note(f"[{context}]")
+    else:  # Python 3.10 and an exception whose args are not one message
+        logging.getLogger(__name__).error("%s raised %s", context, type(exc).__name__)

@@ -1,44 +1,36 @@
-"""Checks run on segmentation and keypoint values before any native code sees them.
+"""Checks on annotation values from records, run before native code (pycocotools) sees them.
 
-pycocotools rasterizes polygons and decodes RLE in C without bounds checks: a polygon
-coordinate of 1e9 overflows its integer arithmetic and crashes the process, RLE runs that
-add up to more than ``height * width`` write past the mask, and an RLE ``size`` of
-100000 x 100000 allocates 10 GB. Everything here raises
-:class:`~catalog.errors.RecordFormatError` (naming the annotation and the key) first:
-
-* **Polygons**: every coordinate finite, and ``|x|, |y| <= 4 * max(h, w) + 64`` for the image
-  (h, w) they are drawn on (:func:`coordinate_bound`). Real annotations stay within about
-  a pixel of the image; the bound leaves room for sloppy ones and keeps the rasterizer's
-  work proportional to the image.
-* **RLE**: ``size`` is two positive ints equal to the image size when it is known (else
-  within the pixel limit); list ``counts`` are non-negative ints adding up to h * w;
-  compressed ``counts`` (str/bytes) are decoded here (vectorized) and must add up to h * w
-  too, which also bounds their length.
-* **Keypoints**: x, y and v finite (and within the float32 range).
+pycocotools works in C without bounds checks: a polygon coordinate of 1e9 overflows its
+integers, RLE runs adding up to more than h * w write past the mask, an RLE size of
+100000 x 100000 allocates 10 GB. Each check here raises
+:class:`~catalog.errors.RecordFormatError` naming the annotation and the key: polygon
+coordinates finite and within ``4 * max(h, w) + 64``; RLE size equal to the image's (or under
+the pixel limit), counts non-negative and adding up to h * w; keypoints finite.
 
 Example:
-    >>> check_polygon(np.array([0.0, 0.0, 5.0, 0.0, 5.0, float("nan")]), "a.jpg", 0, None)
-    Traceback (most recent call last):
-    ...
-    catalog.errors.RecordFormatError: a.jpg: key 'segmentation', polygon 0 has a non-finite coordinate (nan)
+    >>> coordinate_bound(480, 640)  # the largest |x| or |y| of a polygon on a 480x640 image
+    2624.0
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from catalog.box_mode import BoxMode
 from catalog.errors import RecordFormatError
 from catalog.validation import is_int
 
 from .image_io import get_max_image_pixels
+from .structure_common import is_flat_polygon
 from .transforms import transform as tf
 
 __all__ = [
     "COORDINATE_BOUND_FACTOR",
     "COORDINATE_BOUND_MARGIN",
+    "boxes_xyxy",
     "check_keypoints",
     "check_polygon",
     "check_polygons",
@@ -46,26 +38,21 @@ __all__ = [
     "coordinate_bound",
     "decode_rle_counts",
     "input_size_of",
+    "polygons_as_arrays",
+    "where",
 ]
 
-#: Polygon coordinates may lie up to this many image sides (plus the margin) from 0.
-COORDINATE_BOUND_FACTOR = 4
-#: Absolute slack, in pixels, added to the polygon coordinate bound.
-COORDINATE_BOUND_MARGIN = 64
-# A compressed count takes at most 6 characters of 5 bits: 30 bits, sign included, enough
-# for any run under the pixel limit, and what pycocotools parses without int overflow.
+#: Polygon coordinates may lie up to FACTOR image sides plus MARGIN pixels from 0.
+COORDINATE_BOUND_FACTOR, COORDINATE_BOUND_MARGIN = 4, 64
+# a compressed count: at most 6 characters of 5 bits (30 bits with the sign), what
+# pycocotools parses without int overflow and enough for any run under the pixel limit
 _MAX_CHARS_PER_COUNT = 6
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _FLOAT64_MAX = float(np.finfo(np.float64).max)
 
 
 def coordinate_bound(height: int, width: int) -> float:
-    """The largest ``|x|`` or ``|y|`` a polygon drawn on an (h, w) image may have.
-
-    Example:
-        >>> coordinate_bound(480, 640)
-        2624.0
-    """
+    """The largest ``|x|`` or ``|y|`` a polygon drawn on an (h, w) image may have."""
     return float(COORDINATE_BOUND_FACTOR * max(int(height), int(width)) + COORDINATE_BOUND_MARGIN)
 
 
@@ -90,11 +77,7 @@ def check_polygon(polygon: np.ndarray, where: str, index: int, bound: float | No
 
 
 def check_polygons(polygons: Sequence[np.ndarray], where: str, bound: float | None) -> None:
-    """:func:`check_polygon` on each polygon, with one vectorized pass when all are fine.
-
-    Example:
-        >>> check_polygons([np.array([0.0, 0, 4, 0, 4, 4])], "a.jpg", 10.0)
-    """
+    """:func:`check_polygon` on each polygon, in one vectorized pass when all are fine."""
     arrays = [
         p if type(p) is np.ndarray and p.dtype == np.float64 else np.asarray(p, dtype=np.float64)
         for p in polygons
@@ -112,11 +95,7 @@ def check_polygons(polygons: Sequence[np.ndarray], where: str, bound: float | No
 
 
 def check_keypoints(keypoints: np.ndarray, where: str) -> None:
-    """Raise RecordFormatError when a keypoint value (x, y or v) is not finite.
-
-    Example:
-        >>> check_keypoints(np.array([[1.0, 2.0, 2.0]]), "a.jpg")
-    """
+    """Raise RecordFormatError when a keypoint value is not finite or beyond float32."""
     if keypoints.size and not np.isfinite(keypoints).all():
         raise RecordFormatError(f"{where}: key 'keypoints' has a non-finite value")
     if keypoints.size and np.abs(keypoints).max() > _FLOAT32_MAX:
@@ -128,19 +107,10 @@ def _positive_int(value: Any) -> int | None:
 
 
 def decode_rle_counts(counts: bytes, where: str) -> np.ndarray:
-    """The run lengths of a COCO compressed RLE string, as int64, decoded with numpy.
+    """The run lengths of a COCO compressed RLE string (int64), decoded with numpy.
 
-    Each run is a little-endian sequence of 5-bit groups in characters ``chr(48 + g)``
-    (bit 0x20 of ``g`` marks a continuation, bit 0x10 of the last group the sign); from the
-    third run on, the value is a difference to the run two places before.
-
-    Raises:
-        RecordFormatError: a character outside the alphabet, a run longer than 6
-            characters, or a string ending inside a run.
-
-    Example:
-        >>> decode_rle_counts(b"12", "a").tolist()
-        [1, 2]
+    Each run is little-endian 5-bit groups in ``chr(48 + g)`` (0x20: continuation, 0x10 of the
+    last group: sign); from the third run on a value is a difference to the run two before.
     """
     raw = np.frombuffer(counts, dtype=np.uint8).astype(np.int64) - 48
     if raw.size == 0:
@@ -175,18 +145,8 @@ def decode_rle_counts(counts: bytes, where: str) -> np.ndarray:
 def check_rle(
     rle: Mapping[str, Any], where: str, image_size: tuple[int, int] | None
 ) -> tuple[int, int, Any]:
-    """Validate a COCO RLE dict before pycocotools decodes it; return (height, width, counts).
-
-    ``counts`` comes back as a list of ints or as bytes (compressed), ready for pycocotools.
-
-    Raises:
-        RecordFormatError: keys missing; ``size`` not two positive ints, different from
-            ``image_size`` (when given) or over the pixel limit; counts of the wrong type,
-            negative, or not adding up to height * width. The message names the annotation.
-
-    Example:
-        >>> check_rle({"size": [2, 2], "counts": [1, 2, 1]}, "a.jpg", (2, 2))
-        (2, 2, [1, 2, 1])
+    """Validate a COCO RLE dict before pycocotools decodes it; return (height, width,
+    counts), counts as a list of ints or compressed bytes. Errors name the annotation.
     """
     if "size" not in rle or "counts" not in rle:
         raise RecordFormatError(
@@ -208,7 +168,8 @@ def check_rle(
     limit = get_max_image_pixels()
     if limit is not None and height * width > limit:
         raise RecordFormatError(
-            f"{where}: key 'segmentation' RLE size {[height, width]} is over the pixel limit {limit}"
+            f"{where}: key 'segmentation' RLE size {[height, width]} is over the pixel limit "
+            f"{limit}"
         )
     counts = rle["counts"]
     total = height * width
@@ -247,13 +208,8 @@ def check_rle(
 
 
 def input_size_of(transforms: tf.Transform, output_size: tuple[int, int]) -> tuple[int, int] | None:
-    """The image size before ``transforms``, traced back from ``output_size``; None if unknown.
-
-    Known: no-ops, flips, resizes, pads, and crops that record ``orig_h``/``orig_w``.
-
-    Example:
-        >>> input_size_of(tf.TransformList([tf.ResizeTransform(100, 200, 50, 100)]), (50, 100))
-        (100, 200)
+    """The image size before ``transforms``, traced back from ``output_size`` (None if a
+    transform hides it; known: no-ops, flips, resizes, pads, crops recording their input).
     """
     flat: list[tf.Transform] = []
     stack = [transforms]
@@ -276,3 +232,76 @@ def input_size_of(transforms: tf.Transform, output_size: tuple[int, int]) -> tup
         else:
             return None
     return height, width
+
+
+def where(context: str | None, annotation: Mapping[str, Any] | None = None) -> str:
+    parts = [context] if context else []
+    if annotation is not None and isinstance(annotation, Mapping) and "id" in annotation:
+        parts.append(f"annotation id {annotation['id']}")
+    return ", ".join(parts) if parts else "annotation"
+
+
+def polygons_as_arrays(
+    segm: Sequence[Any], where: str | Callable[[], str], bound: float | None = None
+) -> list[np.ndarray]:
+    """Validated polygons as flat float64 arrays (``where`` names the source): even
+    counts of at least 6, finite, and within ``bound`` when given.
+    """
+    arrays = []
+    for j, polygon in enumerate(segm):
+        if is_flat_polygon(polygon):
+            arrays.append(polygon)  # already transformed / validated
+            continue
+        try:
+            arr = np.asarray(polygon, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            label = where() if callable(where) else where
+            raise RecordFormatError(
+                f"{label}: key 'segmentation', polygon {j} is not a flat list of numbers"
+            ) from None
+        if arr.size % 2 != 0 or arr.size < 6:
+            label = where() if callable(where) else where
+            raise RecordFormatError(
+                f"{label}: key 'segmentation', polygon {j} has {arr.size} numbers; a polygon "
+                "needs an even count of at least 6 (x, y pairs)"
+            )
+        arrays.append(arr)
+    try:
+        check_polygons(arrays, "", bound)
+    except RecordFormatError as exc:
+        label = where() if callable(where) else where
+        raise RecordFormatError(f"{label}{exc}") from None
+    return arrays
+
+
+def boxes_xyxy(annotations: Sequence[Mapping[str, Any]], where: Callable[[int], str]) -> np.ndarray:
+    """The annotations' boxes as an Nx4 float64 XYXY_ABS array (errors name the annotation)."""
+    n = len(annotations)
+    try:  # fast path: every box is 4 numbers in XYXY_ABS or XYWH_ABS
+        modes = np.fromiter((obj["bbox_mode"] for obj in annotations), dtype=np.int64, count=n)
+        if np.all((modes == BoxMode.XYXY_ABS) | (modes == BoxMode.XYWH_ABS)):
+            boxes = np.array([obj["bbox"] for obj in annotations], dtype=np.float64)
+            if boxes.shape == (n, 4):
+                xywh = modes == BoxMode.XYWH_ABS
+                boxes[xywh, 2:] += boxes[xywh, :2]
+                return boxes
+    except (KeyError, TypeError, ValueError):
+        pass  # the loop below finds the culprit and names it
+    boxes = np.empty((n, 4), dtype=np.float64)
+    for i, obj in enumerate(annotations):
+        try:
+            bbox, mode = obj["bbox"], obj["bbox_mode"]
+        except KeyError as exc:
+            raise RecordFormatError(f"{where(i)}: missing key {exc.args[0]!r}") from None
+        except TypeError:
+            raise RecordFormatError(
+                f"{where(i)}: an annotation must be a dict, got {type(obj).__name__}"
+            ) from None
+        try:
+            boxes[i] = BoxMode.convert(np.asarray(bbox, dtype=np.float64), mode, BoxMode.XYXY_ABS)
+        except (TypeError, ValueError) as exc:
+            raise RecordFormatError(
+                f"{where(i)}: key 'bbox' {bbox!r} with bbox_mode {mode!r} is not a box of 4 "
+                f"numbers ({exc})"
+            ) from None
+    return boxes

@@ -17,9 +17,9 @@ import numpy as np
 
 from catalog.errors import MissingDependencyError, RecordFormatError, missing_dependency
 
-from ._annotation_fields import polygons_as_arrays as _polygons_as_arrays
-from ._annotation_fields import where as _where
 from .geometry_checks import check_rle, coordinate_bound
+from .geometry_checks import polygons_as_arrays as _polygons_as_arrays
+from .geometry_checks import where as _where
 
 __all__ = ["MissingDependencyError", "polygons_to_bitmask", "rle_to_bitmask"]
 

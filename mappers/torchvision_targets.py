@@ -1,21 +1,13 @@
 """Mapped samples as the inputs of torchvision's detection models.
 
-torchvision's detection models (``fasterrcnn_*``, ``maskrcnn_*``, ``keypointrcnn_*``,
-``retinanet_*``, ``fcos_*``, ``ssd*``) take a list of float images in ``[0, 1]`` and, for
-training, a list of target dicts: ``boxes`` (float32 Nx4, XYXY absolute pixels), ``labels``
-(int64 N), optionally ``masks`` (uint8 NxHxW) and ``keypoints`` (float32 NxKx3).
-
-**The label trap.** Faster / Mask / Keypoint R-CNN and SSD reserve label 0 for the
-background: their ``num_classes`` counts it, and an object labelled 0 is trained as background.
-catmap's ``category_id`` is contiguous from 0, so without an offset the first class is
-silently lost (no error, no warning, just a class that is never detected). RetinaNet and FCOS
-have no background label: class 0 is a real class there. :func:`to_torchvision_detection`
-therefore has no default for ``label_offset``: pass ``label_offset=1`` for a model with a
-background class at 0 (and build it with ``num_classes = number of classes + 1``),
-``label_offset=0`` for RetinaNet / FCOS (``num_classes = number of classes``).
+torchvision takes float images in ``[0, 1]`` and target dicts: ``boxes`` (float32 Nx4 XYXY),
+``labels`` (int64), optionally ``masks`` (uint8 NxHxW) and ``keypoints`` (float32 NxKx3).
+Faster / Mask / Keypoint R-CNN and SSD reserve label 0 for the background, RetinaNet and FCOS
+do not; catmap's ``category_id`` starts at 0. So ``label_offset`` has no default: pass 1 for a
+model with a background class (``num_classes = classes + 1``), 0 otherwise; forgetting it
+would silently train the first class as background.
 
 Example:
-    >>> import torch
     >>> from mappers import Instances
     >>> sample = {"image": torch.zeros(3, 4, 6, dtype=torch.uint8),
     ...           "instances": Instances((4, 6), gt_boxes=torch.tensor([[0., 0., 2., 3.]]),
@@ -37,19 +29,16 @@ import torch
 from catalog.errors import CatmapError
 from catalog.validation import is_int
 
+from .mask_rasterize import polygons_to_bitmask
+
 __all__ = ["TorchvisionTargetError", "to_torchvision_batch", "to_torchvision_detection"]
 
 logger = logging.getLogger(__name__)
 
 
 class TorchvisionTargetError(CatmapError, ValueError):
-    """A mapped sample cannot become a torchvision detection target (the message names the
-    image and the field).
-
-    Attributes:
-        image: the sample's ``file_name`` or ``image_id`` (None when it has neither).
-        key: the field involved, e.g. ``"gt_masks"``.
-    """
+    """A mapped sample cannot become a torchvision target; names the ``image`` (file_name or
+    image_id) and the field ``key``."""
 
     def __init__(self, message: str, *, image: Any = None, key: str | None = None) -> None:
         super().__init__(message)
@@ -99,8 +88,7 @@ def _image(sample: Mapping[str, Any]) -> torch.Tensor:
     raise _fail(sample, "image", f"expected uint8 (0..255) or a float tensor, got {image.dtype}")
 
 
-def _tensor_of(value: Any) -> Any:
-    """The tensor under a structure (``Boxes``, ``BitMasks``, ``Keypoints``) or the value."""
+def _tensor_of(value: Any) -> Any:  # the tensor under Boxes, BitMasks, Keypoints
     inner = getattr(value, "tensor", None)
     return inner if isinstance(inner, torch.Tensor) else value
 
@@ -117,8 +105,6 @@ def _boxes(sample: Mapping[str, Any], instances: Any) -> torch.Tensor:
 
 def _polygon_masks(sample: Mapping[str, Any], polygons: Sequence[Any], height: int,
                    width: int) -> torch.Tensor:
-    from .mask_rasterize import polygons_to_bitmask
-
     name = _describe(sample)
     masks = np.zeros((len(polygons), height, width), dtype=np.uint8)
     for i, polys in enumerate(polygons):
@@ -177,41 +163,15 @@ def to_torchvision_detection(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """One mapped sample as ``(image, target)`` for a torchvision detection model.
 
-    Args:
-        sample: a mapped sample: ``image`` (CxHxW uint8 tensor, as ``DatasetMapper`` makes it;
-            a float tensor is taken as already in [0, 1]) and ``instances`` (``gt_boxes`` as a
-            tensor or ``Boxes``, ``gt_classes``, optionally ``gt_masks`` as a tensor,
-            ``BitMasks``, ``PolygonMasks`` or per-instance polygon lists, and
-            ``gt_keypoints`` as a tensor or ``Keypoints``). A sample without ``instances``
-            gets an empty target (a negative image).
-        label_offset: added to ``gt_classes``. **No default, on purpose** (module
-            docstring): 1 for Faster / Mask / Keypoint R-CNN and SSD, whose label 0 is the
-            background (build them with ``num_classes = classes + 1``); 0 for RetinaNet and
-            FCOS. Forgetting it trains the first class as background without any error.
-        drop_degenerate: drop instances whose box has no width or height (torchvision's
-            training rejects them); False keeps them.
-        device: move the image and the target there (default: where they are).
-
-    Returns:
-        ``(image, target)``: the float32 image in [0, 1] and ``{"boxes": float32 Nx4 XYXY,
-        "labels": int64 N}`` plus ``"masks"`` (uint8 NxHxW) and ``"keypoints"`` (float32
-        NxKx3, visibility in the last column) when the instances have them.
+    ``image`` may be uint8 (scaled to [0, 1]) or float (taken as is); ``instances`` fields may
+    be tensors or structures (Boxes, BitMasks, PolygonMasks, Keypoints); a sample without
+    ``instances`` gets an empty target. ``label_offset`` is added to ``gt_classes`` (see the
+    module docstring); ``drop_degenerate`` drops boxes without width or height (torchvision
+    rejects them); ``device`` moves image and target there.
 
     Raises:
         TypeError / ValueError: ``label_offset`` is not an int >= 0.
-        TorchvisionTargetError: a field has the wrong shape or type (the message names the
-            image and the field).
-
-    Example:
-        >>> import torch
-        >>> from mappers import Instances
-        >>> inst = Instances((4, 4), gt_boxes=torch.zeros(0, 4),
-        ...                  gt_classes=torch.zeros(0, dtype=torch.int64))
-        >>> _, target = to_torchvision_detection(
-        ...     {"image": torch.zeros(3, 4, 4, dtype=torch.uint8), "instances": inst},
-        ...     label_offset=0)
-        >>> tuple(target["boxes"].shape), target["labels"].dtype
-        ((0, 4), torch.int64)
+        TorchvisionTargetError: a field of the wrong shape or type.
     """
     offset = _check_offset(label_offset)
     if not isinstance(sample, Mapping):
@@ -274,18 +234,10 @@ def to_torchvision_batch(
     drop_degenerate: bool = True,
     device: torch.device | str | None = None,
 ) -> tuple[list[torch.Tensor], list[dict[str, torch.Tensor]]]:
-    """A batch of mapped samples (what catmap's loaders yield) as ``(images, targets)``.
-
-    Args:
-        batch: mapped samples.
-        label_offset, drop_degenerate, device: as for :func:`to_torchvision_detection`
-            (``label_offset`` has no default: 1 for models with a background class at 0).
-
-    Returns:
-        The list of images and the list of targets, ready for ``model(images, targets)``.
+    """A batch of mapped samples as ``(images, targets)`` for ``model(images, targets)``;
+    arguments as :func:`to_torchvision_detection`.
 
     Example:
-        >>> import torch
         >>> images, targets = to_torchvision_batch(
         ...     [{"image": torch.zeros(3, 2, 2, dtype=torch.uint8)}], label_offset=1)
         >>> len(images), sorted(targets[0])

@@ -9,7 +9,7 @@ from typing import Any
 from torch.utils.data import BatchSampler, IterableDataset
 
 from catalog.log_limits import shared_counters
-from mappers.record_source import records_of
+from mappers.datasets import records_of
 
 from .aspect_ratio_grouped import build_iterable_loader
 from .batch import ResumableBatchSampler, check_batch_size

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from mappers.exception_context import add_context
+from mappers.errors import add_context
 
 from .errors import LoaderTimeoutError, SamplerErrorWithFields
 from .value_class import value_class

@@ -15,14 +15,12 @@ from mappers import (
     KeypointFlipError,
     MissingDependencyError,
     annotations_to_instances,
-    create_keypoint_hflip_indices,
     filter_empty_instances,
-    polygons_to_bitmask,
-    rle_to_bitmask,
-    transform_annotations,
     transform_instance_annotations,
-    transform_keypoint_annotations,
 )
+from mappers.annotations import transform_annotations, transform_keypoint_annotations
+from mappers.keypoint_flip import create_keypoint_hflip_indices
+from mappers.mask_rasterize import polygons_to_bitmask, rle_to_bitmask
 from mappers.instances import Instances
 from mappers.structures import BitMasks, Boxes, Keypoints, PolygonMasks
 from mappers.transforms import (

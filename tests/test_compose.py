@@ -13,7 +13,7 @@ from catalog.box_mode import BoxMode
 from catalog.errors import RecordFormatError
 from catalog.registry import RegistryKeyError
 from mappers import transforms as T
-from mappers.compose import (
+from mappers.dataset_mapper import (
     TRANSFORMS,
     AnnotationsToInstances,
     ApplyAugmentations,

@@ -29,10 +29,10 @@ from mappers import (
     ImageTooLargeError,
     MapDataset,
     MissingDependencyError,
-    PickledList,
     read_image,
     set_image_limits,
 )
+from mappers.datasets import PickledList
 from mappers.datasets import ToIterableDataset
 from samplers import (
     AspectRatioGroupedDataset,

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mappers._function_pickle import PicklableCallable, needs_by_value, unwrap, wrap_for_pickling
+from mappers.datasets import PicklableCallable, needs_by_value, unwrap, wrap_for_pickling
 from mappers.errors import MapFuncPickleError
 
 

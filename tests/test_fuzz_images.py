@@ -36,10 +36,15 @@ from hypothesis import strategies as st
 
 from catalog import BoxMode
 from catalog.errors import CatmapError
-from mappers import annotations_to_instances, transform_annotations
-from mappers import get_max_image_pixels
+from mappers import annotations_to_instances
+from mappers.annotations import transform_annotations
 from mappers.errors import ImageReadError, UnsupportedImageFormatError
-from mappers.image_io import available_jpeg_decoders, decode_image, read_segmentation
+from mappers.image_io import (
+    available_jpeg_decoders,
+    decode_image,
+    get_max_image_pixels,
+    read_segmentation,
+)
 from mappers.transforms import HFlipTransform, NoOpTransform, ResizeTransform
 from tests.image_bytes import jpeg_bytes, photo_like, png_bytes, set_jpeg_size, set_png_size
 

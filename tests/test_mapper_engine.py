@@ -20,7 +20,7 @@ import mappers.image_io as record_io
 from catalog.box_mode import BoxMode
 from catalog.errors import RecordFormatError
 from mappers import transforms as T
-from mappers.compose import (
+from mappers.dataset_mapper import (
     AnnotationsToInstances,
     ApplyAugmentations,
     Compose,

@@ -25,7 +25,7 @@ from mappers import (
 )
 from mappers import transforms as T
 from mappers.random_state import use_generator
-from mappers.training_instances import annotations_to_training_instances
+from mappers.annotations import annotations_to_training_instances
 from mappers.transforms.owned_image import apply_planned_image as apply_planned
 
 

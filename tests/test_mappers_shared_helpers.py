@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mappers import transforms as T
-from mappers.compose import AnnotationsToInstances
+from mappers.dataset_mapper import AnnotationsToInstances
 from mappers.instances import Instances
 from mappers.polygon_geometry import clip_points, clip_polygon, polygon_area
 from mappers.structure_common import check_cat_parts, select_rows
@@ -22,7 +22,7 @@ from mappers.structures import (
     StructureIndexError,
     StructureShapeError,
 )
-from mappers.training_instances import annotations_to_training_instances
+from mappers.annotations import annotations_to_training_instances
 from mappers.transforms._backend import normalize_interp
 
 

@@ -16,9 +16,9 @@ from catalog.registry import (
     close_matches,
     did_you_mean,
 )
-from mappers.compose import TRANSFORMS, Compose
+from mappers.dataset_mapper import TRANSFORMS, Compose
 from mappers.errors import PipelineStepError
-from mappers.pipeline_steps import AUGMENTATIONS, ApplyAugmentations
+from mappers.dataset_mapper import AUGMENTATIONS, ApplyAugmentations
 from samplers import SAMPLERS, build_train_sampler
 
 

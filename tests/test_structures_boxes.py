@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog import BoxMode, BoxModeError
-from mappers import Boxes, pairwise_ioa, pairwise_iou
+from mappers.structures import Boxes, pairwise_ioa, pairwise_iou
 from mappers.structures import (
     StructureIndexError,
     StructureShapeError,

@@ -7,15 +7,8 @@ import pytest
 import torch
 
 from catalog import BoxMode
-from mappers import (
-    BitMasks,
-    Boxes,
-    Instances,
-    Keypoints,
-    PolygonMasks,
-    annotations_to_instances,
-    filter_empty_instances,
-)
+from mappers import Instances, annotations_to_instances, filter_empty_instances
+from mappers.structures import BitMasks, Boxes, Keypoints, PolygonMasks
 from mappers import structures as S
 from samplers.batch_pack import plan_batch, unpack_batch, write_batch
 
@@ -45,21 +38,6 @@ def test_public_names():
         "Instances",
     ):
         assert name in S.__all__ and hasattr(S, name)
-    import mappers
-
-    for name in (
-        "Boxes",
-        "RotatedBoxes",
-        "BitMasks",
-        "PolygonMasks",
-        "ROIMasks",
-        "Keypoints",
-        "ImageList",
-        "pairwise_iou",
-        "pairwise_ioa",
-        "BoxMode",
-    ):
-        assert name in mappers.__all__ and getattr(mappers, name) is getattr(S, name)
     assert S.BoxMode is BoxMode and S.Instances is Instances
 
 
@@ -171,7 +149,7 @@ def test_structures_cross_the_batch_transport():
 
 def test_annotations_to_instances_rotated():
     from catalog.errors import RecordFormatError
-    from mappers import annotations_to_instances_rotated
+    from mappers.annotations import annotations_to_instances_rotated
 
     annos = [
         {"bbox": [5, 5, 20, 4, 0], "bbox_mode": BoxMode.XYWHA_ABS, "category_id": 1},

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mappers import Boxes, ImageList, Keypoints
+from mappers.structures import Boxes, ImageList, Keypoints
 from mappers.structures import StructureIndexError, StructureShapeError
 
 

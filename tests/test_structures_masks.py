@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mappers import BitMasks, Boxes, PolygonMasks, ROIMasks
+from mappers.structures import BitMasks, Boxes, PolygonMasks, ROIMasks
 from mappers.structures import StructureIndexError, StructureShapeError
 
 pytest.importorskip("pycocotools.mask")

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mappers import Boxes, RotatedBoxes, pairwise_iou
+from mappers.structures import Boxes, RotatedBoxes, pairwise_iou
 from mappers.structures import StructureShapeError, pairwise_iou_rotated
 from mappers.structures.rotated_boxes import rotated_corners
 

@@ -30,9 +30,9 @@ from catalog.box_mode import BoxMode
 from mappers import (
     annotations_to_instances,
     filter_empty_instances,
-    transform_annotations,
     transform_instance_annotations,
 )
+from mappers.annotations import transform_annotations
 from mappers.transforms import (
     HFlipTransform,
     ResizeShortestEdge,

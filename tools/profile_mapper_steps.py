@@ -48,8 +48,8 @@ def _build_mapper() -> Any:
 
 def _steps(mapper: Any, serialized: Any) -> dict[str, Callable[[int, dict[str, Any]], Any]]:
     """Step name -> fn(index, state); each step reads and writes ``state``."""
+    from mappers.annotations import annotations_to_training_instances
     from mappers.image_io import decode_image, image_to_tensor, record_image_size
-    from mappers.training_instances import annotations_to_training_instances
     from mappers.transforms.owned_image import apply_planned_image
 
     def unpickle(i: int, s: dict[str, Any]) -> None:
