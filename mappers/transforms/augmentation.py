@@ -1,22 +1,16 @@
-"""Augmentations: random policies that produce deterministic transforms from their inputs.
+"""Augmentations: random policies that draw deterministic transforms from their inputs.
 
-An :class:`Augmentation` looks at the inputs named in its ``get_transform`` signature (for
-example ``image`` or ``image, boxes``), read from an :class:`AugInput`, and returns a
-:class:`~mappers.transforms.transform.Transform`. Calling it on an ``AugInput`` also applies
-that transform to every input in place and returns it, so the same transform can then be
-applied to annotations.
-
-Randomness: augmentations draw from :meth:`Augmentation.rng`, which is
-``mappers.random_state.get_generator()``: the generator passed as ``rng=`` to the current
-call, else the per-process generator (seeded per DataLoader worker). Never the global numpy
-state.
+An :class:`Augmentation` reads the :class:`AugInput` attributes named in its
+``get_transform`` signature and returns a Transform; calling it also applies the transform
+to the input in place. Draws come from :attr:`Augmentation.rng`, the generator of
+``mappers.random_state`` (the ``rng=`` of the current call, else the per-worker one), never
+numpy's global state. Shape-only augmentations can be drawn from the image size before
+decoding (:meth:`AugmentationList.plan`).
 
 Example:
-    >>> import numpy as np
     >>> from mappers.transforms import AugInput, AugmentationList, RandomFlip, Resize
     >>> aug_input = AugInput(np.zeros((40, 60, 3), np.uint8), boxes=np.array([[0, 0, 10, 10]]))
-    >>> augs = AugmentationList([RandomFlip(prob=1.0), Resize((20, 30))])
-    >>> tfms = augs(aug_input, rng=np.random.default_rng(0))
+    >>> tfms = AugmentationList([RandomFlip(prob=1.0), Resize((20, 30))])(aug_input)
     >>> aug_input.image.shape, aug_input.boxes.tolist()
     ((20, 30, 3), [[25.0, 0.0, 30.0, 5.0]])
 """
@@ -24,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import inspect
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,28 +32,13 @@ __all__ = [
     "AugmentationList",
     "RandomApply",
     "apply_augmentations",
+    "reads_shape_only",
 ]
 
 
 class AugInput:
-    """The inputs augmentations read and transform: an image, optional boxes and sem_seg.
-
-    Attributes are transformed in place by :meth:`transform`. Subclass it to carry more
-    inputs (any attribute an augmentation's ``get_transform`` names is looked up here).
-
-    Args:
-        image: HxW or HxWxC numpy array (uint8 or float).
-        boxes: optional Nx4 XYXY_ABS boxes.
-        sem_seg: optional HxW segmentation map.
-
-    Raises:
-        TypeError: ``image`` is not a numpy array.
-        ValueError: ``image`` is not 2-D or 3-D, or sem_seg's size differs from the image's.
-
-    Example:
-        >>> AugInput(np.zeros((4, 5, 3), np.uint8)).image.shape
-        (4, 5, 3)
-    """
+    """An image (HxW or HxWxC array) with optional Nx4 XYXY_ABS ``boxes`` and HxW ``sem_seg``,
+    transformed in place by :meth:`transform`; subclass it to carry more inputs."""
 
     def __init__(
         self,
@@ -101,15 +79,8 @@ class AugInput:
 
 
 class Augmentation:
-    """Base class of augmentations.
-
-    Subclasses implement ``get_transform(self, <input names>)`` returning a Transform; the
-    parameter names say which AugInput attributes it receives (override the class attribute
-    ``input_args`` to choose them explicitly). Random draws go through :attr:`rng` (or
-    :meth:`_rand_range`) so that they follow the seeding rules.
-
-    The repr lists the constructor arguments (read from same-named attributes): the first
-    always, the others when they differ from their defaults, e.g. ``RandomFlip(prob=0.5)``.
+    """Base class: subclasses implement ``get_transform(self, <AugInput attribute names>)``
+    (or set ``input_args``) and draw from :attr:`rng`.
 
     Example:
         >>> from mappers.transforms import HFlipTransform
@@ -123,10 +94,8 @@ class Augmentation:
 
     input_args: tuple[str, ...] | None = None
 
-    #: True when ``get_transform`` reads nothing of its input but ``image.shape`` (and draws
-    #: from :attr:`rng`): its transform can then be drawn from the image size before the
-    #: image is decoded (:meth:`AugmentationList.plan`). Only trusted on the class that
-    #: defines ``get_transform``: a subclass overriding it is not shape-only unless it says so.
+    #: ``get_transform`` reads only ``image.shape``, so it can be planned before decoding.
+    #: Trusted only on the class defining ``get_transform``.
     shape_only: bool = False
 
     @classmethod
@@ -152,7 +121,6 @@ class Augmentation:
 
     @property
     def rng(self) -> np.random.Generator:
-        """The generator to draw from now (see ``mappers.random_state.get_generator``)."""
         return get_generator()
 
     def _rand_range(self, low: float = 1.0, high: float | None = None, size: Any = None) -> Any:
@@ -162,7 +130,6 @@ class Augmentation:
         return self.rng.uniform(low, high, size)
 
     def get_transform(self, *args: Any) -> Transform:
-        """Return the transform to apply given the inputs named in the signature."""
         raise NotImplementedError(
             f"{type(self).__name__} must implement get_transform (or __call__)"
         )
@@ -179,24 +146,9 @@ class Augmentation:
         return values
 
     def __call__(self, aug_input: Any, rng: np.random.Generator | None = None) -> Transform:
-        """Draw a transform from ``aug_input``, apply it to the input in place, return it.
-
-        Args:
-            aug_input: an AugInput (or any object with the attributes get_transform needs
-                and a ``transform(tfm)`` method).
-            rng: generator to draw from for this call; default: the current generator.
-
-        Raises:
-            AttributeError: aug_input lacks an input get_transform names.
-            TypeError: get_transform returned something that is not a Transform.
-        """
+        """Draw a transform from ``aug_input`` (with ``rng`` if given), apply it in place."""
         with use_generator(rng):
-            tfm = self.get_transform(*self._gather_inputs(aug_input))
-        if not isinstance(tfm, Transform):
-            raise TypeError(
-                f"{type(self).__name__}.get_transform returned a {type(tfm).__name__}, "
-                "expected a Transform or TransformList"
-            )
+            tfm = _checked(self, self.get_transform(*self._gather_inputs(aug_input)))
         aug_input.transform(tfm)
         return tfm
 
@@ -232,22 +184,8 @@ def _as_augmentation(item: Any, index: int) -> Augmentation:
     )
 
 
-def _planning() -> Any:
-    """The module :mod:`~mappers.transforms.augmentation_planning` (it imports this one)."""
-    module = sys.modules.get(f"{__package__}.augmentation_planning")
-    if module is None:
-        from . import augmentation_planning as module
-    return module
-
-
 class AugmentationList(Augmentation):
-    """Apply augmentations in order; each sees the inputs as the previous ones left them.
-
-    Args:
-        augs: Augmentations, Transforms (always applied) or nested lists of them.
-
-    Raises:
-        TypeError: an element is none of these.
+    """Augmentations (or fixed Transforms, or nested lists) applied in order.
 
     Example:
         >>> from mappers.transforms import RandomFlip, ResizeShortestEdge
@@ -265,23 +203,11 @@ class AugmentationList(Augmentation):
         self._shape_only = False
 
     def __call__(self, aug_input: Any, rng: np.random.Generator | None = None) -> TransformList:
-        """Apply every augmentation to ``aug_input`` in place; return the transforms used.
-
-        Args:
-            aug_input: the AugInput to transform.
-            rng: generator every augmentation draws from during this call; default: the
-                current generator.
-        """
         with use_generator(rng):
             tfms = [aug(aug_input) for aug in self.augs]
         return TransformList(tfms)
 
     def get_transform(self, *args: Any) -> Transform:
-        """Not available: the augmentations of a list each need the previous one's output.
-
-        Raises:
-            TypeError: always; call the list on an AugInput instead.
-        """
         raise TypeError(
             "AugmentationList produces its transforms only when called on an AugInput: "
             "use augs(aug_input)"
@@ -290,20 +216,9 @@ class AugmentationList(Augmentation):
     def plan(
         self, image_shape: Sequence[int], rng: np.random.Generator | None = None
     ) -> TransformList | None:
-        """Draw the transforms for an image of ``image_shape`` without the image itself.
-
-        Possible when every augmentation reads only the image's shape (see
-        :attr:`Augmentation.shape_only`) and every drawn transform knows its
-        ``output_size``. The draws are the very calls, in the same order, that calling the
-        list on an AugInput makes, so the transforms are the same.
-
-        Args:
-            image_shape: (h, w) or (h, w, c) of the image the transforms will apply to.
-            rng: generator to draw from; default: the current generator.
-
-        Returns:
-            The transforms, or None when planning is not possible (nothing was drawn when an
-            augmentation is not shape-only; otherwise the generator may have advanced).
+        """The transforms for an image of ``image_shape`` drawn without the image: the same
+        draws, in the same order, as calling the list. None when an augmentation is not
+        shape-only (nothing drawn) or a transform cannot tell its output size.
 
         Example:
             >>> from mappers.transforms import RandomFlip, Resize
@@ -312,14 +227,18 @@ class AugmentationList(Augmentation):
         """
         key = tuple(self.augs)
         if getattr(self, "_shape_only_for", None) != key:  # checked once per list
-            self._shape_only = _planning().reads_shape_only(self)
+            self._shape_only = reads_shape_only(self)
             self._shape_only_for = key
         if not self._shape_only:
             return None
-        if rng is None:  # the current generator
-            return _planning().plan_augmentations(self, image_shape)
-        with use_generator(rng):
-            return _planning().plan_augmentations(self, image_shape)
+        if rng is not None:
+            with use_generator(rng):
+                return self.plan(image_shape)
+        drawn: list[Transform] = []
+        size = (int(image_shape[0]), int(image_shape[1]))
+        if _plan_into(self, size, tuple(image_shape[2:]), drawn) is None:
+            return None
+        return TransformList(drawn)
 
     def __len__(self) -> int:
         return len(self.augs)
@@ -334,14 +253,6 @@ class AugmentationList(Augmentation):
 class RandomApply(Augmentation):
     """Apply an augmentation (or transform) with probability ``prob``, else do nothing.
 
-    Args:
-        tfm_or_aug: the Augmentation or Transform to apply.
-        prob: probability in [0, 1].
-
-    Raises:
-        ValueError: prob is outside [0, 1].
-        TypeError: tfm_or_aug is neither an Augmentation nor a Transform.
-
     Example:
         >>> from mappers.transforms import RandomFlip
         >>> RandomApply(RandomFlip(prob=1.0), prob=0.3)
@@ -349,14 +260,7 @@ class RandomApply(Augmentation):
     """
 
     def __init__(self, tfm_or_aug: Augmentation | Transform, prob: float = 0.5) -> None:
-        try:
-            prob_value = float(prob)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"RandomApply: prob must be a number in [0, 1], got {prob!r}"
-            ) from None
-        if not 0.0 <= prob_value <= 1.0:
-            raise ValueError(f"RandomApply: prob must be in [0, 1], got {prob!r}")
+        check_prob("RandomApply", prob)
         if not isinstance(tfm_or_aug, (Augmentation, Transform)):
             raise TypeError(
                 f"RandomApply wraps an Augmentation or a Transform, got {type(tfm_or_aug).__name__}"
@@ -390,10 +294,8 @@ class RandomApply(Augmentation):
 def apply_augmentations(
     augmentations: Sequence[Any], inputs: np.ndarray | AugInput
 ) -> tuple[np.ndarray | AugInput, TransformList]:
-    """Apply augmentations to an image or an AugInput; return (result, transforms).
-
-    A bare image gives the augmented image back; an AugInput is transformed in place and
-    returned.
+    """Apply augmentations to an image (returned augmented) or an AugInput (in place);
+    return (result, transforms).
 
     Example:
         >>> from mappers.transforms import Resize
@@ -406,3 +308,95 @@ def apply_augmentations(
         tfms = aug_input.apply_augmentations(augmentations)
         return aug_input.image, tfms
     return inputs, inputs.apply_augmentations(augmentations)
+
+
+class _ShapeOnly:
+    """Stands in for the image in ``get_transform`` of shape-only augmentations."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+
+
+def reads_shape_only(aug: Augmentation) -> bool:
+    """Whether ``aug``'s transforms can be drawn from the image size alone: fixed
+    transforms, lists and RandomApply of such, and augmentations taking only ``image`` on a
+    class that declares ``shape_only`` itself, with the base ``__call__``.
+
+    Example:
+        >>> from mappers.transforms import RandomFlip, RandomContrast
+        >>> reads_shape_only(RandomFlip()), reads_shape_only(RandomContrast(0.5, 1.5))
+        (True, False)
+    """
+    if isinstance(aug, _TransformToAug):
+        return True
+    if isinstance(aug, AugmentationList):
+        return all(reads_shape_only(a) for a in aug.augs)
+    if type(aug) is RandomApply:
+        return reads_shape_only(aug.aug)
+    mro = type(aug).__mro__
+    owner = next(k for k in mro if "get_transform" in k.__dict__)
+    caller = next(k for k in mro if "__call__" in k.__dict__)
+    return (
+        owner.__dict__.get("shape_only") is True
+        and caller is Augmentation
+        and aug._input_names() == ("image",)
+    )
+
+
+def _plan_into(
+    aug: Augmentation, size: tuple[int, int], rest: tuple[int, ...], out: list[Transform]
+) -> tuple[int, int] | None:
+    """Append ``aug``'s transforms for an image of ``size``; return the size after them."""
+    if isinstance(aug, AugmentationList):
+        for inner in aug.augs:
+            next_size = _plan_into(inner, size, rest, out)
+            if next_size is None:
+                return None
+            size = next_size
+        return size
+    if type(aug) is RandomApply:
+        if aug._rand_range() < aug.prob:
+            return _plan_into(aug.aug, size, rest, out)
+        out.append(NoOpTransform())
+        return size
+    tfm = _checked(aug, aug.get_transform(_ShapeOnly((*size, *rest))))
+    out.append(tfm)
+    return tfm.output_size(*size)
+
+
+def _checked(aug: Augmentation, tfm: Any) -> Transform:
+    if not isinstance(tfm, Transform):
+        raise TypeError(
+            f"{type(aug).__name__}.get_transform returned a {type(tfm).__name__}, "
+            "expected a Transform or TransformList"
+        )
+    return tfm
+
+
+# Argument checks the builtin augmentations share.
+SAMPLE_STYLES = ("range", "choice")
+COLOR_FORMATS = ("RGB", "BGR")
+
+
+def check_one_of(value: Any, allowed: tuple[str, ...], name: str, owner: str) -> str:
+    """``value`` if it is one of ``allowed``, else ValueError naming owner and argument."""
+    if not isinstance(value, str) or value not in allowed:
+        choices = " or ".join(repr(choice) for choice in allowed)
+        raise ValueError(f"{owner}: {name} must be {choices}, got {value!r}")
+    return value
+
+
+def check_color_image(image: np.ndarray, image_format: str, owner: str) -> None:
+    if len(image.shape) != 3 or image.shape[2] != 3:
+        raise ValueError(f"{owner} needs an HxWx3 {image_format} image, got shape {image.shape}")
+
+
+def check_prob(owner: str, prob: Any) -> None:
+    try:
+        ok = 0.0 <= float(prob) <= 1.0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{owner}: prob must be a number in [0, 1], got {prob!r}")

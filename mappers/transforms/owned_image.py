@@ -29,8 +29,14 @@ import numpy as np
 
 from ._backend import get_cv2, normalize_interp
 from .augmentation import AugInput
-from .transform import NoOpTransform, Transform, TransformList
-from .transforms_builtin import HFlipTransform, ResizeTransform, VFlipTransform
+from .transform import (
+    HFlipTransform,
+    NoOpTransform,
+    ResizeTransform,
+    Transform,
+    TransformList,
+    VFlipTransform,
+)
 
 __all__ = [
     "OwnedImageAugInput",

@@ -1,8 +1,7 @@
-"""Affine transforms: rotation about a point and extraction of a (scaled) sub-rectangle.
+"""Affine transforms: rotation about a point and a (scaled) sub-rectangle.
 
-Both move coordinates with a 2x3 matrix in continuous pixel coordinates (the image spans
-``[0, w] x [0, h]``) and warp images with the same matrix (:mod:`._warp`); segmentation maps
-and bitmasks use nearest neighbour.
+Coordinates move by a 2x3 matrix in continuous pixel coordinates; images are warped with the
+same matrix (segmentation maps and bitmasks with nearest neighbour).
 
 Example:
     >>> import numpy as np
@@ -21,14 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import normalize_interp
-from ._warp import affine_coords, warp_affine
-from .rotated_boxes import as_rotated_boxes
+from ._backend import affine_coords, normalize_interp, warp_affine
 from .transform import (
     CropTransform,
     Transform,
     TransformList,
     _as_float_coords,
+    as_rotated_boxes,
     check_input_size,
 )
 
@@ -66,29 +64,17 @@ def _cos_sin(degrees: float) -> tuple[float, float]:
 
 
 def _seg_fill(segmentation: np.ndarray, value: Any) -> Any:
-    """The fill for a segmentation map; a bool bitmask is filled with False (nothing there)."""
+    """A bool bitmask is filled with False."""
     return False if segmentation.dtype == np.bool_ else value
 
 
 class RotationTransform(Transform):
-    """Rotate an image of size (h, w) by ``angle`` degrees counter-clockwise about a point.
+    """Rotate an image of (h, w) by ``angle`` degrees counter-clockwise about ``center``
+    (absolute (x, y), default the image centre; no effect with ``expand``).
 
-    Args:
-        h, w: the input image size.
-        angle: degrees, counter-clockwise as seen on the image.
-        expand: make the output large enough to hold the whole rotated image (size
-            ``bound_h x bound_w``, the rounded bounding box of the rotated image, with the
-            image centre at its centre); otherwise the output has the input size.
-        center: (x, y) absolute rotation centre; default the image centre. With ``expand``
-            it only changes a translation that expand then removes, so it has no effect.
-        interp: OpenCV interpolation flag as in detectron2 (``cv2.INTER_LINEAR`` = 1, the
-            default) or a name ("nearest", "bilinear", "bicubic", ...).
-        pad_value: fill for image pixels from outside the input; seg_pad_value: the same
-            for segmentation maps and integer masks (both 0 by default, as in detectron2).
-            Bool bitmasks are always filled with False.
-
-    Raises:
-        ValueError: non-positive sizes, a non-finite angle or centre, unknown interp.
+    ``expand`` makes the output ``bound_h x bound_w``, the rounded bounding box of the rotated
+    image; ``interp`` is an OpenCV flag (default linear) or a name; ``pad_value`` /
+    ``seg_pad_value`` fill images / segmentation maps (bool masks get False).
 
     Example:
         >>> RotationTransform(10, 10, 180).apply_coords(np.array([[1.0, 2.0]])).round(6).tolist()
@@ -179,13 +165,7 @@ class RotationTransform(Transform):
         return self.bound_h, self.bound_w
 
     def apply_rotated_box(self, rotated_boxes: Any) -> np.ndarray:
-        """Exact: the centre moves with the image, w and h stay, the angle grows by ``angle``.
-
-        Example:
-            >>> t = RotationTransform(10, 10, 90, expand=False)
-            >>> t.apply_rotated_box([[5.0, 5.0, 4.0, 2.0, 0.0]]).round(6).tolist()
-            [[5.0, 5.0, 4.0, 2.0, 90.0]]
-        """
+        """Exact: the centre moves with the image, w and h stay, the angle grows by ``angle``."""
         boxes = as_rotated_boxes(rotated_boxes)
         if len(boxes) == 0 or self._is_identity():
             return boxes
@@ -194,15 +174,8 @@ class RotationTransform(Transform):
         return boxes
 
     def inverse(self) -> Transform:
-        """Rotate back (with expand) and cut the original image size out of the centre.
-
-        The cut is a :class:`CropTransform` when its offset is whole, else an
-        :class:`ExtentTransform` with the fractional offset, so coordinates round-trip
-        exactly either way.
-
-        Raises:
-            NotImplementedError: ``expand`` is False (the corners cut off are lost).
-        """
+        """Rotate back and cut the original size out of the centre (a crop when the offset
+        is whole, else an ExtentTransform); needs ``expand``."""
         if not self.expand:
             raise NotImplementedError(
                 "RotationTransform.inverse() needs expand=True: without it the corners "
@@ -236,9 +209,7 @@ class RotationTransform(Transform):
 
 
 class _OutputSize(tuple):
-    """ExtentTransform's ``output_size``: the (h, w) pair given (detectron2's attribute) that,
-    called with an input size, also answers the transforms' ``output_size(height, width)``
-    protocol (the output size does not depend on the input's)."""
+    """The (h, w) attribute of detectron2 that, called, also answers ``output_size(h, w)``."""
 
     __slots__ = ()
 
@@ -247,21 +218,8 @@ class _OutputSize(tuple):
 
 
 class ExtentTransform(Transform):
-    """Take the rectangle ``src_rect`` of the input and scale it to ``output_size``.
-
-    Parts of the rectangle outside the input image are filled with ``fill``. Coordinates map
-    ``(x0, y0)`` to ``(0, 0)`` and ``(x1, y1)`` to ``(w, h)`` of the output.
-
-    Args:
-        src_rect: (x0, y0, x1, y1) in input coordinates (may extend past the image).
-        output_size: (h, w) of the output.
-        interp: Pillow interpolation constant or name (default bilinear).
-        fill: fill value for images; seg_fill: for segmentation maps and integer masks
-            (default 0, as detectron2's fill). Bool bitmasks are always filled with False.
-
-    Raises:
-        ValueError: an empty or non-finite rectangle, a non-positive output size, unknown
-            interpolation.
+    """Scale the rectangle ``src_rect`` (x0, y0, x1, y1; may reach past the image, filled
+    with ``fill`` / ``seg_fill``) to ``output_size`` (h, w).
 
     Example:
         >>> t = ExtentTransform((10, 10, 30, 20), (20, 40))
