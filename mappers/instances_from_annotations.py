@@ -23,11 +23,9 @@ from ._annotation_fields import where as _where
 from .geometry_checks import check_keypoints, coordinate_bound
 from .instances import Instances
 from .mask_rasterize import polygons_to_bitmask, rle_to_bitmask
-from .structures.bitmasks import BitMasks
-from .structures.boxes import Boxes
+from .structures.boxes import Boxes, RotatedBoxes
 from .structures.keypoints import Keypoints
-from .structures.polygon_masks import PolygonMasks
-from .structures.rotated_boxes import RotatedBoxes
+from .structures.masks import BitMasks, PolygonMasks
 
 __all__ = [
     "annotations_to_instances",

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from catalog.validation import is_int
 
-from .errors import StructureIndexError, StructureShapeError
+from ..errors import StructureIndexError, StructureShapeError
 
 __all__ = ["ImageList"]
 

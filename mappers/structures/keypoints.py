@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
+from ..errors import StructureShapeError
 from ..structure_common import TensorRows, check_cat_parts
 from .boxes import Boxes
-from .errors import StructureShapeError
 
 __all__ = ["Keypoints", "keypoints_to_heatmap"]
 
