@@ -63,13 +63,6 @@ class Instances:
     Fields are set as attributes (``inst.gt_boxes = ...``) or with :meth:`set`, and all have
     the same length. ``image_size`` is (height, width).
 
-    Args:
-        image_size: (height, width) of the image.
-        **fields: initial fields.
-
-    Raises:
-        ValueError: a field's length differs from the others'.
-
     Example:
         >>> inst = Instances((10, 20))
         >>> inst.set("scores", torch.tensor([0.9, 0.1]))
@@ -108,12 +101,7 @@ class Instances:
             self.remove(name)
 
     def set(self, name: str, value: Any) -> None:
-        """Set field ``name``; its length must match the existing fields'.
-
-        Raises:
-            ValueError: the length differs (the message names the field and both lengths).
-            TypeError: the value has no length.
-        """
+        """Set field ``name``; its length must match the existing fields'."""
         if name == "image_size":
             raise ValueError("'image_size' is reserved; it is not a field")
         try:
@@ -138,11 +126,7 @@ class Instances:
         return name in self._fields
 
     def get(self, name: str) -> Any:
-        """Return field ``name``.
-
-        Raises:
-            KeyError: no such field (the message lists the fields).
-        """
+        """Return field ``name``."""
         try:
             return self._fields[name]
         except KeyError:
@@ -151,11 +135,7 @@ class Instances:
             ) from None
 
     def remove(self, name: str) -> None:
-        """Delete field ``name``.
-
-        Raises:
-            KeyError: no such field.
-        """
+        """Delete field ``name``."""
         if name not in self._fields:
             raise KeyError(f"Instances has no field {name!r}; fields: {list(self._fields)}")
         del self._fields[name]
@@ -174,11 +154,7 @@ class Instances:
         return out
 
     def __getitem__(self, item: Any) -> Instances:
-        """Select instances by int (keeps a length-1 Instances), slice, bool mask or indices.
-
-        Raises:
-            IndexError: an int or index out of range, or a mask of the wrong length.
-        """
+        """Select instances by int (keeps a length-1 Instances), slice, bool mask or indices."""
         index = _normalize_index(item, len(self))
         out = Instances(self._image_size)
         for name, value in self._fields.items():
@@ -196,15 +172,6 @@ class Instances:
     @staticmethod
     def cat(instance_lists: Sequence[Instances]) -> Instances:
         """Concatenate Instances of the same image size and fields.
-
-        Raises:
-            ValueError: empty input, different image sizes or field names, or a field type
-                that cannot be concatenated.
-
-        Example:
-            >>> a = Instances((5, 5), s=torch.tensor([1.0]))
-            >>> len(Instances.cat([a, a]))
-            2
         """
         if len(instance_lists) == 0:
             raise ValueError("Instances.cat needs at least one Instances")

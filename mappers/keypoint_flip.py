@@ -27,17 +27,6 @@ def create_keypoint_hflip_indices(dataset_names_or_metadata: Any) -> np.ndarray:
     """Indices that swap left/right keypoints, from metadata ``keypoint_names`` and
     ``keypoint_flip_map``.
 
-    Args:
-        dataset_names_or_metadata: a dataset name, a Metadata (or mapping with those keys),
-            or a list of them; all must describe the same keypoints.
-
-    Returns:
-        int64 array: ``flipped = keypoints[indices]``.
-
-    Raises:
-        KeypointFlipError: a key is missing, the flip map names an unknown keypoint, or the
-            datasets disagree (the message names the dataset and key).
-
     Example:
         >>> meta = {"keypoint_names": ["nose", "left_eye", "right_eye"],
         ...         "keypoint_flip_map": [("left_eye", "right_eye")]}

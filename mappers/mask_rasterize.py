@@ -44,11 +44,6 @@ def rle_to_bitmask(
     ``size`` against ``image_size`` (when given) and the pixel limit, the runs adding up to
     height * width.
 
-    Raises:
-        MissingDependencyError: pycocotools is not installed.
-        RecordFormatError: the dict lacks ``size`` / ``counts``, its size differs from
-            ``image_size``, or its counts are malformed.
-
     Example:
         >>> rle_to_bitmask({"size": [2, 2], "counts": [1, 2, 1]}).tolist()
         [[0, 1], [1, 0]]
@@ -78,11 +73,6 @@ def polygons_to_bitmask(
     coordinates are checked first: finite and within
     :func:`~mappers.geometry_checks.coordinate_bound` of the image (pycocotools' rasterizer
     crashes the process on huge values).
-
-    Raises:
-        MissingDependencyError: pycocotools is not installed.
-        RecordFormatError: malformed polygons, a non-finite or out-of-bound coordinate
-            (``context`` starts the message).
 
     Example:
         >>> int(polygons_to_bitmask([[0, 0, 4, 0, 4, 4, 0, 4]], 6, 6).sum())

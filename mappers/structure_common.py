@@ -43,17 +43,7 @@ def is_int_index(item: Any) -> bool:
 
 
 def as_index(item: Any, length: int, owner: str) -> int | slice | torch.Tensor:
-    """Turn ``item`` into an int, a slice, a 1-D bool mask or a 1-D int64 index tensor.
-
-    Args:
-        item: what the user indexed with.
-        length: the number of elements of the structure.
-        owner: the structure's name, for error messages.
-
-    Raises:
-        StructureIndexError: an int or index out of range, a mask of the wrong length, a
-            float or multi-dimensional index, or an object that is no index.
-    """
+    """Turn ``item`` into an int, a slice, a 1-D bool mask or a 1-D int64 index tensor."""
     if isinstance(item, (bool, np.bool_)):
         raise StructureIndexError(f"{owner} cannot be indexed by a single bool; use a bool mask")
     if is_int_index(item):
@@ -101,9 +91,6 @@ def select_rows(tensor: torch.Tensor, item: Any, owner: str) -> torch.Tensor:
 
     The result may share memory with ``tensor`` (as tensor indexing does).
 
-    Raises:
-        StructureIndexError: see :func:`as_index`.
-
     Example:
         >>> select_rows(torch.arange(6).view(3, 2), 1, "Boxes").tolist()
         [[2, 3]]
@@ -119,10 +106,6 @@ def select_rows(tensor: torch.Tensor, item: Any, owner: str) -> torch.Tensor:
 def check_cat_parts(parts: Any, cls: type, *, allow_empty: bool = True) -> Sequence[Any]:
     """Check the argument of ``cls.cat``: a list or tuple of ``cls`` (non-empty unless
     ``allow_empty``); return it.
-
-    Raises:
-        StructureShapeError: not a list/tuple, empty where not allowed, or an element of
-            another type (named with its position).
 
     Example:
         >>> check_cat_parts([1, "a"], int)
@@ -145,15 +128,6 @@ def check_cat_parts(parts: Any, cls: type, *, allow_empty: bool = True) -> Seque
 
 def as_tensor_of(data: Any, dtype: torch.dtype, owner: str, needs: str) -> torch.Tensor:
     """``data`` as a tensor of ``dtype`` (a tensor keeps its device; anything else goes to CPU).
-
-    Args:
-        data: a tensor, array or nested sequence of numbers.
-        dtype: the dtype of the result.
-        owner: the structure's name, for the message.
-        needs: what the structure needs, for the message (e.g. "an (N, 4) array of numbers").
-
-    Raises:
-        StructureShapeError: ``data`` cannot be converted.
 
     Example:
         >>> as_tensor_of([[0, 1]], torch.float32, "Boxes", "an (N, 4) array").dtype
@@ -193,9 +167,6 @@ class TensorRows:
     its dtype), indexing (an int gives a one-row structure; a slice, bool mask or indices
     give the selected rows, possibly sharing memory) and a short repr. A subclass sets
     ``tensor`` in its constructor, which takes the tensor as its only argument.
-
-    Raises:
-        StructureIndexError: (indexing) out of range, a mask of the wrong length, or no index.
 
     Example:
         >>> from mappers.structures import Keypoints

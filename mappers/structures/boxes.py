@@ -47,13 +47,6 @@ def _as_float_boxes(tensor: Any, columns: int, owner: str) -> torch.Tensor:
 class Boxes(TensorRows):
     """N axis-aligned boxes stored in ``tensor``, an Nx4 float32 tensor of (x0, y0, x1, y1).
 
-    Args:
-        tensor: an Nx4 tensor, array or nested list. Tensors keep their device; other
-            inputs go to the CPU. Anything with no elements becomes a (0, 4) tensor.
-
-    Raises:
-        StructureShapeError: the input is not Nx4 (or cannot be read as numbers).
-
     Example:
         >>> Boxes(torch.tensor([[1, 2, 3, 4]])).tensor.dtype
         torch.float32
@@ -66,19 +59,11 @@ class Boxes(TensorRows):
 
     def clone(self) -> Self:
         """Return a copy that shares no memory with these boxes.
-
-        Example:
-            >>> Boxes([[0, 0, 1, 1]]).clone().to("cpu").device.type
-            'cpu'
         """
         return type(self)(self.tensor.clone())
 
     def area(self) -> torch.Tensor:
         """Area of every box, (x1 - x0) * (y1 - y0), as an N tensor (negative if inverted).
-
-        Example:
-            >>> Boxes([[0, 0, 2, 3]]).area().tolist()
-            [6.0]
         """
         box = self.tensor
         return (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])
@@ -87,13 +72,6 @@ class Boxes(TensorRows):
         """Clip the boxes, in place, to an image of ``box_size`` = (height, width).
 
         x coordinates are clamped to [0, width], y coordinates to [0, height].
-
-        Raises:
-            StructureShapeError: a coordinate is infinite or NaN.
-
-        Example:
-            >>> b = Boxes([[-5, 2, 30, 40]]); b.clip((20, 10)); b.tensor.tolist()
-            [[0.0, 2.0, 10.0, 20.0]]
         """
         if not bool(torch.isfinite(self.tensor).all()):
             raise StructureShapeError("Boxes.clip: the box tensor contains infinite or NaN values")
@@ -106,10 +84,6 @@ class Boxes(TensorRows):
 
     def nonempty(self, threshold: float = 0.0) -> torch.Tensor:
         """Bool mask of the boxes whose width and height are both greater than ``threshold``.
-
-        Example:
-            >>> Boxes([[0, 0, 1, 1], [0, 0, 0, 1]]).nonempty().tolist()
-            [True, False]
         """
         box = self.tensor
         widths = box[:, 2] - box[:, 0]
@@ -121,10 +95,6 @@ class Boxes(TensorRows):
 
         A box is inside when x0, y0 >= -threshold, x1 < width + threshold and
         y1 < height + threshold.
-
-        Example:
-            >>> Boxes([[0, 0, 9, 9], [0, 0, 10, 5]]).inside_box((10, 10)).tolist()
-            [True, False]
         """
         height, width = box_size
         t = boundary_threshold
@@ -137,19 +107,11 @@ class Boxes(TensorRows):
 
     def get_centers(self) -> torch.Tensor:
         """Centres of the boxes as an Nx2 tensor of (x, y).
-
-        Example:
-            >>> Boxes([[0, 0, 4, 2]]).get_centers().tolist()
-            [[2.0, 1.0]]
         """
         return (self.tensor[:, :2] + self.tensor[:, 2:]) / 2
 
     def scale(self, scale_x: float, scale_y: float) -> None:
         """Multiply x coordinates by ``scale_x`` and y coordinates by ``scale_y``, in place.
-
-        Example:
-            >>> b = Boxes([[1, 1, 2, 2]]); b.scale(2, 3); b.tensor.tolist()
-            [[2.0, 3.0, 4.0, 6.0]]
         """
         self.tensor[:, 0::2] *= scale_x
         self.tensor[:, 1::2] *= scale_y
@@ -157,13 +119,6 @@ class Boxes(TensorRows):
     @classmethod
     def cat(cls, boxes_list: Sequence[Boxes]) -> Boxes:
         """Concatenate a list of Boxes into one (an empty list gives empty Boxes).
-
-        Raises:
-            StructureShapeError: the argument is not a list/tuple of Boxes.
-
-        Example:
-            >>> len(Boxes.cat([Boxes([[0, 0, 1, 1]]), Boxes([[1, 1, 2, 2]])]))
-            2
         """
         if len(check_cat_parts(boxes_list, cls)) == 0:
             return cls(torch.empty(0))
@@ -205,13 +160,6 @@ def rotated_corners(tensor: torch.Tensor) -> torch.Tensor:
 class RotatedBoxes(Boxes):
     """N rotated boxes stored in ``tensor``, an Nx5 float32 tensor of (cx, cy, w, h, angle).
 
-    Args:
-        tensor: an Nx5 tensor, array or nested list (angle in degrees, counter-clockwise).
-            Tensors keep their device; anything with no elements becomes a (0, 5) tensor.
-
-    Raises:
-        StructureShapeError: the input is not Nx5.
-
     Example:
         >>> RotatedBoxes([]).tensor.shape
         torch.Size([0, 5])
@@ -222,20 +170,11 @@ class RotatedBoxes(Boxes):
 
     def area(self) -> torch.Tensor:
         """Area of every box, w * h.
-
-        Example:
-            >>> RotatedBoxes([[0, 0, 2, 3, 45]]).area().tolist()
-            [6.0]
         """
         return self.tensor[:, 2] * self.tensor[:, 3]
 
     def normalize_angles(self) -> None:
         """Bring every angle into [-180, 180), in place.
-
-        Example:
-            >>> r = RotatedBoxes([[0, 0, 1, 1, 270], [0, 0, 1, 1, -190]]); r.normalize_angles()
-            >>> r.tensor[:, 4].tolist()
-            [-90.0, 170.0]
         """
         self.tensor[:, 4] = (self.tensor[:, 4] + 180.0) % 360.0 - 180.0
 
@@ -246,14 +185,6 @@ class RotatedBoxes(Boxes):
         within ``clip_angle_threshold`` degrees of 0 are clipped, as axis-aligned boxes
         (their angle is kept); the others are left unchanged, since clipping a rotated box
         to the image does not give a rotated box.
-
-        Raises:
-            StructureShapeError: a value is infinite or NaN.
-
-        Example:
-            >>> r = RotatedBoxes([[5, 5, 20, 4, 0], [5, 5, 20, 4, 30]]); r.clip((10, 10))
-            >>> r.tensor.tolist()
-            [[5.0, 5.0, 10.0, 4.0, 0.0], [5.0, 5.0, 20.0, 4.0, 30.0]]
         """
         if not bool(torch.isfinite(self.tensor).all()):
             raise StructureShapeError(
@@ -277,10 +208,6 @@ class RotatedBoxes(Boxes):
 
     def nonempty(self, threshold: float = 0.0) -> torch.Tensor:
         """Bool mask of the boxes whose w and h are both greater than ``threshold``.
-
-        Example:
-            >>> RotatedBoxes([[0, 0, 1, 1, 10], [0, 0, 0, 1, 0]]).nonempty().tolist()
-            [True, False]
         """
         return (self.tensor[:, 2] > threshold) & (self.tensor[:, 3] > threshold)
 
@@ -289,10 +216,6 @@ class RotatedBoxes(Boxes):
 
         With (height, width) = ``box_size`` and t = ``boundary_threshold``, the enclosing box
         must have x0, y0 >= -t, x1 < width + t, y1 < height + t.
-
-        Example:
-            >>> RotatedBoxes([[5, 5, 8, 2, 0], [5, 5, 8, 2, 90]]).inside_box((8, 10)).tolist()
-            [True, False]
         """
         height, width = box_size
         t = boundary_threshold
@@ -316,11 +239,6 @@ class RotatedBoxes(Boxes):
         height vectors, ``w' = w * sqrt((sx cos a)^2 + (sy sin a)^2)``,
         ``h' = h * sqrt((sx sin a)^2 + (sy cos a)^2)``, and takes its angle from the scaled
         height vector, ``a' = atan2(sx sin a, sy cos a)``. With ``sx == sy`` it is exact.
-
-        Example:
-            >>> r = RotatedBoxes([[1, 1, 2, 4, 90]]); r.scale(2, 1)
-            >>> [round(v, 4) for v in r.tensor[0].tolist()]
-            [2.0, 1.0, 2.0, 8.0, 90.0]
         """
         self.tensor[:, 0] *= scale_x
         self.tensor[:, 1] *= scale_y
@@ -357,9 +275,6 @@ def pairwise_iou(boxes1: Boxes, boxes2: Boxes) -> torch.Tensor:
     :class:`RotatedBoxes` are compared exactly as rotated rectangles
     (:func:`pairwise_iou_rotated`).
 
-    Raises:
-        StructureShapeError: the arguments are not both Boxes or both RotatedBoxes.
-
     Example:
         >>> pairwise_iou(Boxes([[0, 0, 2, 2]]), Boxes([[0, 0, 2, 2], [1, 0, 3, 2]])).tolist()
         [[1.0, 0.3333333432674408]]
@@ -392,9 +307,6 @@ def pairwise_ioa(boxes1: Boxes, boxes2: Boxes) -> torch.Tensor:
 def matched_pairwise_iou(boxes1: Boxes, boxes2: Boxes) -> torch.Tensor:
     """IoU of ``boxes1[i]`` with ``boxes2[i]`` for each i, an N tensor.
 
-    Raises:
-        StructureShapeError: the two have different lengths, or are not Boxes.
-
     Example:
         >>> matched_pairwise_iou(Boxes([[0, 0, 2, 2]]), Boxes([[1, 0, 3, 2]])).tolist()
         [0.3333333432674408]
@@ -422,9 +334,6 @@ def pairwise_iou_rotated(
     tensors (as ``detectron2.layers.pairwise_iou_rotated``). The intersection polygon of
     each pair is computed exactly (up to float64 rounding), in O(N * M) time and bounded
     memory (see :mod:`mappers.structures.rotated_iou`).
-
-    Raises:
-        StructureShapeError: an argument is neither RotatedBoxes nor an Nx5 tensor.
 
     Example:
         >>> a = RotatedBoxes([[0, 0, 2, 2, 0]]); b = RotatedBoxes([[0, 0, 2, 2, 90]])
@@ -522,8 +431,7 @@ def _pairwise_iou_rotated_tensors(boxes1: torch.Tensor, boxes2: torch.Tensor) ->
     """IoU of every pair of rotated boxes given as Nx5 and Mx5 tensors; an NxM float32 tensor.
 
     Boxes with no area give IoU 0 with everything. Computed in float64 on the inputs'
-    device, returned as float32.
-    """
+    device, returned as float32."""
     n, m = boxes1.shape[0], boxes2.shape[0]
     out = torch.zeros((n, m), dtype=torch.float32, device=boxes1.device)
     if n == 0 or m == 0:

@@ -31,17 +31,7 @@ def keypoints_to_heatmap(
 
     A keypoint at continuous x in [x0, x1) goes to cell ``floor((x - x0) * S / (x1 - x0))``
     (Heckbert's convention: continuous c lies in discrete cell floor(c)); one exactly on the
-    right / bottom edge goes to the last cell S - 1. The heatmap index is ``y * S + x``.
-
-    Args:
-        keypoints: N x K x 3 tensor (x, y, visibility).
-        rois: N x 4 boxes (x0, y0, x1, y1).
-        heatmap_size: S.
-
-    Returns:
-        ``(heatmaps, valid)``: both N x K int64; ``valid`` is 1 where the keypoint is
-        labelled (v > 0) and inside its box, and ``heatmaps`` is 0 where it is not valid.
-    """
+    right / bottom edge goes to the last cell S - 1. The heatmap index is ``y * S + x``."""
     if rois.numel() == 0:
         empty = torch.zeros((0, keypoints.shape[1] if keypoints.dim() == 3 else 0))
         return empty.long(), empty.long()
@@ -62,13 +52,6 @@ def keypoints_to_heatmap(
 
 class Keypoints(TensorRows):
     """Keypoints of N instances stored in ``tensor``, an NxKx3 float32 tensor.
-
-    Args:
-        keypoints: an NxKx3 tensor, array or nested list of (x, y, visibility). Tensors keep
-            their device.
-
-    Raises:
-        StructureShapeError: the input is not NxKx3.
 
     Example:
         >>> Keypoints(torch.zeros(2, 17, 3)).tensor.shape
@@ -94,11 +77,7 @@ class Keypoints(TensorRows):
     def to_heatmap(
         self, boxes: torch.Tensor | Boxes, heatmap_size: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Heatmap targets of the keypoints in their boxes; see :func:`keypoints_to_heatmap`.
-
-        Raises:
-            StructureShapeError: the boxes are not N x 4 for N instances.
-        """
+        """Heatmap targets of the keypoints in their boxes; see :func:`keypoints_to_heatmap`."""
         rois = boxes.tensor if isinstance(boxes, Boxes) else torch.as_tensor(boxes)
         if rois.dim() != 2 or rois.shape != (len(self), 4):
             raise StructureShapeError(
@@ -109,13 +88,6 @@ class Keypoints(TensorRows):
     @staticmethod
     def cat(keypoints_list: Sequence[Keypoints]) -> Keypoints:
         """Concatenate Keypoints with the same K.
-
-        Raises:
-            StructureShapeError: not a non-empty list of Keypoints, or K differs.
-
-        Example:
-            >>> k = Keypoints(torch.zeros(1, 2, 3)); len(Keypoints.cat([k, k]))
-            2
         """
         check_cat_parts(keypoints_list, Keypoints, allow_empty=False)
         try:

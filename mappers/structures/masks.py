@@ -70,15 +70,6 @@ def rasterize_polygons(polygons: Sequence[np.ndarray], height: int, width: int) 
 class PolygonMasks:
     """Instance masks as polygons: ``polygons[i]`` is the list of polygons of instance i.
 
-    Args:
-        polygons: a list (one entry per instance) of lists of polygons; a polygon is a flat
-            sequence ``[x0, y0, x1, y1, ...]`` (list, numpy array or tensor) of at least 3
-            points. Stored as float64 numpy arrays.
-
-    Raises:
-        StructureShapeError: not a list of lists, or a polygon with fewer than 6 or an odd
-            number of coordinates, or a non-finite coordinate.
-
     Example:
         >>> PolygonMasks([[[0, 0, 1, 0, 1, 1]]]).polygons[0][0].dtype
         dtype('float64')
@@ -106,10 +97,6 @@ class PolygonMasks:
     def from_validated(cls, polygons: list[list[np.ndarray]]) -> PolygonMasks:
         """Wrap polygons that are already flat, finite float64 arrays of >= 6 even values
         (e.g. from :func:`mappers.annotations_to_instances`), without checking them again.
-
-        Example:
-            >>> len(PolygonMasks.from_validated([[np.zeros(6)]]))
-            1
         """
         out = cls.__new__(cls)
         out.polygons = polygons
@@ -126,10 +113,6 @@ class PolygonMasks:
 
     def get_bounding_boxes(self) -> Boxes:
         """The tight box around each instance's polygons (all zeros for no polygon).
-
-        Example:
-            >>> PolygonMasks([[[1, 2, 5, 2, 3, 7]], []]).get_bounding_boxes().tensor.tolist()
-            [[1.0, 2.0, 5.0, 7.0], [0.0, 0.0, 0.0, 0.0]]
         """
         boxes = torch.zeros((len(self.polygons), 4), dtype=torch.float32)
         for i, instance in enumerate(self.polygons):
@@ -147,8 +130,7 @@ class PolygonMasks:
     def area(self) -> torch.Tensor:
         """Per instance, the sum of its polygons' shoelace areas (float32 tensor).
 
-        Overlapping polygons of one instance are counted twice, as in detectron2.
-        """
+        Overlapping polygons of one instance are counted twice, as in detectron2."""
         areas = [sum(polygon_area(p) for p in instance) for instance in self.polygons]
         return torch.tensor(areas, dtype=torch.float32)
 
@@ -158,14 +140,6 @@ class PolygonMasks:
         The box is mapped onto the M x M grid (x -> (x - x0) * M / max(x1 - x0, 0.1), same
         for y) and the moved polygons are rasterized; the result is an N x M x M bool tensor
         on the boxes' device.
-
-        Raises:
-            StructureShapeError: the number of boxes differs from the number of instances.
-
-        Example:
-            >>> m = PolygonMasks([[[0, 0, 8, 0, 8, 8, 0, 8]]])
-            >>> bool(m.crop_and_resize(torch.tensor([[0.0, 0.0, 8.0, 8.0]]), 4).all())
-            True
         """
         tensor = boxes.tensor if isinstance(boxes, Boxes) else torch.as_tensor(boxes)
         if tensor.dim() != 2 or tensor.shape[0] != len(self) or tensor.shape[1] != 4:
@@ -191,11 +165,7 @@ class PolygonMasks:
         return out.to(device)
 
     def __getitem__(self, item: Any) -> PolygonMasks:
-        """Select instances by int, slice, list of indices, or bool / integer tensor or array.
-
-        Raises:
-            StructureIndexError: out of range, a mask of the wrong length, or no index.
-        """
+        """Select instances by int, slice, list of indices, or bool / integer tensor or array."""
         index = as_index(item, len(self), "PolygonMasks")
         if isinstance(index, int):
             picked = [self.polygons[index]]
@@ -222,13 +192,6 @@ class PolygonMasks:
     @classmethod
     def cat(cls, polymasks_list: Sequence[PolygonMasks]) -> PolygonMasks:
         """Concatenate PolygonMasks.
-
-        Raises:
-            StructureShapeError: not a list/tuple of PolygonMasks.
-
-        Example:
-            >>> a = PolygonMasks([[[0, 0, 1, 0, 1, 1]]]); len(PolygonMasks.cat([a, a]))
-            2
         """
         check_cat_parts(polymasks_list, PolygonMasks)
         out = cls.__new__(cls)
@@ -245,13 +208,6 @@ def _as_bool_masks(tensor: Any) -> torch.Tensor:
 
 class BitMasks(TensorRows):
     """Instance masks stored in ``tensor``, an NxHxW bool tensor.
-
-    Args:
-        tensor: an NxHxW tensor or array of any dtype (non-zero means set). Tensors keep
-            their device.
-
-    Raises:
-        StructureShapeError: the input is not three-dimensional.
 
     Example:
         >>> BitMasks(torch.ones(1, 2, 3)).tensor.dtype
@@ -279,11 +235,6 @@ class BitMasks(TensorRows):
     def get_bounding_boxes(self) -> Boxes:
         """The tight box around each mask's set pixels (x1, y1 one past the last pixel);
         all zeros for an empty mask.
-
-        Example:
-            >>> m = torch.zeros(1, 5, 5, dtype=torch.bool); m[0, 2, 3] = True
-            >>> BitMasks(m).get_bounding_boxes().tensor.tolist()
-            [[3.0, 2.0, 4.0, 3.0]]
         """
         boxes = torch.zeros((len(self), 4), dtype=torch.float32, device=self.device)
         height, width = self.image_size
@@ -309,22 +260,6 @@ class BitMasks(TensorRows):
         :mod:`mappers.structures.roi_align`), thresholded at >= 0.5, as detectron2's mask
         targets. A box covering the whole mask with sides a multiple of ``mask_size`` gives
         the mask average-pooled by that factor.
-
-        Args:
-            boxes: Nx4 tensor (or Boxes) of (x0, y0, x1, y1), one per mask.
-            mask_size: the output side M.
-
-        Returns:
-            N x M x M bool tensor on the masks' device.
-
-        Raises:
-            StructureShapeError: the number of boxes differs from the number of masks, or a
-                box coordinate is not finite.
-
-        Example:
-            >>> m = torch.zeros(1, 4, 4, dtype=torch.bool); m[0, :2, :2] = True
-            >>> BitMasks(m).crop_and_resize(torch.tensor([[0.0, 0.0, 4.0, 4.0]]), 2).tolist()
-            [[[True, False], [False, False]]]
         """
         tensor = boxes.tensor if isinstance(boxes, Boxes) else torch.as_tensor(boxes)
         if tensor.dim() != 2 or tensor.shape[0] != len(self) or tensor.shape[1] != 4:
@@ -339,10 +274,6 @@ class BitMasks(TensorRows):
         polygon_masks: PolygonMasks | Sequence[Sequence[Any]], height: int, width: int
     ) -> BitMasks:
         """Rasterize polygon masks (a PolygonMasks or a list of lists of polygons).
-
-        Example:
-            >>> BitMasks.from_polygon_masks([[[0, 0, 2, 0, 2, 2, 0, 2]]], 3, 3).tensor.sum().item()
-            4
         """
         if not isinstance(polygon_masks, PolygonMasks):
             polygon_masks = PolygonMasks(polygon_masks)
@@ -358,13 +289,6 @@ class BitMasks(TensorRows):
     @classmethod
     def cat(cls, bitmasks_list: Sequence[BitMasks]) -> BitMasks:
         """Concatenate BitMasks of the same image size.
-
-        Raises:
-            StructureShapeError: not a non-empty list of BitMasks, or sizes differ.
-
-        Example:
-            >>> a = BitMasks(torch.zeros(1, 2, 2)); len(BitMasks.cat([a, a]))
-            2
         """
         check_cat_parts(bitmasks_list, BitMasks, allow_empty=False)
         for i, masks in enumerate(bitmasks_list):
@@ -382,21 +306,7 @@ def paste_masks_in_image(
     image_shape: tuple[int, int],
     threshold: float = 0.5,
 ) -> torch.Tensor:
-    """Paste N masks (N x M x M, values in [0, 1]) into an image of ``image_shape`` (h, w).
-
-    Args:
-        masks: N x Mh x Mw float (or bool) masks, one per box.
-        boxes: N x 4 tensor or Boxes of (x0, y0, x1, y1) in image pixels.
-        image_shape: (height, width) of the image.
-        threshold: pixels with a sampled value ``>= threshold`` are set. A negative threshold
-            returns the sampled values instead, as uint8 in [0, 255] (detectron2's soft mode).
-
-    Returns:
-        N x H x W bool tensor (uint8 for a negative threshold), on the masks' device.
-
-    Raises:
-        StructureShapeError: the numbers of masks and boxes differ, or a box is not finite.
-    """
+    """Paste N masks (N x M x M, values in [0, 1]) into an image of ``image_shape`` (h, w)."""
     box_tensor = boxes.tensor if isinstance(boxes, Boxes) else torch.as_tensor(boxes)
     if masks.dim() != 3 or box_tensor.dim() != 2 or box_tensor.shape != (masks.shape[0], 4):
         raise StructureShapeError(
@@ -436,12 +346,6 @@ def paste_masks_in_image(
 class ROIMasks(TensorRows):
     """N masks, each of M x M predicted inside its own box (``tensor``: N x M x M).
 
-    Args:
-        tensor: an N x M x M tensor (float probabilities or bool).
-
-    Raises:
-        StructureShapeError: the tensor is not three-dimensional.
-
     Example:
         >>> len(ROIMasks(torch.zeros(3, 28, 28)))
         3
@@ -460,11 +364,6 @@ class ROIMasks(TensorRows):
     ) -> BitMasks:
         """Paste every mask into its box on a (height, width) image; see
         :func:`paste_masks_in_image`.
-
-        Example:
-            >>> ROIMasks(torch.ones(1, 4, 4)).to_bitmasks(
-            ...     torch.tensor([[0.0, 0.0, 2.0, 2.0]]), 3, 3).tensor.sum().item()
-            4
         """
         return BitMasks(paste_masks_in_image(self.tensor, boxes, (height, width), threshold))
 
@@ -477,16 +376,6 @@ _MAX_SAMPLES = 1 << 22
 
 def sample_weights(start: float, length: float, size: int, bins: int) -> torch.Tensor:
     """The ``bins x size`` matrix averaging the bilinear samples of each bin along one axis.
-
-    Args:
-        start: box start in continuous image coordinates (e.g. x0).
-        length: box length (x1 - x0); a box with no length gives all-zero weights.
-        size: the mask's extent along this axis (W or H).
-        bins: the output size along this axis.
-
-    Raises:
-        StructureShapeError: a non-finite coordinate, or a box so long that it would need
-            more than 4M samples along the axis.
 
     Example:
         >>> sample_weights(0.0, 4.0, 4, 2).tolist()
@@ -531,16 +420,7 @@ def _span(weights: torch.Tensor) -> tuple[int, int]:
 
 
 def roi_align_masks(masks: torch.Tensor, boxes: torch.Tensor, mask_size: int) -> torch.Tensor:
-    """Crop ``boxes[i]`` out of ``masks[i]`` and resample it to ``mask_size`` x ``mask_size``.
-
-    Args:
-        masks: N x H x W tensor (any real dtype; read as float).
-        boxes: N x 4 tensor of (x0, y0, x1, y1) in the masks' pixel coordinates.
-        mask_size: output side M.
-
-    Returns:
-        N x M x M float32 tensor on ``masks.device`` (values are averages of the mask).
-    """
+    """Crop ``boxes[i]`` out of ``masks[i]`` and resample it to ``mask_size`` x ``mask_size``."""
     n, height, width = masks.shape
     out = torch.zeros((n, mask_size, mask_size), dtype=torch.float32, device=masks.device)
     boxes64 = boxes.detach().to("cpu", torch.float64)

@@ -90,9 +90,6 @@ def normalize_interp(
     """Return the canonical name of an interpolation given as a name or a numeric constant:
     Pillow's (:data:`INTERP_NAMES`), or OpenCV's (:data:`CV2_INTERP_NAMES`) with ``opencv``.
 
-    Raises:
-        ValueError: the value names no known interpolation.
-
     Example:
         >>> normalize_interp(2), normalize_interp("NEAREST"), normalize_interp(None)
         ('bilinear', 'nearest', 'bilinear')
@@ -181,9 +178,6 @@ def resize_array(img: np.ndarray, new_h: int, new_w: int, interp: int | str | No
 
     OpenCV (``cv2.resize``) is used when installed and the dtype allows, then Pillow for uint8
     images with 1, 3 or 4 channels and float32 single-channel images, then torch.
-
-    Raises:
-        ValueError: unknown interpolation, or the array is not 2-D / 3-D.
 
     Example:
         >>> resize_array(np.zeros((4, 6, 3), np.uint8), 2, 3, "bilinear").shape
@@ -286,9 +280,6 @@ def affine_coords(matrix: np.ndarray, coords: np.ndarray) -> np.ndarray:
 def invert_affine(matrix: np.ndarray) -> np.ndarray:
     """Return the 2x3 matrix of the inverse map.
 
-    Raises:
-        TransformError: the matrix is singular.
-
     Example:
         >>> invert_affine(np.array([[2.0, 0, 1], [0, 1, 0]])).tolist()
         [[0.5, 0.0, -0.5], [0.0, 1.0, 0.0]]
@@ -387,18 +378,6 @@ def warp_affine(
     fill: Any = 0,
 ) -> np.ndarray:
     """Warp an HxW or HxWxC array with a continuous-coordinate 2x3 matrix.
-
-    Args:
-        img: the input array (any numeric or bool dtype; kept).
-        matrix: 2x3 map from input to output coordinates.
-        out_h, out_w: output size.
-        interp: interpolation name or Pillow constant (see ``_backend.normalize_interp``).
-        fill: value of output pixels whose source lies outside the input (a scalar, or one
-            value per channel).
-
-    Raises:
-        TransformError: not a 2-D/3-D array, a singular matrix, a non-positive or too large
-            output size, or an interpolation other than nearest/bilinear without OpenCV.
 
     Example:
         >>> flip = np.array([[-1.0, 0.0, 2.0], [0.0, 1.0, 0.0]])

@@ -219,11 +219,6 @@ class AugmentationList(Augmentation):
         """The transforms for an image of ``image_shape`` drawn without the image: the same
         draws, in the same order, as calling the list. None when an augmentation is not
         shape-only (nothing drawn) or a transform cannot tell its output size.
-
-        Example:
-            >>> from mappers.transforms import RandomFlip, Resize
-            >>> len(AugmentationList([Resize((20, 30)), RandomFlip(1.0)]).plan((10, 15, 3)))
-            2
         """
         key = tuple(self.augs)
         if getattr(self, "_shape_only_for", None) != key:  # checked once per list

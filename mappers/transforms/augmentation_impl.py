@@ -67,14 +67,6 @@ _BILINEAR = 2  # PIL.Image.BILINEAR
 class RandomFlip(Augmentation):
     """Flip the image horizontally or vertically with probability ``prob``.
 
-    Args:
-        prob: probability of flipping, in [0, 1].
-        horizontal: flip left-right (default).
-        vertical: flip top-bottom; exactly one of horizontal / vertical must be True.
-
-    Raises:
-        ValueError: prob outside [0, 1], or not exactly one direction chosen.
-
     Example:
         >>> RandomFlip(prob=0.5)
         RandomFlip(prob=0.5)
@@ -116,13 +108,6 @@ def _pair(value: int | Sequence[int], owner: str, what: str) -> tuple[int, int]:
 class Resize(Augmentation):
     """Resize the image to a fixed (h, w).
 
-    Args:
-        shape: (h, w) or an int for a square.
-        interp: Pillow interpolation constant or name (default bilinear).
-
-    Raises:
-        ValueError: a non-positive size or an unknown interpolation.
-
     Example:
         >>> Resize((200, 300))
         Resize(shape=(200, 300))
@@ -144,17 +129,6 @@ class Resize(Augmentation):
 
 class ResizeShortestEdge(Augmentation):
     """Resize so the shorter edge has a sampled length, capping the longer edge at max_size.
-
-    Args:
-        short_edge_length: with ``sample_style="range"`` a (min, max) pair, the length drawn
-            uniformly from the integers in it; with ``"choice"`` a list of lengths to draw
-            from. An int means that length. A drawn length of 0 means no resize.
-        max_size: maximum length of the longer edge.
-        sample_style: "range" or "choice".
-        interp: Pillow interpolation constant or name (default bilinear).
-
-    Raises:
-        ValueError: unknown sample_style, a "range" that is not a pair, negative lengths.
 
     Example:
         >>> ResizeShortestEdge.get_output_shape(480, 640, 800, 1333)
@@ -226,17 +200,6 @@ _CROP_TYPES = ("relative", "relative_range", "absolute", "absolute_range")
 class RandomCrop(Augmentation):
     """Crop a random window of the image.
 
-    Args:
-        crop_type: how ``crop_size`` is read:
-            "relative": (h, w) fractions of the image size;
-            "relative_range": fractions drawn uniformly in [crop_size, 1];
-            "absolute": (h, w) pixels (capped at the image size);
-            "absolute_range": h and w drawn uniformly in [crop_size[0], crop_size[1]] pixels.
-        crop_size: a pair as described above.
-
-    Raises:
-        ValueError: unknown crop_type or crop_size out of range.
-
     Example:
         >>> RandomCrop("absolute", (100, 200))
         RandomCrop(crop_type='absolute', crop_size=(100, 200))
@@ -305,16 +268,6 @@ class RandomCrop_CategoryAreaConstraint(Augmentation):  # noqa: N801 (detectron2
     are present (``ignored_category`` not counted) and none covers
     ``single_category_max_area`` of the counted pixels or more is used; otherwise the last
     window drawn. With ``single_category_max_area >= 1`` it is a plain RandomCrop.
-
-    Args:
-        crop_type, crop_size: as in :class:`RandomCrop`.
-        single_category_max_area: largest allowed share of one category, > 0 (1 or more
-            disables the constraint).
-        ignored_category: a label not counted (typically the ignore label, e.g. 255).
-
-    Raises:
-        ValueError: bad crop arguments or an area <= 0; (when applied) no ``sem_seg``
-            or one whose size differs from the image's.
 
     Example:
         >>> RandomCrop_CategoryAreaConstraint("relative", (0.5, 0.5), 0.75, ignored_category=255)
@@ -393,14 +346,6 @@ class MinIoURandomCrop(Augmentation):
     No boxes in the input (``AugInput.boxes`` None, as in a mapper that passes only the
     image) means no crop, as in detectron2; a warning says so once per augmentation. All
     rounds failing also means no crop.
-
-    Args:
-        min_ious: IoU thresholds, each in [0, 1].
-        min_crop_size: smallest crop side as a fraction of the image's, in (0, 1].
-        mode_trials, crop_trials: the bounds on the rounds and windows drawn.
-
-    Raises:
-        ValueError: thresholds outside [0, 1], min_crop_size outside (0, 1], trials < 1.
 
     Example:
         >>> MinIoURandomCrop(min_ious=(0.5,), min_crop_size=0.5)
@@ -500,14 +445,6 @@ class ResizeScale(Augmentation):
     ``min(s * target_height / h, s * target_width / w)``, sizes rounded half to even (as
     ``numpy.round``) and at least 1.
 
-    Args:
-        min_scale, max_scale: range of the factor (positive, min <= max).
-        target_height, target_width: the target box.
-        interp: Pillow interpolation constant or name (default bilinear).
-
-    Raises:
-        ValueError: non-positive or inverted scales, non-positive target, unknown interp.
-
     Example:
         >>> ResizeScale(0.1, 2.0, 1024, 1024)
         ResizeScale(min_scale=0.1, max_scale=2.0, target_height=1024, target_width=1024)
@@ -555,14 +492,6 @@ class FixedSizeCrop(Augmentation):
 
     Note: masks transformed with ``apply_segmentation`` are padded with ``seg_pad_value``
     too; transform instance masks as polygons, or pad them with 0 yourself.
-
-    Args:
-        crop_size: (h, w) of the output (an int for a square).
-        pad: pad images smaller than crop_size up to it.
-        pad_value: image fill; seg_pad_value: segmentation fill.
-
-    Raises:
-        ValueError: crop_size not positive.
 
     Example:
         >>> FixedSizeCrop((1024, 1024))
@@ -615,13 +544,6 @@ class FixedSizeCrop(Augmentation):
 class RandomResize(Augmentation):
     """Resize to an (h, w) drawn uniformly from ``shape_list``.
 
-    Args:
-        shape_list: (h, w) pairs (an int means a square).
-        interp: Pillow interpolation constant or name (default bilinear).
-
-    Raises:
-        ValueError: an empty list, a non-positive size, unknown interp.
-
     Example:
         >>> RandomResize([(32, 48), (64, 96)])
         RandomResize(shape_list=[(32, 48), (64, 96)])
@@ -658,21 +580,7 @@ def _finite_tuple(owner: str, what: str, values: Any, length: int | None = None)
 class RandomRotation(Augmentation):
     """Rotate by a random angle (degrees, counter-clockwise) about a random or fixed centre.
 
-    Args:
-        angle: with ``sample_style="range"`` a (min, max) pair to draw uniformly from; with
-            ``"choice"`` a list of angles to draw from. A number means that angle.
-        expand: enlarge the output to hold the whole rotated image (see RotationTransform).
-        center: None for the image centre; with "range" ``[[min_x, min_y], [max_x, max_y]]``
-            relative to the image size ([0, 0] top-left, [1, 1] bottom-right) to draw from,
-            with "choice" a list of relative (x, y) centres; one (x, y) pair means that
-            centre. Has no effect when ``expand`` is True.
-        sample_style: "range" or "choice".
-        interp: OpenCV interpolation flag or name, as RotationTransform (default bilinear).
-
     Angles that are multiples of 360 give a NoOpTransform.
-
-    Raises:
-        ValueError: unknown sample_style, malformed angle / center, unknown interp.
 
     Example:
         >>> RandomRotation([-10, 10])
@@ -743,13 +651,6 @@ class RandomExtent(Augmentation):
     rectangle's size in pixels (rounded down, at least 1), so scales above 1 zoom out and
     below 1 zoom in only through cropping.
 
-    Args:
-        scale_range: (low, high) of the scale factor, positive.
-        shift_range: (x, y) relative shift amplitudes; 0 keeps the rectangle centred.
-
-    Raises:
-        ValueError: non-positive or inverted scales, malformed shift_range.
-
     Example:
         >>> RandomExtent((0.5, 1.5), (0.2, 0.2))
         RandomExtent(scale_range=(0.5, 1.5), shift_range=(0.2, 0.2))
@@ -796,12 +697,6 @@ class _RandomIntensity(Augmentation):
 
     def _blend_with(self, reference: Any) -> BlendTransform:
         """Draw a weight ``w`` and blend the image with ``reference``: ``(1 - w) * ref + w * img``.
-
-        Args:
-            reference: a scalar or an array broadcastable to the image.
-
-        Returns:
-            The BlendTransform for this draw.
         """
         w = float(self._rand_range(self.intensity_min, self.intensity_max))
         return BlendTransform(src_image=reference, src_weight=1 - w, dst_weight=w)
@@ -809,9 +704,6 @@ class _RandomIntensity(Augmentation):
 
 class RandomBrightness(_RandomIntensity):
     """Scale brightness by a factor drawn in [intensity_min, intensity_max) (blend with black).
-
-    Raises:
-        ValueError: intensity_min > intensity_max or negative.
 
     Example:
         >>> RandomBrightness(0.8, 1.2)
@@ -826,9 +718,6 @@ class RandomBrightness(_RandomIntensity):
 
 class RandomContrast(_RandomIntensity):
     """Scale contrast by a factor drawn in [intensity_min, intensity_max) (blend with the mean).
-
-    Raises:
-        ValueError: intensity_min > intensity_max or negative.
 
     Example:
         >>> from mappers.transforms import AugInput
@@ -850,14 +739,6 @@ _GRAY_WEIGHTS = {
 
 class RandomSaturation(_RandomIntensity):
     """Scale saturation by a factor drawn in [intensity_min, intensity_max) (blend with gray).
-
-    Args:
-        intensity_min, intensity_max: range of the factor.
-        image_format: channel order of the image, "RGB" (default) or "BGR".
-
-    Raises:
-        ValueError: bad range, unknown image_format, or (when applied) an image without 3
-            channels.
 
     Example:
         >>> RandomSaturation(0.5, 1.5)
@@ -892,14 +773,6 @@ class RandomLighting(Augmentation):
     As in detectron2 the offset is added on the image's own value scale (for a uint8 image it
     is a small shift of a fraction of a level per unit of alpha, the result clipped and
     truncated to uint8). Coordinates and masks are unchanged.
-
-    Args:
-        scale: standard deviation of the three component weights (>= 0).
-        image_format: "RGB" (default, the components' channel order) or "BGR".
-
-    Raises:
-        ValueError: negative or non-finite scale, unknown image_format; (when applied) an
-            image without 3 channels.
 
     Example:
         >>> RandomLighting(0.1)

@@ -175,11 +175,7 @@ def apply_planned_image(
     ``apply_image`` ends in, so the pixels are identical to it).
 
     Any other plan runs transform by transform (``apply_image``), flipping in place when
-    ``owned``.
-
-    Raises:
-        TransformError: the image's size does not fit the plan.
-    """
+    ``owned``."""
     flat = _flat(transforms)
     if any(type(t) not in _FUSABLE for t in flat):
         if not owned:
