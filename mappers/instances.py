@@ -171,8 +171,7 @@ class Instances:
 
     @staticmethod
     def cat(instance_lists: Sequence[Instances]) -> Instances:
-        """Concatenate Instances of the same image size and fields.
-        """
+        """Concatenate Instances of the same image size and fields."""
         if len(instance_lists) == 0:
             raise ValueError("Instances.cat needs at least one Instances")
         for i, inst in enumerate(instance_lists):

@@ -20,17 +20,6 @@ import torch
 from ..errors import StructureShapeError
 from ..structure_common import TensorRows, as_tensor_of, check_cat_parts
 
-__all__ = [
-    "Boxes",
-    "RotatedBoxes",
-    "matched_pairwise_iou",
-    "pairwise_intersection",
-    "pairwise_ioa",
-    "pairwise_iou",
-    "pairwise_iou_rotated",
-    "rotated_corners",
-]
-
 
 def _as_float_boxes(tensor: Any, columns: int, owner: str) -> torch.Tensor:
     """Convert ``tensor`` to a float32 (N, columns) tensor (empty → (0, columns))."""
@@ -58,21 +47,18 @@ class Boxes(TensorRows):
         self.tensor: torch.Tensor = _as_float_boxes(tensor, 4, "Boxes")
 
     def clone(self) -> Self:
-        """Return a copy that shares no memory with these boxes.
-        """
+        """Return a copy that shares no memory with these boxes."""
         return type(self)(self.tensor.clone())
 
     def area(self) -> torch.Tensor:
-        """Area of every box, (x1 - x0) * (y1 - y0), as an N tensor (negative if inverted).
-        """
+        """Area of every box, (x1 - x0) * (y1 - y0), as an N tensor (negative if inverted)."""
         box = self.tensor
         return (box[:, 2] - box[:, 0]) * (box[:, 3] - box[:, 1])
 
     def clip(self, box_size: tuple[int, int]) -> None:
         """Clip the boxes, in place, to an image of ``box_size`` = (height, width).
 
-        x coordinates are clamped to [0, width], y coordinates to [0, height].
-        """
+        x coordinates are clamped to [0, width], y coordinates to [0, height]."""
         if not bool(torch.isfinite(self.tensor).all()):
             raise StructureShapeError("Boxes.clip: the box tensor contains infinite or NaN values")
         h, w = box_size
@@ -83,8 +69,7 @@ class Boxes(TensorRows):
         self.tensor = torch.stack((x0, y0, x1, y1), dim=-1)
 
     def nonempty(self, threshold: float = 0.0) -> torch.Tensor:
-        """Bool mask of the boxes whose width and height are both greater than ``threshold``.
-        """
+        """Bool mask of the boxes whose width and height are both greater than ``threshold``."""
         box = self.tensor
         widths = box[:, 2] - box[:, 0]
         heights = box[:, 3] - box[:, 1]
@@ -94,8 +79,7 @@ class Boxes(TensorRows):
         """Bool mask of the boxes inside an image of ``box_size`` = (height, width).
 
         A box is inside when x0, y0 >= -threshold, x1 < width + threshold and
-        y1 < height + threshold.
-        """
+        y1 < height + threshold."""
         height, width = box_size
         t = boundary_threshold
         return (
@@ -106,20 +90,17 @@ class Boxes(TensorRows):
         )
 
     def get_centers(self) -> torch.Tensor:
-        """Centres of the boxes as an Nx2 tensor of (x, y).
-        """
+        """Centres of the boxes as an Nx2 tensor of (x, y)."""
         return (self.tensor[:, :2] + self.tensor[:, 2:]) / 2
 
     def scale(self, scale_x: float, scale_y: float) -> None:
-        """Multiply x coordinates by ``scale_x`` and y coordinates by ``scale_y``, in place.
-        """
+        """Multiply x coordinates by ``scale_x`` and y coordinates by ``scale_y``, in place."""
         self.tensor[:, 0::2] *= scale_x
         self.tensor[:, 1::2] *= scale_y
 
     @classmethod
     def cat(cls, boxes_list: Sequence[Boxes]) -> Boxes:
-        """Concatenate a list of Boxes into one (an empty list gives empty Boxes).
-        """
+        """Concatenate a list of Boxes into one (an empty list gives empty Boxes)."""
         if len(check_cat_parts(boxes_list, cls)) == 0:
             return cls(torch.empty(0))
         return cls(torch.cat([b.tensor for b in boxes_list], dim=0))
@@ -169,13 +150,11 @@ class RotatedBoxes(Boxes):
         self.tensor = _as_float_boxes(tensor, 5, "RotatedBoxes")
 
     def area(self) -> torch.Tensor:
-        """Area of every box, w * h.
-        """
+        """Area of every box, w * h."""
         return self.tensor[:, 2] * self.tensor[:, 3]
 
     def normalize_angles(self) -> None:
-        """Bring every angle into [-180, 180), in place.
-        """
+        """Bring every angle into [-180, 180), in place."""
         self.tensor[:, 4] = (self.tensor[:, 4] + 180.0) % 360.0 - 180.0
 
     def clip(self, box_size: tuple[int, int], clip_angle_threshold: float = 1.0) -> None:
@@ -184,8 +163,7 @@ class RotatedBoxes(Boxes):
         Angles are normalized first (:meth:`normalize_angles`). Only boxes whose angle is
         within ``clip_angle_threshold`` degrees of 0 are clipped, as axis-aligned boxes
         (their angle is kept); the others are left unchanged, since clipping a rotated box
-        to the image does not give a rotated box.
-        """
+        to the image does not give a rotated box."""
         if not bool(torch.isfinite(self.tensor).all()):
             raise StructureShapeError(
                 "RotatedBoxes.clip: the box tensor contains infinite or NaN values"
@@ -207,16 +185,14 @@ class RotatedBoxes(Boxes):
         self.tensor[idx] = rows
 
     def nonempty(self, threshold: float = 0.0) -> torch.Tensor:
-        """Bool mask of the boxes whose w and h are both greater than ``threshold``.
-        """
+        """Bool mask of the boxes whose w and h are both greater than ``threshold``."""
         return (self.tensor[:, 2] > threshold) & (self.tensor[:, 3] > threshold)
 
     def inside_box(self, box_size: tuple[int, int], boundary_threshold: int = 0) -> torch.Tensor:
         """Bool mask of the boxes whose axis-aligned enclosing box lies inside the image.
 
         With (height, width) = ``box_size`` and t = ``boundary_threshold``, the enclosing box
-        must have x0, y0 >= -t, x1 < width + t, y1 < height + t.
-        """
+        must have x0, y0 >= -t, x1 < width + t, y1 < height + t."""
         height, width = box_size
         t = boundary_threshold
         cx, cy = self.tensor[..., 0], self.tensor[..., 1]
@@ -238,8 +214,7 @@ class RotatedBoxes(Boxes):
         parallelogram; as in detectron2 the result keeps the lengths of the scaled width and
         height vectors, ``w' = w * sqrt((sx cos a)^2 + (sy sin a)^2)``,
         ``h' = h * sqrt((sx sin a)^2 + (sy cos a)^2)``, and takes its angle from the scaled
-        height vector, ``a' = atan2(sx sin a, sy cos a)``. With ``sx == sy`` it is exact.
-        """
+        height vector, ``a' = atan2(sx sin a, sy cos a)``. With ``sx == sy`` it is exact."""
         self.tensor[:, 0] *= scale_x
         self.tensor[:, 1] *= scale_y
         theta = self.tensor[:, 4] * (math.pi / 180.0)

@@ -19,8 +19,6 @@ from catalog.validation import is_int
 
 from ..errors import StructureIndexError, StructureShapeError
 
-__all__ = ["ImageList"]
-
 
 class ImageList:
     """A batch of images padded to one size (``tensor``: N x ... x H x W) and their sizes.
@@ -88,8 +86,7 @@ class ImageList:
         rounded up to a multiple of it. Padding goes to the bottom and right, filled with
         ``pad_value``. ``padding_constraints`` (detectron2's backbone hint) may hold
         ``"size_divisibility"`` (overrides the argument) and ``"square_size"`` (> 0: pad to a
-        square of that side before the divisibility rounding).
-        """
+        square of that side before the divisibility rounding)."""
         if not isinstance(tensors, (list, tuple)) or len(tensors) == 0:
             raise StructureShapeError("ImageList.from_tensors needs a non-empty list of tensors")
         for i, t in enumerate(tensors):

@@ -21,8 +21,6 @@ from ..errors import StructureShapeError
 from ..structure_common import TensorRows, check_cat_parts
 from .boxes import Boxes
 
-__all__ = ["Keypoints", "keypoints_to_heatmap"]
-
 
 def keypoints_to_heatmap(
     keypoints: torch.Tensor, rois: torch.Tensor, heatmap_size: int
@@ -87,8 +85,7 @@ class Keypoints(TensorRows):
 
     @staticmethod
     def cat(keypoints_list: Sequence[Keypoints]) -> Keypoints:
-        """Concatenate Keypoints with the same K.
-        """
+        """Concatenate Keypoints with the same K."""
         check_cat_parts(keypoints_list, Keypoints, allow_empty=False)
         try:
             return Keypoints(torch.cat([k.tensor for k in keypoints_list], dim=0))

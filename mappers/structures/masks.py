@@ -28,8 +28,6 @@ from ..polygon_geometry import clip_polygon, polygon_area
 from ..structure_common import TensorRows, as_index, as_tensor_of, check_cat_parts, is_flat_polygon
 from .boxes import Boxes
 
-__all__ = ["BitMasks", "PolygonMasks", "ROIMasks", "paste_masks_in_image", "rasterize_polygons"]
-
 
 def _as_polygon(polygon: Any, where: str) -> np.ndarray:
     if is_flat_polygon(polygon):
@@ -112,8 +110,7 @@ class PolygonMasks:
         return torch.device("cpu")
 
     def get_bounding_boxes(self) -> Boxes:
-        """The tight box around each instance's polygons (all zeros for no polygon).
-        """
+        """The tight box around each instance's polygons (all zeros for no polygon)."""
         boxes = torch.zeros((len(self.polygons), 4), dtype=torch.float32)
         for i, instance in enumerate(self.polygons):
             if not instance:
@@ -139,8 +136,7 @@ class PolygonMasks:
 
         The box is mapped onto the M x M grid (x -> (x - x0) * M / max(x1 - x0, 0.1), same
         for y) and the moved polygons are rasterized; the result is an N x M x M bool tensor
-        on the boxes' device.
-        """
+        on the boxes' device."""
         tensor = boxes.tensor if isinstance(boxes, Boxes) else torch.as_tensor(boxes)
         if tensor.dim() != 2 or tensor.shape[0] != len(self) or tensor.shape[1] != 4:
             raise StructureShapeError(
@@ -191,8 +187,7 @@ class PolygonMasks:
 
     @classmethod
     def cat(cls, polymasks_list: Sequence[PolygonMasks]) -> PolygonMasks:
-        """Concatenate PolygonMasks.
-        """
+        """Concatenate PolygonMasks."""
         check_cat_parts(polymasks_list, PolygonMasks)
         out = cls.__new__(cls)
         out.polygons = list(itertools.chain.from_iterable(m.polygons for m in polymasks_list))
@@ -234,8 +229,7 @@ class BitMasks(TensorRows):
 
     def get_bounding_boxes(self) -> Boxes:
         """The tight box around each mask's set pixels (x1, y1 one past the last pixel);
-        all zeros for an empty mask.
-        """
+        all zeros for an empty mask."""
         boxes = torch.zeros((len(self), 4), dtype=torch.float32, device=self.device)
         height, width = self.image_size
         if len(self) == 0 or height == 0 or width == 0:
@@ -259,8 +253,7 @@ class BitMasks(TensorRows):
         Sampling is ROIAlign with ``aligned=True`` and an adaptive sampling grid (see
         :mod:`mappers.structures.roi_align`), thresholded at >= 0.5, as detectron2's mask
         targets. A box covering the whole mask with sides a multiple of ``mask_size`` gives
-        the mask average-pooled by that factor.
-        """
+        the mask average-pooled by that factor."""
         tensor = boxes.tensor if isinstance(boxes, Boxes) else torch.as_tensor(boxes)
         if tensor.dim() != 2 or tensor.shape[0] != len(self) or tensor.shape[1] != 4:
             raise StructureShapeError(
@@ -273,8 +266,7 @@ class BitMasks(TensorRows):
     def from_polygon_masks(
         polygon_masks: PolygonMasks | Sequence[Sequence[Any]], height: int, width: int
     ) -> BitMasks:
-        """Rasterize polygon masks (a PolygonMasks or a list of lists of polygons).
-        """
+        """Rasterize polygon masks (a PolygonMasks or a list of lists of polygons)."""
         if not isinstance(polygon_masks, PolygonMasks):
             polygon_masks = PolygonMasks(polygon_masks)
         height, width = int(height), int(width)
@@ -288,8 +280,7 @@ class BitMasks(TensorRows):
 
     @classmethod
     def cat(cls, bitmasks_list: Sequence[BitMasks]) -> BitMasks:
-        """Concatenate BitMasks of the same image size.
-        """
+        """Concatenate BitMasks of the same image size."""
         check_cat_parts(bitmasks_list, BitMasks, allow_empty=False)
         for i, masks in enumerate(bitmasks_list):
             if masks.image_size != bitmasks_list[0].image_size:
@@ -363,8 +354,7 @@ class ROIMasks(TensorRows):
         self, boxes: torch.Tensor | Boxes, height: int, width: int, threshold: float = 0.5
     ) -> BitMasks:
         """Paste every mask into its box on a (height, width) image; see
-        :func:`paste_masks_in_image`.
-        """
+        :func:`paste_masks_in_image`."""
         return BitMasks(paste_masks_in_image(self.tensor, boxes, (height, width), threshold))
 
 

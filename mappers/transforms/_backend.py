@@ -19,20 +19,6 @@ from catalog.errors import CatmapError
 
 from ..opencv_threads import get_cv2 as _configured_cv2
 
-__all__ = [
-    "TransformError",
-    "get_cv2",
-    "normalize_interp",
-    "resize_array",
-    "flip_array",
-    "as_contiguous",
-    "warp_affine",
-    "affine_coords",
-    "invert_affine",
-    "INTERP_NAMES",
-    "CV2_INTERP_NAMES",
-]
-
 
 class TransformError(CatmapError, ValueError):
     """A transform was given input it cannot handle (wrong image size, malformed coordinates)."""

@@ -26,15 +26,6 @@ import numpy as np
 from ..random_state import get_generator, use_generator
 from .transform import NoOpTransform, Transform, TransformList, _param_repr
 
-__all__ = [
-    "Augmentation",
-    "AugInput",
-    "AugmentationList",
-    "RandomApply",
-    "apply_augmentations",
-    "reads_shape_only",
-]
-
 
 class AugInput:
     """An image (HxW or HxWxC array) with optional Nx4 XYXY_ABS ``boxes`` and HxW ``sem_seg``,
@@ -218,8 +209,7 @@ class AugmentationList(Augmentation):
     ) -> TransformList | None:
         """The transforms for an image of ``image_shape`` drawn without the image: the same
         draws, in the same order, as calling the list. None when an augmentation is not
-        shape-only (nothing drawn) or a transform cannot tell its output size.
-        """
+        shape-only (nothing drawn) or a transform cannot tell its output size."""
         key = tuple(self.augs)
         if getattr(self, "_shape_only_for", None) != key:  # checked once per list
             self._shape_only = reads_shape_only(self)

@@ -41,23 +41,6 @@ from .transform import (
 )
 from .transform_affine import ExtentTransform, RotationTransform
 
-__all__ = [
-    "FixedSizeCrop",
-    "MinIoURandomCrop",
-    "RandomBrightness",
-    "RandomContrast",
-    "RandomCrop",
-    "RandomCrop_CategoryAreaConstraint",
-    "RandomExtent",
-    "RandomFlip",
-    "RandomLighting",
-    "RandomResize",
-    "RandomRotation",
-    "RandomSaturation",
-    "Resize",
-    "ResizeScale",
-    "ResizeShortestEdge",
-]
 
 logger = logging.getLogger(__name__)
 
@@ -65,14 +48,7 @@ _BILINEAR = 2  # PIL.Image.BILINEAR
 
 
 class RandomFlip(Augmentation):
-    """Flip the image horizontally or vertically with probability ``prob``.
-
-    Example:
-        >>> RandomFlip(prob=0.5)
-        RandomFlip(prob=0.5)
-        >>> RandomFlip(1.0, horizontal=False, vertical=True)
-        RandomFlip(prob=1.0, horizontal=False, vertical=True)
-    """
+    """Flip the image horizontally or vertically with probability ``prob``."""
 
     shape_only = True
 
@@ -106,12 +82,7 @@ def _pair(value: int | Sequence[int], owner: str, what: str) -> tuple[int, int]:
 
 
 class Resize(Augmentation):
-    """Resize the image to a fixed (h, w).
-
-    Example:
-        >>> Resize((200, 300))
-        Resize(shape=(200, 300))
-    """
+    """Resize the image to a fixed (h, w)."""
 
     shape_only = True
 
@@ -198,12 +169,7 @@ _CROP_TYPES = ("relative", "relative_range", "absolute", "absolute_range")
 
 
 class RandomCrop(Augmentation):
-    """Crop a random window of the image.
-
-    Example:
-        >>> RandomCrop("absolute", (100, 200))
-        RandomCrop(crop_type='absolute', crop_size=(100, 200))
-    """
+    """Crop a random window of the image."""
 
     shape_only = True
 
@@ -267,12 +233,7 @@ class RandomCrop_CategoryAreaConstraint(Augmentation):  # noqa: N801 (detectron2
     Up to 10 windows are drawn as RandomCrop would; the first where at least two categories
     are present (``ignored_category`` not counted) and none covers
     ``single_category_max_area`` of the counted pixels or more is used; otherwise the last
-    window drawn. With ``single_category_max_area >= 1`` it is a plain RandomCrop.
-
-    Example:
-        >>> RandomCrop_CategoryAreaConstraint("relative", (0.5, 0.5), 0.75, ignored_category=255)
-        RandomCrop_CategoryAreaConstraint(crop_type='relative', crop_size=(0.5, 0.5), single_category_max_area=0.75, ignored_category=255)
-    """
+    window drawn. With ``single_category_max_area >= 1`` it is a plain RandomCrop."""
 
     def __init__(
         self,
@@ -345,12 +306,7 @@ class MinIoURandomCrop(Augmentation):
     every box is at least the threshold and that contains at least one box centre is used.
     No boxes in the input (``AugInput.boxes`` None, as in a mapper that passes only the
     image) means no crop, as in detectron2; a warning says so once per augmentation. All
-    rounds failing also means no crop.
-
-    Example:
-        >>> MinIoURandomCrop(min_ious=(0.5,), min_crop_size=0.5)
-        MinIoURandomCrop(min_ious=(0.5,), min_crop_size=0.5)
-    """
+    rounds failing also means no crop."""
 
     def __init__(
         self,
@@ -443,12 +399,7 @@ class ResizeScale(Augmentation):
 
     A factor ``s`` is drawn uniformly in [min_scale, max_scale); the image is resized by
     ``min(s * target_height / h, s * target_width / w)``, sizes rounded half to even (as
-    ``numpy.round``) and at least 1.
-
-    Example:
-        >>> ResizeScale(0.1, 2.0, 1024, 1024)
-        ResizeScale(min_scale=0.1, max_scale=2.0, target_height=1024, target_width=1024)
-    """
+    ``numpy.round``) and at least 1."""
 
     shape_only = True  # reads only the image's shape (can be planned before decoding)
 
@@ -491,12 +442,7 @@ class FixedSizeCrop(Augmentation):
     is a TransformList ``[CropTransform, PadTransform]`` and has an inverse.
 
     Note: masks transformed with ``apply_segmentation`` are padded with ``seg_pad_value``
-    too; transform instance masks as polygons, or pad them with 0 yourself.
-
-    Example:
-        >>> FixedSizeCrop((1024, 1024))
-        FixedSizeCrop(crop_size=(1024, 1024))
-    """
+    too; transform instance masks as polygons, or pad them with 0 yourself."""
 
     shape_only = True  # reads only the image's shape (can be planned before decoding)
 
@@ -542,12 +488,7 @@ class FixedSizeCrop(Augmentation):
 
 
 class RandomResize(Augmentation):
-    """Resize to an (h, w) drawn uniformly from ``shape_list``.
-
-    Example:
-        >>> RandomResize([(32, 48), (64, 96)])
-        RandomResize(shape_list=[(32, 48), (64, 96)])
-    """
+    """Resize to an (h, w) drawn uniformly from ``shape_list``."""
 
     shape_only = True  # reads only the image's shape (can be planned before decoding)
 
@@ -580,12 +521,7 @@ def _finite_tuple(owner: str, what: str, values: Any, length: int | None = None)
 class RandomRotation(Augmentation):
     """Rotate by a random angle (degrees, counter-clockwise) about a random or fixed centre.
 
-    Angles that are multiples of 360 give a NoOpTransform.
-
-    Example:
-        >>> RandomRotation([-10, 10])
-        RandomRotation(angle=(-10.0, 10.0))
-    """
+    Angles that are multiples of 360 give a NoOpTransform."""
 
     shape_only = True  # reads only the image's shape (can be planned before decoding)
 
@@ -649,12 +585,7 @@ class RandomExtent(Augmentation):
     uniformly in ``scale_range`` and shifted by ``(w * shift_x * (r1 - 0.5),
     h * shift_y * (r2 - 0.5))`` with r1, r2 uniform in [0, 1). The output keeps the
     rectangle's size in pixels (rounded down, at least 1), so scales above 1 zoom out and
-    below 1 zoom in only through cropping.
-
-    Example:
-        >>> RandomExtent((0.5, 1.5), (0.2, 0.2))
-        RandomExtent(scale_range=(0.5, 1.5), shift_range=(0.2, 0.2))
-    """
+    below 1 zoom in only through cropping."""
 
     shape_only = True  # reads only the image's shape (can be planned before decoding)
 
@@ -703,12 +634,7 @@ class _RandomIntensity(Augmentation):
 
 
 class RandomBrightness(_RandomIntensity):
-    """Scale brightness by a factor drawn in [intensity_min, intensity_max) (blend with black).
-
-    Example:
-        >>> RandomBrightness(0.8, 1.2)
-        RandomBrightness(intensity_min=0.8, intensity_max=1.2)
-    """
+    """Scale brightness by a factor drawn in [intensity_min, intensity_max) (blend with black)."""
 
     shape_only = True  # draws a factor; never reads the pixels
 
@@ -738,12 +664,7 @@ _GRAY_WEIGHTS = {
 
 
 class RandomSaturation(_RandomIntensity):
-    """Scale saturation by a factor drawn in [intensity_min, intensity_max) (blend with gray).
-
-    Example:
-        >>> RandomSaturation(0.5, 1.5)
-        RandomSaturation(intensity_min=0.5, intensity_max=1.5)
-    """
+    """Scale saturation by a factor drawn in [intensity_min, intensity_max) (blend with gray)."""
 
     def __init__(
         self, intensity_min: float, intensity_max: float, *, image_format: str = "RGB"
@@ -772,12 +693,7 @@ class RandomLighting(Augmentation):
 
     As in detectron2 the offset is added on the image's own value scale (for a uint8 image it
     is a small shift of a fraction of a level per unit of alpha, the result clipped and
-    truncated to uint8). Coordinates and masks are unchanged.
-
-    Example:
-        >>> RandomLighting(0.1)
-        RandomLighting(scale=0.1)
-    """
+    truncated to uint8). Coordinates and masks are unchanged."""
 
     shape_only = True  # draws weights; reads only the image's shape
 

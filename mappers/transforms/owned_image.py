@@ -38,12 +38,6 @@ from .transform import (
     VFlipTransform,
 )
 
-__all__ = [
-    "OwnedImageAugInput",
-    "apply_planned_image",
-    "flip_in_place",
-    "reduced_decode_size",
-]
 
 _FLIPS = (HFlipTransform, VFlipTransform)
 _FUSABLE = (HFlipTransform, VFlipTransform, ResizeTransform, NoOpTransform)

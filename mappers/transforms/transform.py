@@ -28,22 +28,6 @@ import numpy as np
 from ..polygon_geometry import clip_points, polygon_area
 from ._backend import TransformError, flip_array, normalize_interp, resize_array
 
-__all__ = [
-    "Transform",
-    "TransformList",
-    "NoOpTransform",
-    "HFlipTransform",
-    "VFlipTransform",
-    "ResizeTransform",
-    "CropTransform",
-    "PadTransform",
-    "BlendTransform",
-    "ColorTransform",
-    "PILColorTransform",
-    "GeometryPreservingTransform",
-    "TransformError",
-]
-
 
 def check_input_size(transform: Any, array: np.ndarray, what: str) -> None:
     """Raise TransformError unless ``array`` is ``transform.h x transform.w``."""

@@ -30,7 +30,6 @@ from .transform import (
     check_input_size,
 )
 
-__all__ = ["RotationTransform", "ExtentTransform"]
 
 _BILINEAR = 2  # PIL.Image.BILINEAR
 
