@@ -1,10 +1,4 @@
-"""Instances: the per-image set of objects (boxes, classes, masks, ...) as aligned fields.
-
-Every field holds one entry per instance: a torch tensor, a numpy array, a list, or any
-object supporting ``len`` and indexing (and, for :meth:`Instances.cat`, a ``cat`` classmethod;
-for :meth:`Instances.to`, a ``to`` method) — in particular the detectron2 structures of
-:mod:`mappers.structures` (``Boxes``, ``RotatedBoxes``, ``BitMasks``, ``PolygonMasks``,
-``ROIMasks``, ``Keypoints``), which :func:`~mappers.annotations_to_instances` fills.
+"""Instances: the objects of one image as aligned fields (tensors, arrays, lists or structures).
 
 Example:
     >>> import torch
@@ -58,17 +52,7 @@ def _index_value(value: Any, index: Any) -> Any:
 
 
 class Instances:
-    """Objects detected in (or annotated on) one image, stored as aligned fields.
-
-    Fields are set as attributes (``inst.gt_boxes = ...``) or with :meth:`set`, and all have
-    the same length. ``image_size`` is (height, width).
-
-    Example:
-        >>> inst = Instances((10, 20))
-        >>> inst.set("scores", torch.tensor([0.9, 0.1]))
-        >>> inst
-        Instances(num_instances=2, image_height=10, image_width=20, fields=[scores: Tensor(2,)])
-    """
+    """Fields of one length, set as attributes or with :meth:`set`; ``image_size`` is (h, w)."""
 
     def __init__(self, image_size: tuple[int, int], **fields: Any) -> None:
         self._image_size = (int(image_size[0]), int(image_size[1]))

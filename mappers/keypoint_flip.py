@@ -24,14 +24,8 @@ class KeypointFlipError(CatmapError, ValueError):
 
 
 def create_keypoint_hflip_indices(dataset_names_or_metadata: Any) -> np.ndarray:
-    """Indices that swap left/right keypoints, from metadata ``keypoint_names`` and
-    ``keypoint_flip_map``.
-
-    Example:
-        >>> meta = {"keypoint_names": ["nose", "left_eye", "right_eye"],
-        ...         "keypoint_flip_map": [("left_eye", "right_eye")]}
-        >>> create_keypoint_hflip_indices(meta).tolist()
-        [0, 2, 1]
+    """Indices that swap left/right keypoints (``flipped = keypoints[indices]``), from the
+    ``keypoint_names`` and ``keypoint_flip_map`` of dataset names or metadata (all alike).
     """
     items = dataset_names_or_metadata
     if isinstance(items, (str, Mapping)) or not isinstance(items, (list, tuple)):

@@ -34,14 +34,7 @@ def _as_float_boxes(tensor: Any, columns: int, owner: str) -> torch.Tensor:
 
 
 class Boxes(TensorRows):
-    """N axis-aligned boxes stored in ``tensor``, an Nx4 float32 tensor of (x0, y0, x1, y1).
-
-    Example:
-        >>> Boxes(torch.tensor([[1, 2, 3, 4]])).tensor.dtype
-        torch.float32
-        >>> Boxes([]).tensor.shape
-        torch.Size([0, 4])
-    """
+    """N boxes stored in ``tensor``, an Nx4 float32 tensor of (x0, y0, x1, y1); empty input gives (0, 4)."""
 
     def __init__(self, tensor: Any) -> None:
         self.tensor: torch.Tensor = _as_float_boxes(tensor, 4, "Boxes")
@@ -76,10 +69,7 @@ class Boxes(TensorRows):
         return (widths > threshold) & (heights > threshold)
 
     def inside_box(self, box_size: tuple[int, int], boundary_threshold: int = 0) -> torch.Tensor:
-        """Bool mask of the boxes inside an image of ``box_size`` = (height, width).
-
-        A box is inside when x0, y0 >= -threshold, x1 < width + threshold and
-        y1 < height + threshold."""
+        """Bool mask: x0, y0 >= -t, x1 < width + t and y1 < height + t."""
         height, width = box_size
         t = boundary_threshold
         return (
@@ -114,14 +104,8 @@ class Boxes(TensorRows):
 
 
 def rotated_corners(tensor: torch.Tensor) -> torch.Tensor:
-    """The 4 corners of each rotated box, as an Nx4x2 tensor in the input's dtype.
-
-    Corners go around the box in a consistent order (the order of
-    ``(-w/2, -h/2), (w/2, -h/2), (w/2, h/2), (-w/2, h/2)`` before the rotation).
-
-    Example:
-        >>> rotated_corners(torch.tensor([[0.0, 0.0, 2.0, 4.0, 0.0]]))[0].tolist()
-        [[-1.0, -2.0], [1.0, -2.0], [1.0, 2.0], [-1.0, 2.0]]
+    """The 4 corners of each rotated box (Nx4x2, input dtype), in the order of
+    (-w/2, -h/2), (w/2, -h/2), (w/2, h/2), (-w/2, h/2) before the rotation.
     """
     cx, cy, w, h, angle = tensor.unbind(-1)
     theta = angle * (math.pi / 180.0)
@@ -139,12 +123,7 @@ def rotated_corners(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class RotatedBoxes(Boxes):
-    """N rotated boxes stored in ``tensor``, an Nx5 float32 tensor of (cx, cy, w, h, angle).
-
-    Example:
-        >>> RotatedBoxes([]).tensor.shape
-        torch.Size([0, 5])
-    """
+    """N rotated boxes stored in ``tensor``, an Nx5 float32 tensor of (cx, cy, w, h, angle)."""
 
     def __init__(self, tensor: Any) -> None:
         self.tensor = _as_float_boxes(tensor, 5, "RotatedBoxes")
@@ -158,12 +137,9 @@ class RotatedBoxes(Boxes):
         self.tensor[:, 4] = (self.tensor[:, 4] + 180.0) % 360.0 - 180.0
 
     def clip(self, box_size: tuple[int, int], clip_angle_threshold: float = 1.0) -> None:
-        """Clip the nearly horizontal boxes, in place, to an image of (height, width).
-
-        Angles are normalized first (:meth:`normalize_angles`). Only boxes whose angle is
-        within ``clip_angle_threshold`` degrees of 0 are clipped, as axis-aligned boxes
-        (their angle is kept); the others are left unchanged, since clipping a rotated box
-        to the image does not give a rotated box."""
+        """Clip, in place, the boxes within ``clip_angle_threshold`` degrees of horizontal (after
+        normalizing angles) as axis-aligned boxes; the others are left as they are.
+        """
         if not bool(torch.isfinite(self.tensor).all()):
             raise StructureShapeError(
                 "RotatedBoxes.clip: the box tensor contains infinite or NaN values"
@@ -189,10 +165,7 @@ class RotatedBoxes(Boxes):
         return (self.tensor[:, 2] > threshold) & (self.tensor[:, 3] > threshold)
 
     def inside_box(self, box_size: tuple[int, int], boundary_threshold: int = 0) -> torch.Tensor:
-        """Bool mask of the boxes whose axis-aligned enclosing box lies inside the image.
-
-        With (height, width) = ``box_size`` and t = ``boundary_threshold``, the enclosing box
-        must have x0, y0 >= -t, x1 < width + t, y1 < height + t."""
+        """Bool mask of the boxes whose axis-aligned enclosing box lies inside the image."""
         height, width = box_size
         t = boundary_threshold
         cx, cy = self.tensor[..., 0], self.tensor[..., 1]
@@ -208,13 +181,9 @@ class RotatedBoxes(Boxes):
         return self.tensor[:, :2]
 
     def scale(self, scale_x: float, scale_y: float) -> None:
-        """Scale the boxes, in place, as the image is scaled by (``scale_x``, ``scale_y``).
-
-        The centre scales like any point. A rotated rectangle scaled unevenly becomes a
-        parallelogram; as in detectron2 the result keeps the lengths of the scaled width and
-        height vectors, ``w' = w * sqrt((sx cos a)^2 + (sy sin a)^2)``,
-        ``h' = h * sqrt((sx sin a)^2 + (sy cos a)^2)``, and takes its angle from the scaled
-        height vector, ``a' = atan2(sx sin a, sy cos a)``. With ``sx == sy`` it is exact."""
+        """Scale in place as detectron2 does: the centre scales, w and h become the lengths of
+        the scaled axes and the angle that of the scaled height axis (exact when sx == sy).
+        """
         self.tensor[:, 0] *= scale_x
         self.tensor[:, 1] *= scale_y
         theta = self.tensor[:, 4] * (math.pi / 180.0)
@@ -231,12 +200,7 @@ def _check_boxes(name: str, *pairs: tuple[str, object]) -> None:
 
 
 def pairwise_intersection(boxes1: Boxes, boxes2: Boxes) -> torch.Tensor:
-    """Intersection area of every pair of boxes, an NxM tensor (0 where they do not meet).
-
-    Example:
-        >>> pairwise_intersection(Boxes([[0, 0, 4, 4]]), Boxes([[2, 2, 8, 8]])).tolist()
-        [[4.0]]
-    """
+    """Intersection area of every pair of boxes, an NxM tensor."""
     _check_boxes("pairwise_intersection", ("boxes1", boxes1), ("boxes2", boxes2))
     a, b = boxes1.tensor, boxes2.tensor
     size = torch.min(a[:, None, 2:], b[:, 2:]) - torch.max(a[:, None, :2], b[:, :2])
@@ -244,15 +208,8 @@ def pairwise_intersection(boxes1: Boxes, boxes2: Boxes) -> torch.Tensor:
 
 
 def pairwise_iou(boxes1: Boxes, boxes2: Boxes) -> torch.Tensor:
-    """Intersection over union of every pair of boxes, an NxM tensor in [0, 1].
-
-    Pairs that do not intersect (and boxes without area) give 0. Two
-    :class:`RotatedBoxes` are compared exactly as rotated rectangles
-    (:func:`pairwise_iou_rotated`).
-
-    Example:
-        >>> pairwise_iou(Boxes([[0, 0, 2, 2]]), Boxes([[0, 0, 2, 2], [1, 0, 3, 2]])).tolist()
-        [[1.0, 0.3333333432674408]]
+    """IoU of every pair of boxes, an NxM tensor (0 for no overlap); RotatedBoxes are compared
+    exactly as rotated rectangles.
     """
     if isinstance(boxes1, RotatedBoxes) or isinstance(boxes2, RotatedBoxes):
         return pairwise_iou_rotated(boxes1, boxes2)  # type: ignore[arg-type]
@@ -265,12 +222,7 @@ def pairwise_iou(boxes1: Boxes, boxes2: Boxes) -> torch.Tensor:
 
 
 def pairwise_ioa(boxes1: Boxes, boxes2: Boxes) -> torch.Tensor:
-    """Intersection over the area of ``boxes2`` for every pair, an NxM tensor.
-
-    Example:
-        >>> pairwise_ioa(Boxes([[0, 0, 10, 10]]), Boxes([[5, 5, 7, 7], [8, 0, 12, 1]])).tolist()
-        [[1.0, 0.5]]
-    """
+    """Intersection over the area of ``boxes2`` for every pair, an NxM tensor."""
     _check_boxes("pairwise_ioa", ("boxes1", boxes1), ("boxes2", boxes2))
     area2 = boxes2.area()
     inter = pairwise_intersection(boxes1, boxes2)
@@ -280,12 +232,7 @@ def pairwise_ioa(boxes1: Boxes, boxes2: Boxes) -> torch.Tensor:
 
 
 def matched_pairwise_iou(boxes1: Boxes, boxes2: Boxes) -> torch.Tensor:
-    """IoU of ``boxes1[i]`` with ``boxes2[i]`` for each i, an N tensor.
-
-    Example:
-        >>> matched_pairwise_iou(Boxes([[0, 0, 2, 2]]), Boxes([[1, 0, 3, 2]])).tolist()
-        [0.3333333432674408]
-    """
+    """IoU of ``boxes1[i]`` with ``boxes2[i]`` for each i, an N tensor."""
     _check_boxes("matched_pairwise_iou", ("boxes1", boxes1), ("boxes2", boxes2))
     if len(boxes1) != len(boxes2):
         raise StructureShapeError(
@@ -303,19 +250,13 @@ def matched_pairwise_iou(boxes1: Boxes, boxes2: Boxes) -> torch.Tensor:
 def pairwise_iou_rotated(
     boxes1: RotatedBoxes | torch.Tensor, boxes2: RotatedBoxes | torch.Tensor
 ) -> torch.Tensor:
-    """Exact IoU of every pair of rotated boxes, an NxM float32 tensor in [0, 1].
-
-    Takes RotatedBoxes (as ``detectron2.structures.pairwise_iou_rotated``) or raw Nx5
-    tensors (as ``detectron2.layers.pairwise_iou_rotated``). The intersection polygon of
-    each pair is computed exactly (up to float64 rounding), in O(N * M) time and bounded
-    memory (see :mod:`mappers.structures.rotated_iou`).
+    """Exact IoU of every pair of rotated boxes (RotatedBoxes or Nx5 tensors), an NxM float32
+    tensor, in O(N * M) time and bounded memory.
 
     Example:
         >>> a = RotatedBoxes([[0, 0, 2, 2, 0]]); b = RotatedBoxes([[0, 0, 2, 2, 90]])
         >>> round(pairwise_iou_rotated(a, b).item(), 5)
         1.0
-        >>> pairwise_iou_rotated(torch.zeros(0, 5), torch.zeros(3, 5)).shape
-        torch.Size([0, 3])
     """
     tensors = []
     for label, value in (("boxes1", boxes1), ("boxes2", boxes2)):
@@ -403,10 +344,7 @@ def _intersection_areas(boxes_a: torch.Tensor, boxes_b: torch.Tensor) -> torch.T
 
 
 def _pairwise_iou_rotated_tensors(boxes1: torch.Tensor, boxes2: torch.Tensor) -> torch.Tensor:
-    """IoU of every pair of rotated boxes given as Nx5 and Mx5 tensors; an NxM float32 tensor.
-
-    Boxes with no area give IoU 0 with everything. Computed in float64 on the inputs'
-    device, returned as float32."""
+    """NxM float32 IoU, computed in float64 on the inputs' device (no area: 0)."""
     n, m = boxes1.shape[0], boxes2.shape[0]
     out = torch.zeros((n, m), dtype=torch.float32, device=boxes1.device)
     if n == 0 or m == 0:

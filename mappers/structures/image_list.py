@@ -21,12 +21,7 @@ from ..errors import StructureIndexError, StructureShapeError
 
 
 class ImageList:
-    """A batch of images padded to one size (``tensor``: N x ... x H x W) and their sizes.
-
-    Example:
-        >>> len(ImageList(torch.zeros(2, 3, 8, 8), [(8, 8), (5, 6)]))
-        2
-    """
+    """A batch of images padded to one size (``tensor``: N x ... x H x W) and their sizes."""
 
     def __init__(self, tensor: torch.Tensor, image_sizes: Sequence[tuple[int, int]]) -> None:
         if not isinstance(tensor, torch.Tensor) or tensor.dim() < 3:
@@ -80,13 +75,10 @@ class ImageList:
         pad_value: float = 0.0,
         padding_constraints: Mapping[str, int] | None = None,
     ) -> ImageList:
-        """Pad images (each ... x H x W, same leading shape) to one size and stack them.
-
-        The padded size is the largest H and W; with ``size_divisibility`` > 1 both are
-        rounded up to a multiple of it. Padding goes to the bottom and right, filled with
-        ``pad_value``. ``padding_constraints`` (detectron2's backbone hint) may hold
-        ``"size_divisibility"`` (overrides the argument) and ``"square_size"`` (> 0: pad to a
-        square of that side before the divisibility rounding)."""
+        """Pad images to the largest H and W (rounded up to ``size_divisibility``), bottom and
+        right, with ``pad_value``; ``padding_constraints`` may set ``size_divisibility`` and a
+        ``square_size``.
+        """
         if not isinstance(tensors, (list, tuple)) or len(tensors) == 0:
             raise StructureShapeError("ImageList.from_tensors needs a non-empty list of tensors")
         for i, t in enumerate(tensors):

@@ -1,7 +1,4 @@
-"""Keypoints: N instances x K keypoints as an NxKx3 float32 tensor of (x, y, visibility).
-
-Coordinates are continuous image coordinates (pixel (i, j) covers [j, j + 1) x [i, i + 1)),
-visibility follows COCO (0: not labelled, 1: labelled but hidden, 2: visible).
+"""Keypoints: an NxKx3 float32 tensor of (x, y, visibility), COCO visibility (0, 1, 2).
 
 Example:
     >>> kps = Keypoints([[[1.5, 2.5, 2], [9.0, 9.0, 0]]])
@@ -25,11 +22,9 @@ from .boxes import Boxes
 def keypoints_to_heatmap(
     keypoints: torch.Tensor, rois: torch.Tensor, heatmap_size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Map keypoints into the cells of a ``heatmap_size`` x ``heatmap_size`` grid over each box.
-
-    A keypoint at continuous x in [x0, x1) goes to cell ``floor((x - x0) * S / (x1 - x0))``
-    (Heckbert's convention: continuous c lies in discrete cell floor(c)); one exactly on the
-    right / bottom edge goes to the last cell S - 1. The heatmap index is ``y * S + x``."""
+    """Heatmap cell ``y * S + x`` of each keypoint in its box (x -> floor((x - x0) * S / (x1 - x0)),
+    the right / bottom edge in cell S - 1) and whether it is valid (labelled and inside).
+    """
     if rois.numel() == 0:
         empty = torch.zeros((0, keypoints.shape[1] if keypoints.dim() == 3 else 0))
         return empty.long(), empty.long()
@@ -49,12 +44,7 @@ def keypoints_to_heatmap(
 
 
 class Keypoints(TensorRows):
-    """Keypoints of N instances stored in ``tensor``, an NxKx3 float32 tensor.
-
-    Example:
-        >>> Keypoints(torch.zeros(2, 17, 3)).tensor.shape
-        torch.Size([2, 17, 3])
-    """
+    """Keypoints of N instances stored in ``tensor``, an NxKx3 float32 tensor."""
 
     def __init__(self, keypoints: Any) -> None:
         if isinstance(keypoints, torch.Tensor):

@@ -51,14 +51,8 @@ def _as_polygon(polygon: Any, where: str) -> np.ndarray:
 
 
 def rasterize_polygons(polygons: Sequence[np.ndarray], height: int, width: int) -> np.ndarray:
-    """Rasterize one instance's polygons into an HxW bool mask (COCO's rasterizer).
-
-    Polygons are first clipped to one pixel around the image, so coordinates far outside
-    the image (a polygon much larger than a crop box) are fine and cost nothing extra.
-
-    Example:
-        >>> int(rasterize_polygons([np.array([-50.0, -50, 2, -50, 2, 2, -50, 2])], 4, 4).sum())
-        4
+    """One instance's polygons as an HxW bool mask (COCO's rasterizer), clipped first to one
+    pixel around the image so far-out coordinates cost nothing.
     """
     clipped = [clip_polygon(p, -1.0, -1.0, width + 1.0, height + 1.0) for p in polygons]
     clipped = [p for p in clipped if p.size >= 6]
@@ -66,12 +60,7 @@ def rasterize_polygons(polygons: Sequence[np.ndarray], height: int, width: int) 
 
 
 class PolygonMasks:
-    """Instance masks as polygons: ``polygons[i]`` is the list of polygons of instance i.
-
-    Example:
-        >>> PolygonMasks([[[0, 0, 1, 0, 1, 1]]]).polygons[0][0].dtype
-        dtype('float64')
-    """
+    """Instance masks as polygons: ``polygons[i]`` lists instance i's flat float64 polygons."""
 
     def __init__(self, polygons: Sequence[Sequence[Any]]) -> None:
         if not isinstance(polygons, (list, tuple)):
@@ -132,11 +121,9 @@ class PolygonMasks:
         return torch.tensor(areas, dtype=torch.float32)
 
     def crop_and_resize(self, boxes: torch.Tensor | Boxes, mask_size: int) -> torch.Tensor:
-        """Rasterize instance i's polygons inside ``boxes[i]`` at ``mask_size`` x ``mask_size``.
-
-        The box is mapped onto the M x M grid (x -> (x - x0) * M / max(x1 - x0, 0.1), same
-        for y) and the moved polygons are rasterized; the result is an N x M x M bool tensor
-        on the boxes' device."""
+        """Rasterize instance i's polygons moved into ``boxes[i]`` on an M x M grid
+        (x -> (x - x0) * M / max(x1 - x0, 0.1)); an N x M x M bool tensor on the boxes' device.
+        """
         tensor = boxes.tensor if isinstance(boxes, Boxes) else torch.as_tensor(boxes)
         if tensor.dim() != 2 or tensor.shape[0] != len(self) or tensor.shape[1] != 4:
             raise StructureShapeError(
@@ -202,12 +189,7 @@ def _as_bool_masks(tensor: Any) -> torch.Tensor:
 
 
 class BitMasks(TensorRows):
-    """Instance masks stored in ``tensor``, an NxHxW bool tensor.
-
-    Example:
-        >>> BitMasks(torch.ones(1, 2, 3)).tensor.dtype
-        torch.bool
-    """
+    """Instance masks stored in ``tensor``, an NxHxW bool tensor (non-zero input is set)."""
 
     def __init__(self, tensor: Any) -> None:
         self.tensor: torch.Tensor = _as_bool_masks(tensor)
@@ -248,12 +230,9 @@ class BitMasks(TensorRows):
         return Boxes(boxes)
 
     def crop_and_resize(self, boxes: torch.Tensor | Boxes, mask_size: int) -> torch.Tensor:
-        """Crop each mask to its box and resample it to ``mask_size`` x ``mask_size``.
-
-        Sampling is ROIAlign with ``aligned=True`` and an adaptive sampling grid (see
-        :mod:`mappers.structures.roi_align`), thresholded at >= 0.5, as detectron2's mask
-        targets. A box covering the whole mask with sides a multiple of ``mask_size`` gives
-        the mask average-pooled by that factor."""
+        """Each mask's box resampled to M x M by ROIAlign (aligned, adaptive sampling) and
+        thresholded at 0.5, as detectron2's mask targets.
+        """
         tensor = boxes.tensor if isinstance(boxes, Boxes) else torch.as_tensor(boxes)
         if tensor.dim() != 2 or tensor.shape[0] != len(self) or tensor.shape[1] != 4:
             raise StructureShapeError(
@@ -335,12 +314,7 @@ def paste_masks_in_image(
 
 
 class ROIMasks(TensorRows):
-    """N masks, each of M x M predicted inside its own box (``tensor``: N x M x M).
-
-    Example:
-        >>> len(ROIMasks(torch.zeros(3, 28, 28)))
-        3
-    """
+    """N masks, each M x M predicted inside its own box (``tensor``: N x M x M)."""
 
     def __init__(self, tensor: torch.Tensor) -> None:
         tensor = torch.as_tensor(tensor)
@@ -365,12 +339,7 @@ _MAX_SAMPLES = 1 << 22
 
 
 def sample_weights(start: float, length: float, size: int, bins: int) -> torch.Tensor:
-    """The ``bins x size`` matrix averaging the bilinear samples of each bin along one axis.
-
-    Example:
-        >>> sample_weights(0.0, 4.0, 4, 2).tolist()
-        [[0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.5, 0.5]]
-    """
+    """The ``bins x size`` matrix averaging the bilinear samples of each bin along one axis."""
     if not (math.isfinite(start) and math.isfinite(length)):
         raise StructureShapeError(
             f"crop_and_resize: box coordinates must be finite, got start {start}, length {length}"

@@ -25,14 +25,7 @@ class TransformError(CatmapError, ValueError):
 
 
 #: Pillow's resampling constants, by value.
-INTERP_NAMES: dict[int, str] = {
-    0: "nearest",
-    1: "lanczos",
-    2: "bilinear",
-    3: "bicubic",
-    4: "box",
-    5: "hamming",
-}
+INTERP_NAMES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
 _NAME_TO_PIL = {name: value for value, name in INTERP_NAMES.items()}
 _NAME_ALIASES = {"linear": "bilinear", "cubic": "bicubic", "area": "box", "antialias": "lanczos"}
 
@@ -61,20 +54,14 @@ _CV2_CODES = (
     "4 INTER_LANCZOS4)"
 )
 #: OpenCV's interpolation flags, by value.
-CV2_INTERP_NAMES: dict[int, str] = {
-    0: "nearest",
-    1: "bilinear",
-    2: "bicubic",
-    3: "box",
-    4: "lanczos",
-}
+CV2_INTERP_NAMES = {0: "nearest", 1: "bilinear", 2: "bicubic", 3: "box", 4: "lanczos"}
 
 
 def normalize_interp(
     interp: int | str | None, default: str = "bilinear", *, opencv: bool = False
 ) -> str:
-    """Return the canonical name of an interpolation given as a name or a numeric constant:
-    Pillow's (:data:`INTERP_NAMES`), or OpenCV's (:data:`CV2_INTERP_NAMES`) with ``opencv``.
+    """The name of an interpolation given as a name or a Pillow (or, with ``opencv``, an
+    OpenCV) constant.
 
     Example:
         >>> normalize_interp(2), normalize_interp("NEAREST"), normalize_interp(None)
@@ -116,17 +103,12 @@ def _resize_nearest(img: np.ndarray, new_h: int, new_w: int) -> np.ndarray:
     return np.take(np.take(img, rows, axis=0), cols, axis=1)
 
 
-_CV2_FLAGS = {
-    "bilinear": "INTER_LINEAR",
-    "bicubic": "INTER_CUBIC",
-    "lanczos": "INTER_LANCZOS4",
-    "box": "INTER_AREA",
-}
+_CV2_FLAGS = {"bilinear": "LINEAR", "bicubic": "CUBIC", "lanczos": "LANCZOS4", "box": "AREA"}
 
 
 def _resize_cv2(cv2: Any, img: np.ndarray, new_h: int, new_w: int, name: str) -> np.ndarray:
     src = as_contiguous(img)  # e.g. a flipped view with negative strides
-    out = cv2.resize(src, (new_w, new_h), interpolation=getattr(cv2, _CV2_FLAGS[name]))
+    out = cv2.resize(src, (new_w, new_h), interpolation=getattr(cv2, "INTER_" + _CV2_FLAGS[name]))
     if img.ndim == 3 and out.ndim == 2:  # cv2 drops a trailing channel axis of size 1
         out = out[:, :, None]
     return out
@@ -160,15 +142,8 @@ def _resize_torch(img: np.ndarray, new_h: int, new_w: int, name: str) -> np.ndar
 
 
 def resize_array(img: np.ndarray, new_h: int, new_w: int, interp: int | str | None) -> np.ndarray:
-    """Resize an HxW or HxWxC array to (new_h, new_w), keeping its dtype and channel axis.
-
-    OpenCV (``cv2.resize``) is used when installed and the dtype allows, then Pillow for uint8
-    images with 1, 3 or 4 channels and float32 single-channel images, then torch.
-
-    Example:
-        >>> resize_array(np.zeros((4, 6, 3), np.uint8), 2, 3, "bilinear").shape
-        (2, 3, 3)
-    """
+    """Resize an HxW / HxWxC array keeping dtype and channel axis: OpenCV when the dtype
+    allows, else Pillow (uint8 with 1, 3, 4 channels; float32 gray), else torch."""
     if img.ndim not in (2, 3):
         raise ValueError(f"resize expects an HxW or HxWxC array, got shape {img.shape}")
     name = normalize_interp(interp)
@@ -197,33 +172,16 @@ def resize_array(img: np.ndarray, new_h: int, new_w: int, interp: int | str | No
 
 
 def flip_array(img: np.ndarray, horizontal: bool) -> np.ndarray:
-    """Flip an HxW, HxWxC or NxHxWxC array left-right (``horizontal``) or top-bottom.
-
-    Returns a numpy view with a negative stride: no pixels are copied. A later resize turns
-    such a view back into a contiguous array with ``cv2.flip`` (see :func:`as_contiguous`),
-    and the CHW copy a model input needs absorbs the flip for free.
-
-    Example:
-        >>> flip_array(np.array([[1, 2, 3]], np.uint8), horizontal=True).tolist()
-        [[3, 2, 1]]
-    """
+    """Flip an HxW, HxWxC or NxHxWxC array as a view (no copy; a later resize or the CHW
+    copy of the model input makes it contiguous for free)."""
     if img.ndim <= 3:
         return img[:, ::-1] if horizontal else img[::-1]
     return img[..., ::-1, :] if horizontal else img[..., ::-1, :, :]
 
 
 def as_contiguous(img: np.ndarray) -> np.ndarray:
-    """Return ``img`` as a C-contiguous array, cheaply when it is a flipped view.
-
-    A horizontally and/or vertically flipped view of a contiguous HxW / HxWxC array is
-    flipped back into place with ``cv2.flip`` (about 20x faster than numpy's strided copy);
-    anything else goes through ``np.ascontiguousarray``.
-
-    Example:
-        >>> base = np.arange(6, dtype=np.uint8).reshape(2, 3)
-        >>> as_contiguous(base[:, ::-1]).flags.c_contiguous
-        True
-    """
+    """``img`` C-contiguous; a flipped view of a contiguous array goes through ``cv2.flip``
+    (about 20x faster than numpy's strided copy)."""
     if img.flags.c_contiguous:
         return img
     cv2 = get_cv2()
@@ -243,33 +201,19 @@ def as_contiguous(img: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(img)
 
 
-_CV2_WARP_FLAGS = {
-    "bilinear": "INTER_LINEAR",
-    "bicubic": "INTER_CUBIC",
-    "lanczos": "INTER_LANCZOS4",
-    "box": "INTER_LINEAR",  # warpAffine has no area mode: OpenCV itself falls back to linear
-}
+# warpAffine has no area mode: OpenCV itself falls back to linear
+_CV2_WARP_FLAGS = {**_CV2_FLAGS, "box": "LINEAR"}
 #: Largest output a warp may produce (pixels, all channels counted once).
 MAX_OUTPUT_PIXELS = 1 << 28
 
 
 def affine_coords(matrix: np.ndarray, coords: np.ndarray) -> np.ndarray:
-    """Apply a 2x3 affine matrix to an Nx2 float array of (x, y).
-
-    Example:
-        >>> affine_coords(np.array([[2.0, 0, 1], [0, 1, 0]]), np.array([[1.0, 1.0]])).tolist()
-        [[3.0, 1.0]]
-    """
+    """Apply a 2x3 affine matrix to an Nx2 float array of (x, y)."""
     return coords @ matrix[:, :2].T + matrix[:, 2]
 
 
 def invert_affine(matrix: np.ndarray) -> np.ndarray:
-    """Return the 2x3 matrix of the inverse map.
-
-    Example:
-        >>> invert_affine(np.array([[2.0, 0, 1], [0, 1, 0]])).tolist()
-        [[0.5, 0.0, -0.5], [0.0, 1.0, 0.0]]
-    """
+    """The 2x3 matrix of the inverse map (TransformError when singular)."""
     linear = matrix[:, :2]
     det = float(np.linalg.det(linear))
     if not np.isfinite(det) or abs(det) < 1e-12:
@@ -346,7 +290,7 @@ def _warp_cv2(
         as_contiguous(img),
         index_matrix,
         (out_w, out_h),
-        flags=getattr(cv2, _CV2_WARP_FLAGS[name]),
+        flags=getattr(cv2, "INTER_" + _CV2_WARP_FLAGS[name]),
         borderMode=cv2.BORDER_CONSTANT,
         borderValue=border,
     )
@@ -363,7 +307,7 @@ def warp_affine(
     interp: int | str | None,
     fill: Any = 0,
 ) -> np.ndarray:
-    """Warp an HxW or HxWxC array with a continuous-coordinate 2x3 matrix.
+    """Warp an HxW or HxWxC array with a 2x3 matrix; outside pixels take ``fill``.
 
     Example:
         >>> flip = np.array([[-1.0, 0.0, 2.0], [0.0, 1.0, 0.0]])

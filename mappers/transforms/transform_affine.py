@@ -121,10 +121,7 @@ class RotationTransform(Transform):
         cx, cy = self.center if self.center is not None else (self.w / 2, self.h / 2)
         # x' = cos*(x-cx) + sin*(y-cy) + cx ; y' = -sin*(x-cx) + cos*(y-cy) + cy
         matrix = np.array(
-            [
-                [cos, sin, cx - cos * cx - sin * cy],
-                [-sin, cos, cy + sin * cx - cos * cy],
-            ]
+            [[cos, sin, cx - cos * cx - sin * cy], [-sin, cos, cy + sin * cx - cos * cy]]
         )
         if self.expand:
             # Move the image centre to the centre of the enlarged output.
