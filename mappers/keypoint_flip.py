@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from catalog.errors import CatmapError
+from catalog.metadata import MetadataCatalog
 
 __all__ = ["KeypointFlipError", "create_keypoint_hflip_indices"]
 
@@ -49,8 +50,6 @@ def create_keypoint_hflip_indices(dataset_names_or_metadata: Any) -> np.ndarray:
 
 def _keypoint_metadata(item: Any) -> tuple[str, Any, Any]:
     if isinstance(item, str):
-        from catalog.metadata import MetadataCatalog
-
         meta: Any = MetadataCatalog.get(item)
         label = repr(item)
     else:

@@ -34,7 +34,7 @@ def _as_float_boxes(tensor: Any, columns: int, owner: str) -> torch.Tensor:
 
 
 class Boxes(TensorRows):
-    """N boxes stored in ``tensor``, an Nx4 float32 tensor of (x0, y0, x1, y1); empty input gives (0, 4)."""
+    """N boxes stored in ``tensor``, an Nx4 float32 tensor of (x0, y0, x1, y1)."""
 
     def __init__(self, tensor: Any) -> None:
         self.tensor: torch.Tensor = _as_float_boxes(tensor, 4, "Boxes")

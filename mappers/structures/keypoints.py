@@ -15,16 +15,15 @@ from typing import Any
 import torch
 
 from ..errors import StructureShapeError
-from ..structure_common import TensorRows, check_cat_parts
+from ..structure_common import TensorRows, as_tensor_of, check_cat_parts
 from .boxes import Boxes
 
 
 def keypoints_to_heatmap(
     keypoints: torch.Tensor, rois: torch.Tensor, heatmap_size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Heatmap cell ``y * S + x`` of each keypoint in its box (x -> floor((x - x0) * S / (x1 - x0)),
-    the right / bottom edge in cell S - 1) and whether it is valid (labelled and inside).
-    """
+    """Heatmap cell ``y * S + x`` of each keypoint in its box (x -> floor((x - x0) * S /
+    (x1 - x0)), the right / bottom edge in cell S - 1) and whether it is valid."""
     if rois.numel() == 0:
         empty = torch.zeros((0, keypoints.shape[1] if keypoints.dim() == 3 else 0))
         return empty.long(), empty.long()
@@ -47,15 +46,7 @@ class Keypoints(TensorRows):
     """Keypoints of N instances stored in ``tensor``, an NxKx3 float32 tensor."""
 
     def __init__(self, keypoints: Any) -> None:
-        if isinstance(keypoints, torch.Tensor):
-            tensor = keypoints.to(torch.float32)
-        else:
-            try:
-                tensor = torch.as_tensor(keypoints, dtype=torch.float32, device="cpu")
-            except (TypeError, ValueError, RuntimeError) as exc:
-                raise StructureShapeError(
-                    f"Keypoints needs an (N, K, 3) array, got {type(keypoints).__name__} ({exc})"
-                ) from None
+        tensor = as_tensor_of(keypoints, torch.float32, "Keypoints", "an (N, K, 3) array")
         if tensor.dim() != 3 or tensor.shape[2] != 3:
             raise StructureShapeError(
                 f"Keypoints needs an (N, K, 3) tensor, got {tuple(tensor.shape)}"

@@ -176,13 +176,7 @@ def _as_augmentation(item: Any, index: int) -> Augmentation:
 
 
 class AugmentationList(Augmentation):
-    """Augmentations (or fixed Transforms, or nested lists) applied in order.
-
-    Example:
-        >>> from mappers.transforms import RandomFlip, ResizeShortestEdge
-        >>> AugmentationList([RandomFlip(), ResizeShortestEdge(800, 1333)])
-        AugmentationList[RandomFlip(prob=0.5), ResizeShortestEdge(short_edge_length=(800, 800), max_size=1333)]
-    """
+    """Augmentations (or fixed Transforms, or nested lists) applied in order."""
 
     input_args = ()
 
@@ -236,13 +230,7 @@ class AugmentationList(Augmentation):
 
 
 class RandomApply(Augmentation):
-    """Apply an augmentation (or transform) with probability ``prob``, else do nothing.
-
-    Example:
-        >>> from mappers.transforms import RandomFlip
-        >>> RandomApply(RandomFlip(prob=1.0), prob=0.3)
-        RandomApply(tfm_or_aug=RandomFlip(prob=1.0), prob=0.3)
-    """
+    """Apply an augmentation (or transform) with probability ``prob``, else do nothing."""
 
     def __init__(self, tfm_or_aug: Augmentation | Transform, prob: float = 0.5) -> None:
         check_prob("RandomApply", prob)
@@ -281,12 +269,6 @@ def apply_augmentations(
 ) -> tuple[np.ndarray | AugInput, TransformList]:
     """Apply augmentations to an image (returned augmented) or an AugInput (in place);
     return (result, transforms).
-
-    Example:
-        >>> from mappers.transforms import Resize
-        >>> image, tfms = apply_augmentations([Resize((2, 3))], np.zeros((4, 6), np.uint8))
-        >>> image.shape, len(tfms)
-        ((2, 3), 1)
     """
     if isinstance(inputs, np.ndarray):
         aug_input = AugInput(inputs)
@@ -305,14 +287,9 @@ class _ShapeOnly:
 
 
 def reads_shape_only(aug: Augmentation) -> bool:
-    """Whether ``aug``'s transforms can be drawn from the image size alone: fixed
-    transforms, lists and RandomApply of such, and augmentations taking only ``image`` on a
-    class that declares ``shape_only`` itself, with the base ``__call__``.
-
-    Example:
-        >>> from mappers.transforms import RandomFlip, RandomContrast
-        >>> reads_shape_only(RandomFlip()), reads_shape_only(RandomContrast(0.5, 1.5))
-        (True, False)
+    """Whether ``aug``'s transforms can be drawn from the image size alone: fixed transforms,
+    lists and RandomApply of such, and ``get_transform(image)`` on a class declaring
+    ``shape_only`` itself with the base ``__call__``.
     """
     if isinstance(aug, _TransformToAug):
         return True

@@ -99,11 +99,8 @@ class Resize(Augmentation):
 
 
 class ResizeShortestEdge(Augmentation):
-    """Resize so the shorter edge has a sampled length, capping the longer edge at max_size.
-
-    Example:
-        >>> ResizeShortestEdge.get_output_shape(480, 640, 800, 1333)
-        (800, 1067)
+    """Resize so the shorter edge has a drawn length (0: no resize), the longer edge capped at
+    ``max_size``.
     """
 
     shape_only = True
@@ -228,12 +225,10 @@ CATEGORY_AREA_TRIES = 10
 
 
 class RandomCrop_CategoryAreaConstraint(Augmentation):  # noqa: N801 (detectron2's name)
-    """A RandomCrop whose window no single category dominates in ``sem_seg``.
-
-    Up to 10 windows are drawn as RandomCrop would; the first where at least two categories
-    are present (``ignored_category`` not counted) and none covers
-    ``single_category_max_area`` of the counted pixels or more is used; otherwise the last
-    window drawn. With ``single_category_max_area >= 1`` it is a plain RandomCrop."""
+    """A RandomCrop whose window no single category dominates in ``sem_seg``: the first of
+    up to 10 windows with two or more categories (``ignored_category`` not counted), none
+    covering ``single_category_max_area`` of the pixels, else the last one drawn.
+    """
 
     def __init__(
         self,
@@ -298,15 +293,10 @@ def _iou_one_to_many(patch: np.ndarray, boxes: np.ndarray) -> np.ndarray:
 
 
 class MinIoURandomCrop(Augmentation):
-    """Random crop whose IoU with every box is at least a threshold drawn from ``min_ious``.
-
-    Each of up to ``mode_trials`` rounds draws a mode from ``(1, *min_ious, 0)``: 1 means
-    "no crop"; otherwise up to ``crop_trials`` windows are drawn (sides uniform in
-    [min_crop_size, 1) of the image's, aspect h/w in [0.5, 2]) and the first whose IoU with
-    every box is at least the threshold and that contains at least one box centre is used.
-    No boxes in the input (``AugInput.boxes`` None, as in a mapper that passes only the
-    image) means no crop, as in detectron2; a warning says so once per augmentation. All
-    rounds failing also means no crop."""
+    """Random crop whose IoU with every box is at least a threshold drawn from ``min_ious``
+    (SSD): each round draws a mode from (1: no crop, *min_ious, 0) and up to ``crop_trials``
+    windows that must also contain a box centre. No boxes in the input: no crop (warned once).
+    """
 
     def __init__(
         self,
@@ -395,11 +385,9 @@ def _size_pair(owner: str, what: str, value: Any) -> tuple[int, int]:
 
 
 class ResizeScale(Augmentation):
-    """Resize to fit a target box scaled by a random factor, keeping the aspect ratio.
-
-    A factor ``s`` is drawn uniformly in [min_scale, max_scale); the image is resized by
-    ``min(s * target_height / h, s * target_width / w)``, sizes rounded half to even (as
-    ``numpy.round``) and at least 1."""
+    """Resize by ``min(s * target_height / h, s * target_width / w)``, s uniform in
+    [min_scale, max_scale), sizes rounded half to even (LSJ).
+    """
 
     shape_only = True  # reads only the image's shape (can be planned before decoding)
 
@@ -433,16 +421,10 @@ class ResizeScale(Augmentation):
 
 
 class FixedSizeCrop(Augmentation):
-    """Crop a random window of ``crop_size`` where the image is larger, pad where smaller.
-
-    One uniform draw ``u`` places the window: its offset is ``round(u * (size - crop))`` on
-    each axis where the image is larger than the crop. With ``pad`` the result is then padded
-    on the right and bottom to exactly ``crop_size``: images with ``pad_value``,
-    segmentation maps with ``seg_pad_value`` (255, the usual "ignore" label). The transform
-    is a TransformList ``[CropTransform, PadTransform]`` and has an inverse.
-
-    Note: masks transformed with ``apply_segmentation`` are padded with ``seg_pad_value``
-    too; transform instance masks as polygons, or pad them with 0 yourself."""
+    """Crop a random ``crop_size`` window where the image is larger (offset round(u * (size -
+    crop)), one draw u) and, with ``pad``, pad right and bottom up to it (LSJ). Segmentation
+    maps, instance masks included, are padded with ``seg_pad_value``.
+    """
 
     shape_only = True  # reads only the image's shape (can be planned before decoding)
 
@@ -579,13 +561,10 @@ class RandomRotation(Augmentation):
 
 
 class RandomExtent(Augmentation):
-    """Take a random sub-rectangle of the image (it may reach outside it; filled with 0).
-
-    The rectangle starts as the whole image around its centre, is scaled by a factor drawn
-    uniformly in ``scale_range`` and shifted by ``(w * shift_x * (r1 - 0.5),
-    h * shift_y * (r2 - 0.5))`` with r1, r2 uniform in [0, 1). The output keeps the
-    rectangle's size in pixels (rounded down, at least 1), so scales above 1 zoom out and
-    below 1 zoom in only through cropping."""
+    """A random sub-rectangle of the image (may reach outside; filled with 0): the whole image
+    scaled by a factor in ``scale_range`` and shifted by up to ``shift_range`` / 2 of its size;
+    the output keeps the rectangle's size in pixels.
+    """
 
     shape_only = True  # reads only the image's shape (can be planned before decoding)
 
@@ -643,15 +622,7 @@ class RandomBrightness(_RandomIntensity):
 
 
 class RandomContrast(_RandomIntensity):
-    """Scale contrast by a factor drawn in [intensity_min, intensity_max) (blend with the mean).
-
-    Example:
-        >>> from mappers.transforms import AugInput
-        >>> aug_input = AugInput(np.array([[[0], [200]]], np.uint8))  # mean 100
-        >>> _ = RandomContrast(0.5, 0.5)(aug_input)
-        >>> aug_input.image[..., 0].tolist()
-        [[50, 150]]
-    """
+    """Scale contrast by a factor drawn in [intensity_min, intensity_max) (blend with the mean)."""
 
     def get_transform(self, image: np.ndarray) -> Transform:
         return self._blend_with(float(image.mean()))
@@ -689,11 +660,9 @@ IMAGENET_EIGEN_VALS = np.array([0.2175, 0.0188, 0.0045])
 
 
 class RandomLighting(Augmentation):
-    """Add ``eigen_vecs @ (alpha * eigen_vals)`` to every pixel, ``alpha ~ N(0, scale)``.
-
-    As in detectron2 the offset is added on the image's own value scale (for a uint8 image it
-    is a small shift of a fraction of a level per unit of alpha, the result clipped and
-    truncated to uint8). Coordinates and masks are unchanged."""
+    """AlexNet's PCA colour noise: add ``eigen_vecs @ (alpha * eigen_vals)``, alpha ~ N(0, scale),
+    on the image's own value scale, as detectron2.
+    """
 
     shape_only = True  # draws weights; reads only the image's shape
 

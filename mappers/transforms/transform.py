@@ -39,7 +39,7 @@ def check_input_size(transform: Any, array: np.ndarray, what: str) -> None:
 
 
 def _as_float_array(data: Any, columns: int, what: str, copy: bool = True) -> np.ndarray:
-    """``data`` as an N x columns float array (one row accepted for columns > 2; empty -> 0 rows)."""
+    """``data`` as an N x columns float array (one row accepted for boxes; empty: 0 rows)."""
     arr = np.asarray(data)
     if arr.dtype.kind != "f":
         arr = arr.astype(np.float64)
@@ -444,14 +444,8 @@ class VFlipTransform(_AxisFlipTransform):
 
 
 class ResizeTransform(Transform):
-    """Resize an image of (h, w) to (new_h, new_w).
-
-    Images use ``interp`` (Pillow constant or name, default bilinear) through OpenCV, else
-    Pillow; segmentation maps use nearest neighbour.
-
-    Example:
-        >>> ResizeTransform(100, 200, 50, 100).apply_coords(np.array([[200.0, 100.0]])).tolist()
-        [[100.0, 50.0]]
+    """Resize an image of (h, w) to (new_h, new_w) with ``interp`` (Pillow constant or name);
+    segmentation maps use nearest neighbour.
     """
 
     def __init__(
@@ -516,14 +510,8 @@ class ResizeTransform(Transform):
 
 
 class CropTransform(Transform):
-    """Crop the window at (x0, y0) of size (w, h); ``orig_w, orig_h`` serve ``inverse()``.
-
-    Coordinates shift by (-x0, -y0) unclipped; polygons are clipped to the window
-    (Sutherland-Hodgman) and dropped when no area is left.
-
-    Example:
-        >>> CropTransform(10, 20, 30, 40).apply_image(np.zeros((100, 100), np.uint8)).shape
-        (40, 30)
+    """Crop the window at (x0, y0) of size (w, h); polygons are clipped to it and dropped when
+    no area is left. ``orig_w, orig_h`` serve ``inverse()``.
     """
 
     def __init__(
@@ -582,13 +570,8 @@ class CropTransform(Transform):
 
 
 class PadTransform(Transform):
-    """Pad by x0/y0 pixels before and x1/y1 after, with ``pad_value`` (images) and
-    ``seg_pad_value`` (segmentation maps; bool masks get False); ``orig_w, orig_h`` serve
-    ``inverse()``.
-
-    Example:
-        >>> PadTransform(1, 2, 3, 4).apply_image(np.ones((5, 5), np.uint8)).shape
-        (11, 9)
+    """Pad by x0/y0 pixels before and x1/y1 after with ``pad_value`` (segmentation maps:
+    ``seg_pad_value``; bool masks: False). ``orig_w, orig_h`` serve ``inverse()``.
     """
 
     def __init__(
@@ -647,11 +630,7 @@ class PadTransform(Transform):
 
 class BlendTransform(GeometryPreservingTransform):
     """``src_weight * src_image + dst_weight * img``; uint8 images are clipped and truncated
-    (a 256-entry lookup table for a scalar ``src_image``). The colour augmentations use it.
-
-    Example:
-        >>> BlendTransform(0, 0.0, 0.5).apply_image(np.full((1, 1), 101, np.uint8)).tolist()
-        [[50]]
+    (a lookup table for a scalar ``src_image``).
     """
 
     def __init__(self, src_image: Any, src_weight: float, dst_weight: float) -> None:
@@ -692,12 +671,7 @@ def _describe(op: Any) -> str:
 
 
 class ColorTransform(GeometryPreservingTransform):
-    """Apply ``op`` (ndarray -> ndarray of the same size) to images; annotations unchanged.
-
-    Example:
-        >>> ColorTransform(np.sqrt).apply_image(np.array([[4.0, 9.0]])).tolist()
-        [[2.0, 3.0]]
-    """
+    """Apply ``op`` (ndarray -> ndarray of the same size) to images; annotations unchanged."""
 
     def __init__(self, op: Callable[[np.ndarray], np.ndarray]) -> None:
         if not callable(op):

@@ -1,15 +1,10 @@
-"""Affine transforms: rotation about a point and a (scaled) sub-rectangle.
-
-Coordinates move by a 2x3 matrix in continuous pixel coordinates; images are warped with the
-same matrix (segmentation maps and bitmasks with nearest neighbour).
+"""Affine transforms (a 2x3 matrix in continuous pixel coordinates): rotation and extent.
 
 Example:
     >>> import numpy as np
     >>> t = RotationTransform(20, 40, 90)
-    >>> (t.bound_h, t.bound_w), t.apply_image(np.zeros((20, 40), np.uint8)).shape
-    ((40, 20), (40, 20))
-    >>> t.apply_coords(np.array([[40.0, 0.0]])).round(6).tolist()
-    [[0.0, 0.0]]
+    >>> (t.bound_h, t.bound_w), t.apply_coords(np.array([[40.0, 0.0]])).round(6).tolist()
+    ((40, 20), [[0.0, 0.0]])
 """
 
 from __future__ import annotations
@@ -69,15 +64,8 @@ def _seg_fill(segmentation: np.ndarray, value: Any) -> Any:
 
 class RotationTransform(Transform):
     """Rotate an image of (h, w) by ``angle`` degrees counter-clockwise about ``center``
-    (absolute (x, y), default the image centre; no effect with ``expand``).
-
-    ``expand`` makes the output ``bound_h x bound_w``, the rounded bounding box of the rotated
-    image; ``interp`` is an OpenCV flag (default linear) or a name; ``pad_value`` /
-    ``seg_pad_value`` fill images / segmentation maps (bool masks get False).
-
-    Example:
-        >>> RotationTransform(10, 10, 180).apply_coords(np.array([[1.0, 2.0]])).round(6).tolist()
-        [[9.0, 8.0]]
+    (absolute (x, y), default the image centre); ``expand`` makes the output the rounded
+    bounding box of the rotated image, ``bound_h x bound_w``. ``interp`` is an OpenCV flag.
     """
 
     def __init__(
@@ -216,11 +204,6 @@ class _OutputSize(tuple):
 class ExtentTransform(Transform):
     """Scale the rectangle ``src_rect`` (x0, y0, x1, y1; may reach past the image, filled
     with ``fill`` / ``seg_fill``) to ``output_size`` (h, w).
-
-    Example:
-        >>> t = ExtentTransform((10, 10, 30, 20), (20, 40))
-        >>> t.apply_coords(np.array([[10.0, 10.0], [30.0, 20.0]])).tolist()
-        [[0.0, 0.0], [40.0, 20.0]]
     """
 
     def __init__(
