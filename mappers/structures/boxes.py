@@ -138,8 +138,7 @@ class RotatedBoxes(Boxes):
 
     def clip(self, box_size: tuple[int, int], clip_angle_threshold: float = 1.0) -> None:
         """Clip, in place, the boxes within ``clip_angle_threshold`` degrees of horizontal (after
-        normalizing angles) as axis-aligned boxes; the others are left as they are.
-        """
+        normalizing angles) as axis-aligned boxes, never enlarged; the others are left as is."""
         if not bool(torch.isfinite(self.tensor).all()):
             raise StructureShapeError(
                 "RotatedBoxes.clip: the box tensor contains infinite or NaN values"
@@ -156,8 +155,9 @@ class RotatedBoxes(Boxes):
         y1 = (rows[:, 1] + rows[:, 3] / 2.0).clamp(min=0, max=h)
         rows[:, 0] = (x0 + x1) / 2.0
         rows[:, 1] = (y0 + y1) / 2.0
-        rows[:, 2] = x1 - x0
-        rows[:, 3] = y1 - y0
+        # never wider or taller than before (rounding in cx +- w/2 could add an ulp)
+        rows[:, 2] = torch.minimum(rows[:, 2], x1 - x0)
+        rows[:, 3] = torch.minimum(rows[:, 3], y1 - y0)
         self.tensor[idx] = rows
 
     def nonempty(self, threshold: float = 0.0) -> torch.Tensor:

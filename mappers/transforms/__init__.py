@@ -38,6 +38,7 @@ from .augmentation_impl import (
     Resize,
     ResizeScale,
     ResizeShortestEdge,
+    gen_crop_transform_with_instance,
 )
 from .transform import (
     BlendTransform,
@@ -48,6 +49,7 @@ from .transform import (
     PadTransform,
     PILColorTransform,
     ResizeTransform,
+    ScaleTransform,
     Transform,
     TransformError,
     TransformList,
@@ -92,4 +94,6 @@ __all__ = [
     "RandomRotation",
     "ResizeScale",
     "RotationTransform",
+    "ScaleTransform",
+    "gen_crop_transform_with_instance",
 ]

@@ -84,6 +84,7 @@ class Augmentation:
     """
 
     input_args: tuple[str, ...] | None = None
+    __jit_unused_properties__ = ["rng"]  # for torch.jit.script of static helpers
 
     #: ``get_transform`` reads only ``image.shape``, so it can be planned before decoding.
     #: Trusted only on the class defining ``get_transform``.
@@ -144,7 +145,25 @@ class Augmentation:
         return tfm
 
     def __repr__(self) -> str:
-        return _param_repr(self, always_first=True)
+        return _param_repr(self, by_identity=True)
+
+    # The repr leaves out the arguments that hold their very default object (detectron2's
+    # rule); a pickle round trip keeps them so, hence the same repr.
+    def __getstate__(self) -> dict[str, Any]:
+        defaults = _init_defaults(type(self))
+        held = [n for n, d in defaults.items() if self.__dict__.get(n, defaults) is d]
+        return {**self.__dict__, "_default_args": held}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        defaults = _init_defaults(type(self))
+        state = dict(state)
+        state.update({n: defaults[n] for n in state.pop("_default_args", ())})
+        self.__dict__.update(state)
+
+
+def _init_defaults(cls: type) -> dict[str, Any]:
+    params = inspect.signature(cls.__init__).parameters.values()
+    return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
 
 
 class _TransformToAug(Augmentation):
@@ -260,8 +279,6 @@ class RandomApply(Augmentation):
                 return self.aug(aug_input)
         return NoOpTransform()
 
-    def __repr__(self) -> str:
-        return f"RandomApply(tfm_or_aug={self.tfm_or_aug!r}, prob={self.prob})"
 
 
 def apply_augmentations(

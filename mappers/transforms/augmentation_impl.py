@@ -16,10 +16,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
+from catalog.box_mode import BoxMode
 from catalog.validation import check_float
 
-from ._backend import normalize_interp
+from ..random_state import get_generator
+from ._backend import TransformError, normalize_interp
 from .augmentation import (
     COLOR_FORMATS,
     SAMPLE_STYLES,
@@ -105,6 +108,7 @@ class ResizeShortestEdge(Augmentation):
 
     shape_only = True
 
+    @torch.jit.unused  # get_output_shape stays scriptable, as in detectron2
     def __init__(
         self,
         short_edge_length: int | Sequence[int],
@@ -150,7 +154,8 @@ class ResizeShortestEdge(Augmentation):
             newh, neww = newh * shrink, neww * shrink
         return int(newh + 0.5), int(neww + 0.5)
 
-    def get_transform(self, image: np.ndarray) -> Transform:
+    @torch.jit.unused
+    def get_transform(self, image: np.ndarray) -> Any:  # Any: torch.jit resolves this signature
         h, w = image.shape[:2]
         if self.sample_style == "range":
             size = int(self.rng.integers(self.short_edge_length[0], self.short_edge_length[1] + 1))
@@ -179,18 +184,21 @@ class RandomCrop(Augmentation):
         if len(size) != 2:
             raise ValueError(f"RandomCrop: crop_size must be a pair, got {crop_size!r}")
         if crop_type.startswith("relative"):
-            if not all(0.0 < float(v) <= 1.0 for v in size):
+            # detectron2 takes any size here; one larger than the image fails when applied
+            if not all(0.0 < float(v) < math.inf for v in size):
                 raise ValueError(
-                    f"RandomCrop({crop_type!r}): crop_size fractions must be in (0, 1], got {crop_size!r}"
+                    f"RandomCrop({crop_type!r}): crop_size must be positive, got {crop_size!r}"
                 )
         else:
             if not all(int(v) == v and v > 0 for v in size):
                 raise ValueError(
-                    f"RandomCrop({crop_type!r}): crop_size must be positive integers, got {crop_size!r}"
+                    f"RandomCrop({crop_type!r}): crop_size must be positive integers, "
+                    f"got {crop_size!r}"
                 )
             if crop_type == "absolute_range" and size[0] > size[1]:
                 raise ValueError(
-                    f"RandomCrop('absolute_range'): crop_size (min, max) has min > max: {crop_size!r}"
+                    f"RandomCrop('absolute_range'): crop_size (min, max) has min > max: "
+                    f"{crop_size!r}"
                 )
         self.crop_type = crop_type
         self.crop_size = size
@@ -215,9 +223,38 @@ class RandomCrop(Augmentation):
     def get_transform(self, image: np.ndarray) -> Transform:
         h, w = image.shape[:2]
         croph, cropw = self.get_crop_size((h, w))
+        if croph > h or cropw > w:
+            raise ValueError(f"{self}: crop size {(croph, cropw)} exceeds the image size {(h, w)}")
         y0 = int(self.rng.integers(h - croph + 1))
         x0 = int(self.rng.integers(w - cropw + 1))
         return CropTransform(x0, y0, cropw, croph, orig_w=w, orig_h=h)
+
+
+def gen_crop_transform_with_instance(
+    crop_size: Sequence[int], image_size: Sequence[int], instance: dict[str, Any]
+) -> CropTransform:
+    """A random ``crop_size`` (h, w) window of an ``image_size`` (h, w) image that contains
+    the centre of ``instance``'s box (a dataset dict annotation), as detectron2's.
+
+    Example:
+        >>> t = gen_crop_transform_with_instance((10, 10), (150, 150),
+        ...     {"bbox": [10, 10, 100, 100], "bbox_mode": BoxMode.XYXY_ABS})
+        >>> t.x0 <= 55 <= t.x0 + t.w
+        True
+    """
+    crop = np.asarray(crop_size, dtype=np.int64)
+    x0, y0, x1, y1 = BoxMode.convert(instance["bbox"], instance["bbox_mode"], BoxMode.XYXY_ABS)
+    center_yx = np.array([(y0 + y1) * 0.5, (x0 + x1) * 0.5])
+    size = np.asarray(image_size, dtype=np.int64)
+    if (center_yx < 0).any() or (center_yx > size).any():
+        raise TransformError(f"box {instance['bbox']}: its centre is outside image {image_size}")
+    if (crop > size).any():
+        raise TransformError(f"crop size {tuple(crop_size)} is larger than the image {image_size}")
+    low = np.maximum(np.floor(center_yx).astype(np.int64) - crop, 0)
+    high = np.minimum(size - crop, np.ceil(center_yx).astype(np.int64))
+    rng = get_generator()
+    top, left = (int(rng.integers(lo, hi + 1)) for lo, hi in zip(low, high, strict=True))
+    return CropTransform(left, top, int(crop[1]), int(crop[0]))
 
 
 #: Windows RandomCrop_CategoryAreaConstraint tries before keeping the last one.

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 from ..polygon_geometry import clip_points, polygon_area
 from ._backend import TransformError, flip_array, normalize_interp, resize_array
@@ -105,22 +107,24 @@ def _apply_box_by_edges(tfm: Any, box: Any) -> np.ndarray:
     return order_box_edges(moved)
 
 
-def _param_repr(obj: Any, always_first: bool) -> str:
-    """``Name(arg=value, ...)`` from the __init__ signature and same-named attributes."""
+def _param_repr(obj: Any, by_identity: bool = False) -> str:
+    """``Name(arg=value, ...)`` from the __init__ signature and same-named attributes, leaving
+    out defaults: the very default object (``by_identity``, detectron2's augmentations) or an
+    equal value (fvcore's transforms)."""
     sig = inspect.signature(type(obj).__init__)
     parts = []
-    for index, (name, param) in enumerate(list(sig.parameters.items())[1:]):
+    for name, param in list(sig.parameters.items())[1:]:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or not hasattr(obj, name):
             continue
         value = getattr(obj, name)
-        required = param.default is inspect.Parameter.empty
-        if not required and not (always_first and index == 0):
+        if value is param.default:
+            continue
+        if not by_identity and param.default is not inspect.Parameter.empty:
             try:
-                same = bool(value is param.default or value == param.default)
+                if bool(value == param.default):
+                    continue
             except Exception:  # e.g. numpy array comparisons
-                same = False
-            if same:
-                continue
+                pass
         text = pprint.pformat(value)
         if "\n" in text or len(text) > 80:
             text = "..."
@@ -224,7 +228,7 @@ class Transform:
         return TransformList([self, other])
 
     def __repr__(self) -> str:
-        return _param_repr(self, always_first=True)
+        return _param_repr(self)
 
 
 class GeometryPreservingTransform(Transform):
@@ -507,6 +511,48 @@ class ResizeTransform(Transform):
 
     def inverse(self) -> Transform:
         return ResizeTransform(self.new_h, self.new_w, self.h, self.w, self.interp)
+
+
+_TORCH_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "area")
+
+
+class ScaleTransform(ResizeTransform):
+    """fvcore's resize, which detectron2 re-exports: ``torch.nn.functional.interpolate`` with a
+    torch mode (default bilinear; uint8 rounded half to even, other dtypes kept), so pixels
+    are fvcore's. Coordinates, boxes and sizes as ResizeTransform.
+
+    Example:
+        >>> ScaleTransform(2, 2, 4, 4, "nearest").apply_image(np.eye(2, dtype=np.uint8)).shape
+        (4, 4)
+    """
+
+    def __init__(self, h: int, w: int, new_h: int, new_w: int, interp: str | None = None) -> None:
+        if interp is not None and interp not in _TORCH_MODES:
+            raise ValueError(f"ScaleTransform: interp {interp!r} is none of {_TORCH_MODES}")
+        super().__init__(h, w, new_h, new_w)
+        self.interp = interp
+
+    def apply_image(self, img: np.ndarray, interp: str | None = None) -> np.ndarray:
+        check_input_size(self, img[0] if img.ndim == 4 else img, "image")
+        mode = interp or self.interp or "bilinear"
+        x = torch.from_numpy(np.ascontiguousarray(img))
+        x = x if x.is_floating_point() else x.float()
+        batch = x.reshape(img.shape[:2] + (-1,))[None] if img.ndim < 4 else x  # N x H x W x C
+        corners = False if mode in ("linear", "bilinear", "bicubic") else None
+        size = (self.new_h, self.new_w)
+        y = F.interpolate(batch.permute(0, 3, 1, 2), size, mode=mode, align_corners=corners)
+        y = y.permute(0, 2, 3, 1)
+        y = y.reshape(size + img.shape[2:]) if img.ndim < 4 else y
+        out = y.numpy()
+        if np.issubdtype(img.dtype, np.integer):  # rounded half to even, as torch.round
+            out = np.clip(np.round(out), np.iinfo(img.dtype).min, np.iinfo(img.dtype).max)
+        return out.astype(img.dtype, copy=False)
+
+    def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
+        return self.apply_image(segmentation, interp="nearest")
+
+    def inverse(self) -> Transform:
+        return ScaleTransform(self.new_h, self.new_w, self.h, self.w, self.interp)
 
 
 class CropTransform(Transform):
