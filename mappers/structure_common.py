@@ -136,12 +136,6 @@ def is_flat_polygon(polygon: Any) -> bool:
 class TensorRows:
     """What a structure holding one ``tensor`` row per instance shares: ``device``, ``len``,
     ``to``, indexing (an int gives one row) and a short repr.
-
-    Example:
-        >>> from mappers.structures import Keypoints
-        >>> k = Keypoints(torch.zeros(3, 2, 3))
-        >>> len(k[1:]), k[0].tensor.shape, k
-        (2, torch.Size([1, 2, 3]), Keypoints(num_instances=3))
     """
 
     tensor: torch.Tensor

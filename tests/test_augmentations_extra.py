@@ -168,7 +168,7 @@ def test_rotation_without_expand_has_no_inverse_and_checks_inputs():
         RotationTransform(10, 10, 30).apply_image(np.zeros((11, 10), np.uint8))
     with pytest.raises(ValueError, match="angle"):
         RotationTransform(10, 10, float("nan"))
-    with pytest.raises(ValueError, match="h must be"):
+    with pytest.raises(ValueError, match=r"\(h, w\) must be"):
         RotationTransform(0, 10, 5)
     with pytest.raises(ValueError, match="interpolation"):
         RotationTransform(10, 10, 5, interp=9)

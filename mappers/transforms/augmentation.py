@@ -1,11 +1,8 @@
-"""Augmentations: random policies that draw deterministic transforms from their inputs.
+"""Augmentations: random policies that draw deterministic transforms from an AugInput.
 
-An :class:`Augmentation` reads the :class:`AugInput` attributes named in its
-``get_transform`` signature and returns a Transform; calling it also applies the transform
-to the input in place. Draws come from :attr:`Augmentation.rng`, the generator of
-``mappers.random_state`` (the ``rng=`` of the current call, else the per-worker one), never
-numpy's global state. Shape-only augmentations can be drawn from the image size before
-decoding (:meth:`AugmentationList.plan`).
+An Augmentation reads the AugInput attributes its ``get_transform`` names, returns a
+Transform and applies it in place. Draws come from ``mappers.random_state`` (the call's
+``rng=``, else the per-worker generator), never numpy's global state.
 
 Example:
     >>> from mappers.transforms import AugInput, AugmentationList, RandomFlip, Resize

@@ -41,6 +41,8 @@ from .transform import (
     Transform,
     TransformList,
     VFlipTransform,
+    finite_floats,
+    positive_ints,
 )
 from .transform_affine import ExtentTransform, RotationTransform
 
@@ -75,24 +77,13 @@ class RandomFlip(Augmentation):
         return NoOpTransform()
 
 
-def _pair(value: int | Sequence[int], owner: str, what: str) -> tuple[int, int]:
-    if isinstance(value, (int, np.integer)):
-        return int(value), int(value)
-    values = tuple(value)
-    if len(values) != 2:
-        raise ValueError(f"{owner}: {what} must be an int or a pair (h, w), got {value!r}")
-    return int(values[0]), int(values[1])
-
-
 class Resize(Augmentation):
     """Resize the image to a fixed (h, w)."""
 
     shape_only = True
 
     def __init__(self, shape: int | Sequence[int], interp: int | str = _BILINEAR) -> None:
-        self.shape = _pair(shape, "Resize", "shape")
-        if min(self.shape) <= 0:
-            raise ValueError(f"Resize: shape must be positive, got {shape!r}")
+        self.shape = positive_ints("Resize", "shape", shape)
         normalize_interp(interp)
         self.interp = interp
 
@@ -233,14 +224,8 @@ class RandomCrop(Augmentation):
 def gen_crop_transform_with_instance(
     crop_size: Sequence[int], image_size: Sequence[int], instance: dict[str, Any]
 ) -> CropTransform:
-    """A random ``crop_size`` (h, w) window of an ``image_size`` (h, w) image that contains
-    the centre of ``instance``'s box (a dataset dict annotation), as detectron2's.
-
-    Example:
-        >>> t = gen_crop_transform_with_instance((10, 10), (150, 150),
-        ...     {"bbox": [10, 10, 100, 100], "bbox_mode": BoxMode.XYXY_ABS})
-        >>> t.x0 <= 55 <= t.x0 + t.w
-        True
+    """A random ``crop_size`` window (h, w) of an image of ``image_size`` that contains the
+    centre of ``instance``'s box (an annotation dict), as detectron2's.
     """
     crop = np.asarray(crop_size, dtype=np.int64)
     x0, y0, x1, y1 = BoxMode.convert(instance["bbox"], instance["bbox_mode"], BoxMode.XYXY_ABS)
@@ -407,20 +392,6 @@ class MinIoURandomCrop(Augmentation):
         return NoOpTransform()
 
 
-def _size_pair(owner: str, what: str, value: Any) -> tuple[int, int]:
-    """(h, w) from an int or a pair of positive integers."""
-    if isinstance(value, (int, np.integer)):
-        value = (value, value)
-    try:
-        pair = tuple(value)
-        ok = len(pair) == 2 and all(int(v) == v and int(v) > 0 for v in pair)
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{owner}: {what} must be a positive int or (h, w) pair, got {value!r}")
-    return int(pair[0]), int(pair[1])
-
-
 class ResizeScale(Augmentation):
     """Resize by ``min(s * target_height / h, s * target_width / w)``, s uniform in
     [min_scale, max_scale), sizes rounded half to even (LSJ).
@@ -441,7 +412,7 @@ class ResizeScale(Augmentation):
             raise ValueError(
                 f"ResizeScale: need 0 < min_scale <= max_scale, got ({min_scale!r}, {max_scale!r})"
             )
-        _size_pair("ResizeScale", "target size", (target_height, target_width))
+        positive_ints("ResizeScale", "target size", (target_height, target_width))
         normalize_interp(interp)
         self.min_scale, self.max_scale = min_scale, max_scale
         self.target_height, self.target_width = int(target_height), int(target_width)
@@ -472,7 +443,7 @@ class FixedSizeCrop(Augmentation):
         pad_value: float = 128.0,
         seg_pad_value: int = 255,
     ) -> None:
-        self.crop_size = _size_pair("FixedSizeCrop", "crop_size", crop_size)
+        self.crop_size = positive_ints("FixedSizeCrop", "crop_size", crop_size)
         self.pad = bool(pad)
         self.pad_value = pad_value
         self.seg_pad_value = seg_pad_value
@@ -514,7 +485,7 @@ class RandomResize(Augmentation):
     def __init__(
         self, shape_list: Sequence[int | Sequence[int]], interp: int | str = _BILINEAR
     ) -> None:
-        shapes = [_size_pair("RandomResize", "each shape", s) for s in shape_list]
+        shapes = [positive_ints("RandomResize", "each shape", s) for s in shape_list]
         if not shapes:
             raise ValueError("RandomResize: shape_list is empty")
         normalize_interp(interp)
@@ -524,17 +495,6 @@ class RandomResize(Augmentation):
     def get_transform(self, image: np.ndarray) -> Transform:
         new_h, new_w = self.shape_list[int(self.rng.integers(len(self.shape_list)))]
         return ResizeTransform(image.shape[0], image.shape[1], new_h, new_w, self.interp)
-
-
-def _finite_tuple(owner: str, what: str, values: Any, length: int | None = None) -> tuple:
-    try:
-        out = tuple(float(v) for v in values)
-    except (TypeError, ValueError):
-        out = ()
-    if not out or not all(math.isfinite(v) for v in out) or (length and len(out) != length):
-        size = f"{length} " if length else ""
-        raise ValueError(f"{owner}: {what} must be {size}finite numbers, got {values!r}")
-    return out
 
 
 class RandomRotation(Augmentation):
@@ -555,7 +515,7 @@ class RandomRotation(Augmentation):
         check_one_of(sample_style, SAMPLE_STYLES, "sample_style", "RandomRotation")
         if isinstance(angle, (int, float, np.number)):
             angle = (angle, angle)
-        angles = _finite_tuple("RandomRotation", "angle", angle)
+        angles = finite_floats("RandomRotation", "angle", angle)
         if sample_style == "range" and (len(angles) != 2 or angles[0] > angles[1]):
             raise ValueError(
                 f"RandomRotation: sample_style='range' needs angle=(min, max), got {angle!r}"
@@ -564,7 +524,7 @@ class RandomRotation(Augmentation):
         if center is not None:
             if len(center) and isinstance(center[0], (int, float, np.number)):
                 center = (center, center)
-            centers = tuple(_finite_tuple("RandomRotation", "center", c, 2) for c in center)
+            centers = tuple(finite_floats("RandomRotation", "center", c, 2) for c in center)
             if sample_style == "range" and len(centers) != 2:
                 raise ValueError(
                     "RandomRotation: sample_style='range' needs center=[[min_x, min_y], "
@@ -606,14 +566,14 @@ class RandomExtent(Augmentation):
     shape_only = True  # reads only the image's shape (can be planned before decoding)
 
     def __init__(self, scale_range: Sequence[float], shift_range: Sequence[float]) -> None:
-        scales = _finite_tuple("RandomExtent", "scale_range", scale_range, 2)
+        scales = finite_floats("RandomExtent", "scale_range", scale_range, 2)
         if not 0 < scales[0] <= scales[1]:
             raise ValueError(
                 f"RandomExtent: scale_range must be (low, high) with 0 < low <= high, "
                 f"got {scale_range!r}"
             )
         self.scale_range = scales
-        self.shift_range = _finite_tuple("RandomExtent", "shift_range", shift_range, 2)
+        self.shift_range = finite_floats("RandomExtent", "shift_range", shift_range, 2)
 
     def get_transform(self, image: np.ndarray) -> Transform:
         h, w = image.shape[:2]

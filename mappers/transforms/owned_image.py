@@ -1,16 +1,6 @@
-"""Apply transforms to an image the caller owns (freshly decoded), as fast as possible.
-
-:func:`apply_planned_image` runs transforms planned before decoding (flips first on the
-smaller image, then each resize as one OpenCV call; a JPEG decoded at reduced scale is resized
-from its decoded size); :class:`OwnedImageAugInput` flips in place. Pixels equal
-``TransformList.apply_image`` (up to rounding where noted).
-
-Example:
-    >>> import numpy as np
-    >>> from mappers.transforms import HFlipTransform, ResizeTransform, TransformList
-    >>> plan = TransformList([ResizeTransform(4, 6, 2, 3), HFlipTransform(3)])
-    >>> apply_planned_image(np.zeros((4, 6, 3), np.uint8), plan).shape
-    (2, 3, 3)
+"""Apply transforms to an image the caller owns (freshly decoded), as fast as possible:
+:func:`apply_planned_image` for transforms planned before decoding, :class:`OwnedImageAugInput`
+to flip in place. Pixels equal ``TransformList.apply_image`` (up to rounding where noted).
 """
 
 from __future__ import annotations

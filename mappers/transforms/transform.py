@@ -1,15 +1,10 @@
-"""Deterministic transforms applied consistently to images, coordinates, boxes and masks.
+"""Deterministic transforms applied consistently to images and their annotations.
 
-detectron2's conventions: images are HxW / HxWxC numpy arrays (NxHxWxC for flips and crops);
-coordinates are Nx2 (x, y) absolute pixels with the image spanning [0, w] x [0, h]; boxes are
-Nx4 XYXY_ABS, moved through their 4 corners; rotated boxes are Nx5 (cx, cy, w, h, angle in
-degrees counter-clockwise); polygons are lists of Nx2 arrays; sizes are (h, w). Inputs are
-never modified in place.
-
-Two capabilities serve the mappers' fast paths and live in the classes themselves:
-``output_size(h, w)`` gives the size a transform produces without pixels (None when it
-cannot tell; planning before decoding then gives up), and axis-aligned transforms move box
-edges in place (``move_box_edges``), bit-identical to the corners path.
+detectron2's conventions: images are HxW / HxWxC arrays; coordinates Nx2 (x, y) absolute
+pixels, the image spanning [0, w] x [0, h]; boxes Nx4 XYXY_ABS; rotated boxes Nx5 (cx, cy, w,
+h, degrees counter-clockwise); sizes (h, w). Inputs are never modified in place. For the
+mappers' fast paths, ``output_size(h, w)`` tells the output size without pixels and
+axis-aligned transforms move box edges in place, bit-identical to the corners path.
 
 Example:
     >>> HFlipTransform(400).apply_box(np.array([[10, 10, 200, 300]])).tolist()
@@ -29,6 +24,31 @@ import torch.nn.functional as F
 
 from ..polygon_geometry import clip_points, polygon_area
 from ._backend import TransformError, flip_array, normalize_interp, resize_array
+
+
+def positive_ints(owner: str, what: str, values: Any, count: int = 2) -> tuple[int, ...]:
+    """``count`` positive integers (an int stands for all of them), else ValueError."""
+    if isinstance(values, (int, np.integer)):
+        values = (values,) * count
+    try:
+        out = tuple(int(v) for v in values)
+        ok = len(out) == count and all(o == v and o > 0 for o, v in zip(out, values, strict=True))
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{owner}: {what} must be {count} positive integers, got {values!r}")
+    return out
+
+
+def finite_floats(owner: str, what: str, values: Any, count: int | None = None) -> tuple:
+    """Finite numbers (``count`` of them when given, at least one), else ValueError."""
+    try:
+        out = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        out = ()
+    if not out or not all(np.isfinite(out)) or (count and len(out) != count):
+        raise ValueError(f"{owner}: {what} must be {count or ''} finite numbers, got {values!r}")
+    return out
 
 
 def check_input_size(transform: Any, array: np.ndarray, what: str) -> None:
@@ -133,21 +153,8 @@ def _param_repr(obj: Any, by_identity: bool = False) -> str:
 
 
 class Transform:
-    """Base class of deterministic transforms.
-
-    Subclasses implement ``apply_image`` and ``apply_coords``; boxes, polygons, segmentation
-    maps and rotated boxes derive from them unless overridden.
-
-    Example:
-        >>> class Shift(Transform):
-        ...     def __init__(self, dx):
-        ...         self.dx = dx
-        ...     def apply_image(self, img):
-        ...         return img
-        ...     def apply_coords(self, coords):
-        ...         return np.asarray(coords, dtype=float) + [self.dx, 0]
-        >>> Shift(2).apply_box([[0, 0, 1, 1]]).tolist()
-        [[2.0, 0.0, 3.0, 1.0]]
+    """Base class: subclasses implement ``apply_image`` and ``apply_coords``; boxes, polygons,
+    segmentation maps and rotated boxes derive from them unless overridden.
     """
 
     def apply_image(self, img: np.ndarray) -> np.ndarray:
@@ -455,13 +462,9 @@ class ResizeTransform(Transform):
     def __init__(
         self, h: int, w: int, new_h: int, new_w: int, interp: int | str | None = None
     ) -> None:
-        for name, value in (("h", h), ("w", w), ("new_h", new_h), ("new_w", new_w)):
-            if int(value) != value or value <= 0:
-                raise ValueError(
-                    f"ResizeTransform: {name} must be a positive integer, got {value!r}"
-                )
+        sizes = positive_ints(type(self).__name__, "(h, w, new_h, new_w)", (h, w, new_h, new_w), 4)
         normalize_interp(interp)  # validate early
-        self.h, self.w, self.new_h, self.new_w = int(h), int(w), int(new_h), int(new_w)
+        self.h, self.w, self.new_h, self.new_w = sizes
         self.interp = interp
 
     def apply_image(self, img: np.ndarray, interp: int | str | None = None) -> np.ndarray:
@@ -518,12 +521,7 @@ _TORCH_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "ar
 
 class ScaleTransform(ResizeTransform):
     """fvcore's resize, which detectron2 re-exports: ``torch.nn.functional.interpolate`` with a
-    torch mode (default bilinear; uint8 rounded half to even, other dtypes kept), so pixels
-    are fvcore's. Coordinates, boxes and sizes as ResizeTransform.
-
-    Example:
-        >>> ScaleTransform(2, 2, 4, 4, "nearest").apply_image(np.eye(2, dtype=np.uint8)).shape
-        (4, 4)
+    torch mode (default bilinear; integers rounded half to even). Geometry as ResizeTransform.
     """
 
     def __init__(self, h: int, w: int, new_h: int, new_w: int, interp: str | None = None) -> None:

@@ -23,30 +23,12 @@ from .transform import (
     _as_float_coords,
     as_rotated_boxes,
     check_input_size,
+    finite_floats,
+    positive_ints,
 )
 
 
 _BILINEAR = 2  # PIL.Image.BILINEAR
-
-
-def _positive_int(owner: str, name: str, value: Any) -> int:
-    try:
-        ok = int(value) == value and int(value) > 0
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-def _finite(owner: str, name: str, value: Any) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not math.isfinite(number):
-        raise ValueError(f"{owner}: {name} must be a finite number, got {value!r}")
-    return number
 
 
 def _cos_sin(degrees: float) -> tuple[float, float]:
@@ -80,17 +62,11 @@ class RotationTransform(Transform):
         pad_value: float = 0,
         seg_pad_value: int = 0,
     ) -> None:
-        self.h = _positive_int("RotationTransform", "h", h)
-        self.w = _positive_int("RotationTransform", "w", w)
-        self.angle = _finite("RotationTransform", "angle", angle)
+        self.h, self.w = positive_ints("RotationTransform", "(h, w)", (h, w))
+        (self.angle,) = finite_floats("RotationTransform", "angle", (angle,))
         self.expand = bool(expand)
         if center is not None:
-            if len(center) != 2:
-                raise ValueError(f"RotationTransform: center must be (x, y), got {center!r}")
-            center = (
-                _finite("RotationTransform", "center", center[0]),
-                _finite("RotationTransform", "center", center[1]),
-            )
+            center = finite_floats("RotationTransform", "center (x, y)", center, 2)
         self.center = center
         normalize_interp(interp, opencv=True)
         self.interp = interp
@@ -215,19 +191,10 @@ class ExtentTransform(Transform):
         *,
         seg_fill: int = 0,
     ) -> None:
-        rect = tuple(src_rect)
-        if len(rect) != 4:
-            raise ValueError(
-                f"ExtentTransform: src_rect must be (x0, y0, x1, y1), got {src_rect!r}"
-            )
-        x0, y0, x1, y1 = (_finite("ExtentTransform", "src_rect", v) for v in rect)
+        x0, y0, x1, y1 = finite_floats("ExtentTransform", "src_rect (x0, y0, x1, y1)", src_rect, 4)
         if not (x1 > x0 and y1 > y0):
-            raise ValueError(f"ExtentTransform: src_rect {rect!r} is empty (need x1 > x0, y1 > y0)")
-        size = tuple(output_size)
-        if len(size) != 2:
-            raise ValueError(f"ExtentTransform: output_size must be (h, w), got {output_size!r}")
-        out_h = _positive_int("ExtentTransform", "output_size", size[0])
-        out_w = _positive_int("ExtentTransform", "output_size", size[1])
+            raise ValueError(f"ExtentTransform: src_rect {src_rect!r} needs x1 > x0 and y1 > y0")
+        out_h, out_w = positive_ints("ExtentTransform", "output_size (h, w)", output_size)
         normalize_interp(interp)
         self.src_rect = (x0, y0, x1, y1)
         self.output_size = _OutputSize((out_h, out_w))
