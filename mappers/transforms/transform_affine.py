@@ -193,7 +193,9 @@ class ExtentTransform(Transform):
     ) -> None:
         x0, y0, x1, y1 = finite_floats("ExtentTransform", "src_rect (x0, y0, x1, y1)", src_rect, 4)
         if not (x1 > x0 and y1 > y0):
-            raise ValueError(f"ExtentTransform: src_rect {src_rect!r} is empty: need x1 > x0, y1 > y0")
+            raise ValueError(
+                f"ExtentTransform: src_rect {src_rect!r} is empty (need x1 > x0, y1 > y0)"
+            )
         out_h, out_w = positive_ints("ExtentTransform", "output_size (h, w)", output_size)
         normalize_interp(interp)
         self.src_rect = (x0, y0, x1, y1)
