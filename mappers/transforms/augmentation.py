@@ -137,7 +137,9 @@ class Augmentation:
     def __call__(self, aug_input: Any, rng: np.random.Generator | None = None) -> Transform:
         """Draw a transform from ``aug_input`` (with ``rng`` if given), apply it in place."""
         with use_generator(rng):
-            tfm = _checked(self, self.get_transform(*self._gather_inputs(aug_input)))
+            tfm = self.get_transform(*self._gather_inputs(aug_input))
+        if not isinstance(tfm, Transform):
+            raise _not_a_transform(self, tfm)
         aug_input.transform(tfm)
         return tfm
 
@@ -337,18 +339,18 @@ def _plan_into(
             return _plan_into(aug.aug, size, rest, out)
         out.append(NoOpTransform())
         return size
-    tfm = _checked(aug, aug.get_transform(_ShapeOnly((*size, *rest))))
+    tfm = aug.get_transform(_ShapeOnly((*size, *rest)))
+    if not isinstance(tfm, Transform):
+        raise _not_a_transform(aug, tfm)
     out.append(tfm)
     return tfm.output_size(*size)
 
 
-def _checked(aug: Augmentation, tfm: Any) -> Transform:
-    if not isinstance(tfm, Transform):
-        raise TypeError(
-            f"{type(aug).__name__}.get_transform returned a {type(tfm).__name__}, "
-            "expected a Transform or TransformList"
-        )
-    return tfm
+def _not_a_transform(aug: Augmentation, tfm: Any) -> TypeError:
+    return TypeError(
+        f"{type(aug).__name__}.get_transform returned a {type(tfm).__name__}, "
+        "expected a Transform or TransformList"
+    )
 
 
 # Argument checks the builtin augmentations share.

@@ -60,7 +60,12 @@ def check_input_size(transform: Any, array: np.ndarray, what: str) -> None:
         )
 
 
-def _as_float_array(data: Any, columns: int, what: str, copy: bool = True) -> np.ndarray:
+_SHAPES = {2: "Nx2 array of (x, y)", 4: "Nx4 XYXY array", 5: "Nx5 array of (cx, cy, w, h, angle)"}
+
+
+def _as_float_coords(
+    data: Any, what: str = "coords", columns: int = 2, copy: bool = True
+) -> np.ndarray:
     """``data`` as an N x columns float array (one row accepted for boxes; empty: 0 rows)."""
     arr = np.asarray(data)
     if arr.dtype.kind != "f":
@@ -72,24 +77,13 @@ def _as_float_array(data: Any, columns: int, what: str, copy: bool = True) -> np
     if arr.ndim != 2 or arr.shape[1] != columns:
         if arr.size == 0:
             return arr.reshape(0, columns)
-        raise TransformError(f"{what}, got shape {arr.shape}")
+        raise TransformError(f"{what} must be an {_SHAPES[columns]}, got shape {arr.shape}")
     return arr
-
-
-def _as_float_coords(coords: Any, what: str = "coords") -> np.ndarray:
-    return _as_float_array(coords, 2, f"{what} must be an Nx2 array of (x, y)")
-
-
-def _as_box_array(box: Any) -> np.ndarray:
-    """Nx4 float boxes; may be the caller's own array (not to be modified in place)."""
-    return _as_float_array(box, 4, "boxes must be an Nx4 XYXY array", copy=False)
 
 
 def as_rotated_boxes(rotated_boxes: Any) -> np.ndarray:
     """A float copy of Nx5 rotated boxes (one row accepted)."""
-    return _as_float_array(
-        rotated_boxes, 5, "rotated boxes must be an Nx5 array of (cx, cy, w, h, angle)"
-    )
+    return _as_float_coords(rotated_boxes, "rotated boxes", 5)
 
 
 def order_box_edges(moved: np.ndarray) -> np.ndarray:
@@ -119,7 +113,7 @@ def moves_box_edges(tfm: Any) -> bool:
 
 
 def _apply_box_by_edges(tfm: Any, box: Any) -> np.ndarray:
-    arr = _as_box_array(box)
+    arr = _as_float_coords(box, "boxes", 4, copy=False)
     if len(arr) == 0:
         return arr
     moved = arr.copy()
@@ -168,7 +162,7 @@ class Transform:
 
     def apply_box(self, box: Any) -> np.ndarray:
         """Nx4 XYXY boxes: the axis-aligned box around each box's 4 transformed corners."""
-        arr = _as_box_array(box)
+        arr = _as_float_coords(box, "boxes", 4, copy=False)
         if len(arr) == 0:
             return arr
         corners = arr[:, [0, 1, 2, 1, 0, 3, 2, 3]].reshape(-1, 2)
