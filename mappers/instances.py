@@ -1,10 +1,4 @@
-"""Instances: the per-image set of objects (boxes, classes, masks, ...) as aligned fields.
-
-Every field holds one entry per instance: a torch tensor, a numpy array, a list, or any
-object supporting ``len`` and indexing (and, for :meth:`Instances.cat`, a ``cat`` classmethod;
-for :meth:`Instances.to`, a ``to`` method) — in particular the detectron2 structures of
-:mod:`mappers.structures` (``Boxes``, ``RotatedBoxes``, ``BitMasks``, ``PolygonMasks``,
-``ROIMasks``, ``Keypoints``), which :func:`~mappers.annotations_to_instances` fills.
+"""Instances: the objects of one image as aligned fields (tensors, arrays, lists or structures).
 
 Example:
     >>> import torch
@@ -58,24 +52,7 @@ def _index_value(value: Any, index: Any) -> Any:
 
 
 class Instances:
-    """Objects detected in (or annotated on) one image, stored as aligned fields.
-
-    Fields are set as attributes (``inst.gt_boxes = ...``) or with :meth:`set`, and all have
-    the same length. ``image_size`` is (height, width).
-
-    Args:
-        image_size: (height, width) of the image.
-        **fields: initial fields.
-
-    Raises:
-        ValueError: a field's length differs from the others'.
-
-    Example:
-        >>> inst = Instances((10, 20))
-        >>> inst.set("scores", torch.tensor([0.9, 0.1]))
-        >>> inst
-        Instances(num_instances=2, image_height=10, image_width=20, fields=[scores: Tensor(2,)])
-    """
+    """Fields of one length, set as attributes or with :meth:`set`; ``image_size`` is (h, w)."""
 
     def __init__(self, image_size: tuple[int, int], **fields: Any) -> None:
         self._image_size = (int(image_size[0]), int(image_size[1]))
@@ -108,12 +85,7 @@ class Instances:
             self.remove(name)
 
     def set(self, name: str, value: Any) -> None:
-        """Set field ``name``; its length must match the existing fields'.
-
-        Raises:
-            ValueError: the length differs (the message names the field and both lengths).
-            TypeError: the value has no length.
-        """
+        """Set field ``name``; its length must match the existing fields'."""
         if name == "image_size":
             raise ValueError("'image_size' is reserved; it is not a field")
         try:
@@ -138,11 +110,7 @@ class Instances:
         return name in self._fields
 
     def get(self, name: str) -> Any:
-        """Return field ``name``.
-
-        Raises:
-            KeyError: no such field (the message lists the fields).
-        """
+        """Return field ``name``."""
         try:
             return self._fields[name]
         except KeyError:
@@ -151,11 +119,7 @@ class Instances:
             ) from None
 
     def remove(self, name: str) -> None:
-        """Delete field ``name``.
-
-        Raises:
-            KeyError: no such field.
-        """
+        """Delete field ``name``."""
         if name not in self._fields:
             raise KeyError(f"Instances has no field {name!r}; fields: {list(self._fields)}")
         del self._fields[name]
@@ -174,11 +138,7 @@ class Instances:
         return out
 
     def __getitem__(self, item: Any) -> Instances:
-        """Select instances by int (keeps a length-1 Instances), slice, bool mask or indices.
-
-        Raises:
-            IndexError: an int or index out of range, or a mask of the wrong length.
-        """
+        """Select instances by int (keeps a length-1 Instances), slice, bool mask or indices."""
         index = _normalize_index(item, len(self))
         out = Instances(self._image_size)
         for name, value in self._fields.items():
@@ -195,17 +155,7 @@ class Instances:
 
     @staticmethod
     def cat(instance_lists: Sequence[Instances]) -> Instances:
-        """Concatenate Instances of the same image size and fields.
-
-        Raises:
-            ValueError: empty input, different image sizes or field names, or a field type
-                that cannot be concatenated.
-
-        Example:
-            >>> a = Instances((5, 5), s=torch.tensor([1.0]))
-            >>> len(Instances.cat([a, a]))
-            2
-        """
+        """Concatenate Instances of the same image size and fields."""
         if len(instance_lists) == 0:
             raise ValueError("Instances.cat needs at least one Instances")
         for i, inst in enumerate(instance_lists):

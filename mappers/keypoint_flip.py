@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from catalog.errors import CatmapError
+from catalog.metadata import MetadataCatalog
 
 __all__ = ["KeypointFlipError", "create_keypoint_hflip_indices"]
 
@@ -24,25 +25,8 @@ class KeypointFlipError(CatmapError, ValueError):
 
 
 def create_keypoint_hflip_indices(dataset_names_or_metadata: Any) -> np.ndarray:
-    """Indices that swap left/right keypoints, from metadata ``keypoint_names`` and
-    ``keypoint_flip_map``.
-
-    Args:
-        dataset_names_or_metadata: a dataset name, a Metadata (or mapping with those keys),
-            or a list of them; all must describe the same keypoints.
-
-    Returns:
-        int64 array: ``flipped = keypoints[indices]``.
-
-    Raises:
-        KeypointFlipError: a key is missing, the flip map names an unknown keypoint, or the
-            datasets disagree (the message names the dataset and key).
-
-    Example:
-        >>> meta = {"keypoint_names": ["nose", "left_eye", "right_eye"],
-        ...         "keypoint_flip_map": [("left_eye", "right_eye")]}
-        >>> create_keypoint_hflip_indices(meta).tolist()
-        [0, 2, 1]
+    """Indices that swap left/right keypoints (``flipped = keypoints[indices]``), from the
+    ``keypoint_names`` and ``keypoint_flip_map`` of dataset names or metadata (all alike).
     """
     items = dataset_names_or_metadata
     if isinstance(items, (str, Mapping)) or not isinstance(items, (list, tuple)):
@@ -66,8 +50,6 @@ def create_keypoint_hflip_indices(dataset_names_or_metadata: Any) -> np.ndarray:
 
 def _keypoint_metadata(item: Any) -> tuple[str, Any, Any]:
     if isinstance(item, str):
-        from catalog.metadata import MetadataCatalog
-
         meta: Any = MetadataCatalog.get(item)
         label = repr(item)
     else:

@@ -1,7 +1,4 @@
-"""Rasterize segmentations: COCO RLE dicts and polygons to HxW uint8 masks (pycocotools).
-
-RLE masks and polygon rasterization need pycocotools (``pip install 'catmap[coco]'``);
-without it a :class:`MissingDependencyError` says so.
+"""COCO RLE dicts and polygons to HxW uint8 masks with pycocotools (``catmap[coco]``).
 
 Example:
     >>> int(polygons_to_bitmask([[0, 0, 4, 0, 4, 4, 0, 4]], 6, 6).sum())
@@ -38,20 +35,8 @@ def rle_to_bitmask(
     context: str | None = None,
     image_size: tuple[int, int] | None = None,
 ) -> np.ndarray:
-    """Decode a COCO RLE dict (compressed or uncompressed counts) to an HxW uint8 mask.
-
-    The dict is checked before pycocotools sees it (see :mod:`mappers.geometry_checks`):
-    ``size`` against ``image_size`` (when given) and the pixel limit, the runs adding up to
-    height * width.
-
-    Raises:
-        MissingDependencyError: pycocotools is not installed.
-        RecordFormatError: the dict lacks ``size`` / ``counts``, its size differs from
-            ``image_size``, or its counts are malformed.
-
-    Example:
-        >>> rle_to_bitmask({"size": [2, 2], "counts": [1, 2, 1]}).tolist()
-        [[0, 1], [1, 0]]
+    """Decode a COCO RLE dict to an HxW uint8 mask, checked first (size against
+    ``image_size`` and the pixel limit, runs adding up).
     """
     mask_utils = _mask_utils("decoding an RLE segmentation")
     where = _where(context, rle)
@@ -72,21 +57,8 @@ def rle_to_bitmask(
 def polygons_to_bitmask(
     polygons: Sequence[Any], height: int, width: int, *, context: str | None = None
 ) -> np.ndarray:
-    """Rasterize polygons (flat ``[x0, y0, ...]`` lists/arrays) into one HxW uint8 mask.
-
-    Uses pycocotools, so masks match COCO's. An empty list gives an all-zero mask. The
-    coordinates are checked first: finite and within
-    :func:`~mappers.geometry_checks.coordinate_bound` of the image (pycocotools' rasterizer
-    crashes the process on huge values).
-
-    Raises:
-        MissingDependencyError: pycocotools is not installed.
-        RecordFormatError: malformed polygons, a non-finite or out-of-bound coordinate
-            (``context`` starts the message).
-
-    Example:
-        >>> int(polygons_to_bitmask([[0, 0, 4, 0, 4, 4, 0, 4]], 6, 6).sum())
-        16
+    """Rasterize flat polygons into one HxW uint8 mask (COCO's rasterizer), coordinates
+    checked first: pycocotools crashes the process on huge values.
     """
     height, width = int(height), int(width)
     if height <= 0 or width <= 0:

@@ -1,7 +1,5 @@
-"""Plane geometry of flat polygons (x0, y0, x1, y1, ...): area and clipping to a rectangle.
-
-Used by :class:`~mappers.structures.PolygonMasks` (rasterizing far-out polygons) and by
-``CropTransform`` (cropping polygons), so both clip the same way.
+"""Flat polygons (x0, y0, x1, y1, ...): shoelace area and Sutherland-Hodgman clipping, shared
+by PolygonMasks and CropTransform so both clip the same way.
 
 Example:
     >>> polygon_area(clip_polygon(np.array([-2.0, 0, 2, 0, 2, 2, -2, 2]), 0, 0, 5, 5))
@@ -16,12 +14,7 @@ __all__ = ["clip_points", "clip_polygon", "polygon_area"]
 
 
 def polygon_area(polygon: np.ndarray) -> float:
-    """Area of one flat polygon by the shoelace formula (absolute value).
-
-    Example:
-        >>> polygon_area(np.array([0.0, 0, 2, 0, 2, 2, 0, 2]))
-        4.0
-    """
+    """Area of one flat polygon by the shoelace formula (absolute value)."""
     x, y = polygon[0::2], polygon[1::2]
     return 0.5 * abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))
 
@@ -45,16 +38,8 @@ def _clip_axis(points: np.ndarray, axis: int, bound: float, keep_above: bool) ->
 
 
 def clip_points(points: np.ndarray, x0: float, y0: float, x1: float, y1: float) -> np.ndarray:
-    """Clip an Nx2 closed polygon to the rectangle [x0, x1] x [y0, y1] (Sutherland-Hodgman).
-
-    Returns ``points`` itself when nothing is cut off, and an empty 0x2 array when nothing is
-    left. A polygon cut into several pieces stays one polygon whose pieces are joined along
-    the rectangle's border (the same mask).
-
-    Example:
-        >>> square = np.array([[0.0, 0], [2, 0], [2, 2], [0, 2]])
-        >>> clip_points(square, 0, 0, 5, 5) is square, clip_points(square, 3, 3, 5, 5).shape
-        (True, (0, 2))
+    """Clip an Nx2 closed polygon to [x0, x1] x [y0, y1]: ``points`` itself when nothing is cut,
+    0x2 when nothing is left; pieces stay one polygon joined along the border (same mask).
     """
     for axis, bound, above in ((0, x0, True), (0, x1, False), (1, y0, True), (1, y1, False)):
         points = _clip_axis(points, axis, bound, above)
@@ -64,13 +49,5 @@ def clip_points(points: np.ndarray, x0: float, y0: float, x1: float, y1: float) 
 
 
 def clip_polygon(polygon: np.ndarray, x0: float, y0: float, x1: float, y1: float) -> np.ndarray:
-    """Clip a flat polygon to the rectangle [x0, x1] x [y0, y1]; may return an empty array.
-
-    The part of the polygon inside the rectangle is unchanged, so a rasterization inside the
-    rectangle is the same.
-
-    Example:
-        >>> clip_polygon(np.array([-2.0, 0, 2, 0, 2, 2, -2, 2]), 0, 0, 5, 5).tolist()
-        [0.0, 0.0, 2.0, 0.0, 2.0, 2.0, 0.0, 2.0]
-    """
+    """Clip a flat polygon to [x0, x1] x [y0, y1]; may return an empty array."""
     return clip_points(polygon.reshape(-1, 2), x0, y0, x1, y1).reshape(-1)

@@ -1,10 +1,5 @@
-"""What ``Instances`` and the structures share: index normalization (int, slice, bool mask,
-index list/array), conversion of the input data, row selection of the tensor-backed structures, and the argument check of
-their ``cat``, and the test that a polygon is already in its checked flat form.
-
-Example:
-    >>> as_index([True, False, True], 3, "Boxes")
-    tensor([ True, False,  True])
+"""What ``Instances`` and the structures share: index normalization, input conversion, row
+selection, the argument check of ``cat`` and the test for an already-checked flat polygon.
 """
 
 from __future__ import annotations
@@ -29,7 +24,7 @@ __all__ = [
 
 
 def is_int_index(item: Any) -> bool:
-    """Whether ``item`` selects one element (a Python/numpy int or a 0-d integer tensor)."""
+    """Whether ``item`` selects one element (an int or a 0-d integer tensor)."""
     if isinstance(item, (bool, np.bool_)):
         return False
     if isinstance(item, (int, np.integer)):
@@ -43,16 +38,8 @@ def is_int_index(item: Any) -> bool:
 
 
 def as_index(item: Any, length: int, owner: str) -> int | slice | torch.Tensor:
-    """Turn ``item`` into an int, a slice, a 1-D bool mask or a 1-D int64 index tensor.
-
-    Args:
-        item: what the user indexed with.
-        length: the number of elements of the structure.
-        owner: the structure's name, for error messages.
-
-    Raises:
-        StructureIndexError: an int or index out of range, a mask of the wrong length, a
-            float or multi-dimensional index, or an object that is no index.
+    """``item`` as an int, a slice, a 1-D bool mask or a 1-D int64 index tensor, checked
+    against ``length`` (StructureIndexError naming ``owner`` otherwise).
     """
     if isinstance(item, (bool, np.bool_)):
         raise StructureIndexError(f"{owner} cannot be indexed by a single bool; use a bool mask")
@@ -97,17 +84,7 @@ def as_index(item: Any, length: int, owner: str) -> int | slice | torch.Tensor:
 
 
 def select_rows(tensor: torch.Tensor, item: Any, owner: str) -> torch.Tensor:
-    """The rows of ``tensor`` (N x ...) that ``item`` selects; an int keeps a leading 1.
-
-    The result may share memory with ``tensor`` (as tensor indexing does).
-
-    Raises:
-        StructureIndexError: see :func:`as_index`.
-
-    Example:
-        >>> select_rows(torch.arange(6).view(3, 2), 1, "Boxes").tolist()
-        [[2, 3]]
-    """
+    """The rows of ``tensor`` that ``item`` selects (an int keeps a leading 1); may share memory."""
     index = as_index(item, int(tensor.shape[0]), owner)
     if isinstance(index, int):
         return tensor[index].unsqueeze(0)
@@ -117,19 +94,7 @@ def select_rows(tensor: torch.Tensor, item: Any, owner: str) -> torch.Tensor:
 
 
 def check_cat_parts(parts: Any, cls: type, *, allow_empty: bool = True) -> Sequence[Any]:
-    """Check the argument of ``cls.cat``: a list or tuple of ``cls`` (non-empty unless
-    ``allow_empty``); return it.
-
-    Raises:
-        StructureShapeError: not a list/tuple, empty where not allowed, or an element of
-            another type (named with its position).
-
-    Example:
-        >>> check_cat_parts([1, "a"], int)
-        Traceback (most recent call last):
-        ...
-        mappers.errors.StructureShapeError: int.cat: element 1 is a str, not int
-    """
+    """Check that ``parts`` is a list/tuple of ``cls`` (non-empty unless ``allow_empty``)."""
     name = cls.__name__
     if not isinstance(parts, (list, tuple)):
         raise StructureShapeError(f"{name}.cat needs a list of {name}, got {type(parts).__name__}")
@@ -144,21 +109,7 @@ def check_cat_parts(parts: Any, cls: type, *, allow_empty: bool = True) -> Seque
 
 
 def as_tensor_of(data: Any, dtype: torch.dtype, owner: str, needs: str) -> torch.Tensor:
-    """``data`` as a tensor of ``dtype`` (a tensor keeps its device; anything else goes to CPU).
-
-    Args:
-        data: a tensor, array or nested sequence of numbers.
-        dtype: the dtype of the result.
-        owner: the structure's name, for the message.
-        needs: what the structure needs, for the message (e.g. "an (N, 4) array of numbers").
-
-    Raises:
-        StructureShapeError: ``data`` cannot be converted.
-
-    Example:
-        >>> as_tensor_of([[0, 1]], torch.float32, "Boxes", "an (N, 4) array").dtype
-        torch.float32
-    """
+    """``data`` as a ``dtype`` tensor (tensors keep their device; others go to the CPU)."""
     if isinstance(data, torch.Tensor):
         return data.to(dtype)
     try:
@@ -170,12 +121,8 @@ def as_tensor_of(data: Any, dtype: torch.dtype, owner: str, needs: str) -> torch
 
 
 def is_flat_polygon(polygon: Any) -> bool:
-    """Whether ``polygon`` is already a flat float64 array of an even count >= 6 of numbers
-    (the form polygons have after a transform; only finiteness is left to check).
-
-    Example:
-        >>> is_flat_polygon(np.zeros(6)), is_flat_polygon([0.0] * 6)
-        (True, False)
+    """Whether ``polygon`` is already a flat float64 array of an even count >= 6 (the form
+    polygons have after a transform; only finiteness is left to check).
     """
     return (
         type(polygon) is np.ndarray
@@ -187,21 +134,8 @@ def is_flat_polygon(polygon: Any) -> bool:
 
 
 class TensorRows:
-    """The methods a structure holding one ``tensor`` row per instance shares.
-
-    ``device``, ``len``, ``to`` (moved or cast as ``Tensor.to`` would; the constructor keeps
-    its dtype), indexing (an int gives a one-row structure; a slice, bool mask or indices
-    give the selected rows, possibly sharing memory) and a short repr. A subclass sets
-    ``tensor`` in its constructor, which takes the tensor as its only argument.
-
-    Raises:
-        StructureIndexError: (indexing) out of range, a mask of the wrong length, or no index.
-
-    Example:
-        >>> from mappers.structures import Keypoints
-        >>> k = Keypoints(torch.zeros(3, 2, 3))
-        >>> len(k[1:]), k[0].tensor.shape, k.to("cpu").device.type, k
-        (2, torch.Size([1, 2, 3]), 'cpu', Keypoints(num_instances=3))
+    """What a structure holding one ``tensor`` row per instance shares: ``device``, ``len``,
+    ``to``, indexing (an int gives one row) and a short repr.
     """
 
     tensor: torch.Tensor

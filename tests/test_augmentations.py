@@ -220,7 +220,7 @@ def test_random_crop_types(crop_type, crop_size, check):
 def test_random_crop_validation():
     with pytest.raises(ValueError, match="crop_type"):
         RandomCrop("fraction", (0.5, 0.5))
-    with pytest.raises(ValueError, match=r"\(0, 1\]"):
+    with pytest.raises(ValueError, match="positive"):
         RandomCrop("relative", (0.0, 0.5))
     with pytest.raises(ValueError, match="positive integers"):
         RandomCrop("absolute", (10.5, 3))
@@ -322,7 +322,7 @@ def test_augmentation_list_nested_and_transforms_applied_in_order():
 
 def test_reprs():
     assert repr(RandomFlip(prob=0.5)) == "RandomFlip(prob=0.5)"
-    assert repr(RandomFlip()) == "RandomFlip(prob=0.5)"
+    assert repr(RandomFlip()) == "RandomFlip()"  # detectron2: defaults left out
     augs = AugmentationList([RandomFlip(prob=0.5), ResizeShortestEdge((640, 800), 1333, "choice")])
     assert repr(augs) == (
         "AugmentationList[RandomFlip(prob=0.5), "

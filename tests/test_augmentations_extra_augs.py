@@ -381,7 +381,7 @@ def test_min_iou_random_crop_modes():
 
 def test_min_iou_random_crop_without_boxes_warns_once(caplog):
     aug = MinIoURandomCrop()
-    with caplog.at_level(logging.WARNING, logger="mappers.transforms.augmentations_crop"):
+    with caplog.at_level(logging.WARNING, logger="mappers.transforms.augmentation_impl"):
         assert isinstance(aug(AugInput(_image())), NoOpTransform)
         assert isinstance(aug(AugInput(_image())), NoOpTransform)
     assert sum("no boxes" in r.getMessage() for r in caplog.records) == 1

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mappers.structures import Boxes, RotatedBoxes, pairwise_iou
 from mappers.structures import StructureShapeError, pairwise_iou_rotated
-from mappers.structures.rotated_boxes import rotated_corners
+from mappers.structures.boxes import rotated_corners
 
 
 def test_constructor_and_basic_methods():
@@ -139,14 +139,14 @@ def test_rotated_iou_matches_an_independent_clipper():
 
 
 def test_rotated_iou_works_in_chunks(monkeypatch):
-    import mappers.structures.rotated_iou as rotated_iou
+    import mappers.structures.boxes as boxes_module
 
     rng = np.random.default_rng(5)
     boxes = RotatedBoxes(
         np.c_[rng.uniform(0, 5, (9, 2)), rng.uniform(1, 3, (9, 2)), rng.uniform(-90, 90, 9)]
     )
     whole = pairwise_iou(boxes, boxes)
-    monkeypatch.setattr(rotated_iou, "_PAIRS_PER_CHUNK", 7)
+    monkeypatch.setattr(boxes_module, "_PAIRS_PER_CHUNK", 7)
     torch.testing.assert_close(pairwise_iou(boxes, boxes), whole)
 
 

@@ -11,22 +11,20 @@ Example:
 
 from catalog.box_mode import BoxMode, BoxModeError
 
+from ..errors import StructureIndexError, StructureShapeError
 from ..instances import Instances
-from .bitmasks import BitMasks
-from .box_pairwise import (
+from .boxes import (
+    Boxes,
+    RotatedBoxes,
     matched_pairwise_iou,
     pairwise_intersection,
     pairwise_ioa,
     pairwise_iou,
     pairwise_iou_rotated,
 )
-from .boxes import Boxes
-from .errors import StructureIndexError, StructureShapeError
 from .image_list import ImageList
 from .keypoints import Keypoints, keypoints_to_heatmap
-from .polygon_masks import PolygonMasks
-from .roi_masks import ROIMasks, paste_masks_in_image
-from .rotated_boxes import RotatedBoxes
+from .masks import BitMasks, PolygonMasks, ROIMasks, paste_masks_in_image
 
 #: Structures whose state (tensors, sizes, polygon arrays) the batch transport may carry
 #: field by field and rebuild without calling their constructors.

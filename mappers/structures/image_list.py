@@ -17,26 +17,11 @@ import torch.nn.functional as F
 
 from catalog.validation import is_int
 
-from .errors import StructureIndexError, StructureShapeError
-
-__all__ = ["ImageList"]
+from ..errors import StructureIndexError, StructureShapeError
 
 
 class ImageList:
-    """A batch of images padded to one size (``tensor``: N x ... x H x W) and their sizes.
-
-    Args:
-        tensor: the padded batch.
-        image_sizes: (h, w) of each image before padding.
-
-    Raises:
-        StructureShapeError: the numbers of images and sizes differ, or a size exceeds the
-            padded tensor.
-
-    Example:
-        >>> len(ImageList(torch.zeros(2, 3, 8, 8), [(8, 8), (5, 6)]))
-        2
-    """
+    """A batch of images padded to one size (``tensor``: N x ... x H x W) and their sizes."""
 
     def __init__(self, tensor: torch.Tensor, image_sizes: Sequence[tuple[int, int]]) -> None:
         if not isinstance(tensor, torch.Tensor) or tensor.dim() < 3:
@@ -63,11 +48,7 @@ class ImageList:
         return len(self.image_sizes)
 
     def __getitem__(self, idx: int) -> torch.Tensor:
-        """The image ``idx`` without its padding (a view of ``tensor``).
-
-        Raises:
-            StructureIndexError: idx is not an int in range.
-        """
+        """The image ``idx`` without its padding (a view of ``tensor``)."""
         if not is_int(idx):
             raise StructureIndexError(f"ImageList is indexed by an int, got {type(idx).__name__}")
         if not -len(self) <= idx < len(self):
@@ -94,22 +75,9 @@ class ImageList:
         pad_value: float = 0.0,
         padding_constraints: Mapping[str, int] | None = None,
     ) -> ImageList:
-        """Pad images (each ... x H x W, same leading shape) to one size and stack them.
-
-        The padded size is the largest H and W; with ``size_divisibility`` > 1 both are
-        rounded up to a multiple of it. Padding goes to the bottom and right, filled with
-        ``pad_value``. ``padding_constraints`` (detectron2's backbone hint) may hold
-        ``"size_divisibility"`` (overrides the argument) and ``"square_size"`` (> 0: pad to a
-        square of that side before the divisibility rounding).
-
-        Raises:
-            StructureShapeError: an empty or non-list input, a non-tensor, leading shapes that
-                differ, or an image larger than ``square_size``.
-
-        Example:
-            >>> batch = ImageList.from_tensors([torch.zeros(1, 3, 3)], size_divisibility=2)
-            >>> tuple(batch.tensor.shape)
-            (1, 1, 4, 4)
+        """Pad images to the largest H and W (rounded up to ``size_divisibility``), bottom and
+        right, with ``pad_value``; ``padding_constraints`` may set ``size_divisibility`` and a
+        ``square_size``.
         """
         if not isinstance(tensors, (list, tuple)) or len(tensors) == 0:
             raise StructureShapeError("ImageList.from_tensors needs a non-empty list of tensors")

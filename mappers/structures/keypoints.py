@@ -1,7 +1,4 @@
-"""Keypoints: N instances x K keypoints as an NxKx3 float32 tensor of (x, y, visibility).
-
-Coordinates are continuous image coordinates (pixel (i, j) covers [j, j + 1) x [i, i + 1)),
-visibility follows COCO (0: not labelled, 1: labelled but hidden, 2: visible).
+"""Keypoints: an NxKx3 float32 tensor of (x, y, visibility), COCO visibility (0, 1, 2).
 
 Example:
     >>> kps = Keypoints([[[1.5, 2.5, 2], [9.0, 9.0, 0]]])
@@ -17,31 +14,16 @@ from typing import Any
 
 import torch
 
-from ..structure_common import TensorRows, check_cat_parts
+from ..errors import StructureShapeError
+from ..structure_common import TensorRows, as_tensor_of, check_cat_parts
 from .boxes import Boxes
-from .errors import StructureShapeError
-
-__all__ = ["Keypoints", "keypoints_to_heatmap"]
 
 
 def keypoints_to_heatmap(
     keypoints: torch.Tensor, rois: torch.Tensor, heatmap_size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Map keypoints into the cells of a ``heatmap_size`` x ``heatmap_size`` grid over each box.
-
-    A keypoint at continuous x in [x0, x1) goes to cell ``floor((x - x0) * S / (x1 - x0))``
-    (Heckbert's convention: continuous c lies in discrete cell floor(c)); one exactly on the
-    right / bottom edge goes to the last cell S - 1. The heatmap index is ``y * S + x``.
-
-    Args:
-        keypoints: N x K x 3 tensor (x, y, visibility).
-        rois: N x 4 boxes (x0, y0, x1, y1).
-        heatmap_size: S.
-
-    Returns:
-        ``(heatmaps, valid)``: both N x K int64; ``valid`` is 1 where the keypoint is
-        labelled (v > 0) and inside its box, and ``heatmaps`` is 0 where it is not valid.
-    """
+    """Heatmap cell ``y * S + x`` of each keypoint in its box (x -> floor((x - x0) * S /
+    (x1 - x0)), the right / bottom edge in cell S - 1) and whether it is valid."""
     if rois.numel() == 0:
         empty = torch.zeros((0, keypoints.shape[1] if keypoints.dim() == 3 else 0))
         return empty.long(), empty.long()
@@ -61,30 +43,10 @@ def keypoints_to_heatmap(
 
 
 class Keypoints(TensorRows):
-    """Keypoints of N instances stored in ``tensor``, an NxKx3 float32 tensor.
-
-    Args:
-        keypoints: an NxKx3 tensor, array or nested list of (x, y, visibility). Tensors keep
-            their device.
-
-    Raises:
-        StructureShapeError: the input is not NxKx3.
-
-    Example:
-        >>> Keypoints(torch.zeros(2, 17, 3)).tensor.shape
-        torch.Size([2, 17, 3])
-    """
+    """Keypoints of N instances stored in ``tensor``, an NxKx3 float32 tensor."""
 
     def __init__(self, keypoints: Any) -> None:
-        if isinstance(keypoints, torch.Tensor):
-            tensor = keypoints.to(torch.float32)
-        else:
-            try:
-                tensor = torch.as_tensor(keypoints, dtype=torch.float32, device="cpu")
-            except (TypeError, ValueError, RuntimeError) as exc:
-                raise StructureShapeError(
-                    f"Keypoints needs an (N, K, 3) array, got {type(keypoints).__name__} ({exc})"
-                ) from None
+        tensor = as_tensor_of(keypoints, torch.float32, "Keypoints", "an (N, K, 3) array")
         if tensor.dim() != 3 or tensor.shape[2] != 3:
             raise StructureShapeError(
                 f"Keypoints needs an (N, K, 3) tensor, got {tuple(tensor.shape)}"
@@ -94,11 +56,7 @@ class Keypoints(TensorRows):
     def to_heatmap(
         self, boxes: torch.Tensor | Boxes, heatmap_size: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Heatmap targets of the keypoints in their boxes; see :func:`keypoints_to_heatmap`.
-
-        Raises:
-            StructureShapeError: the boxes are not N x 4 for N instances.
-        """
+        """Heatmap targets of the keypoints in their boxes; see :func:`keypoints_to_heatmap`."""
         rois = boxes.tensor if isinstance(boxes, Boxes) else torch.as_tensor(boxes)
         if rois.dim() != 2 or rois.shape != (len(self), 4):
             raise StructureShapeError(
@@ -108,15 +66,7 @@ class Keypoints(TensorRows):
 
     @staticmethod
     def cat(keypoints_list: Sequence[Keypoints]) -> Keypoints:
-        """Concatenate Keypoints with the same K.
-
-        Raises:
-            StructureShapeError: not a non-empty list of Keypoints, or K differs.
-
-        Example:
-            >>> k = Keypoints(torch.zeros(1, 2, 3)); len(Keypoints.cat([k, k]))
-            2
-        """
+        """Concatenate Keypoints with the same K."""
         check_cat_parts(keypoints_list, Keypoints, allow_empty=False)
         try:
             return Keypoints(torch.cat([k.tensor for k in keypoints_list], dim=0))

@@ -1,9 +1,7 @@
 """catmap.mappers.transforms: deterministic transforms and random augmentations.
 
-Same names, argument orders and conventions as ``detectron2.data.transforms``: a
-:class:`Transform` maps an image and its annotations (coordinates, boxes, polygons,
-segmentation maps) consistently; an :class:`Augmentation` draws a transform from an
-:class:`AugInput` using the per-worker generator of :mod:`mappers.random_state`.
+Names, argument orders and conventions of ``detectron2.data.transforms``: a Transform maps
+an image and its annotations consistently; an Augmentation draws a Transform from an AugInput.
 
 Example:
     >>> import numpy as np
@@ -15,34 +13,49 @@ Example:
     (800, 1067, 3)
 """
 
+from . import _backend
 from .augmentation import (
     AugInput,
     Augmentation,
     AugmentationList,
     RandomApply,
     apply_augmentations,
+    reads_shape_only,
 )
-from .augmentation_planning import reads_shape_only
-from .augmentations_affine import RandomExtent, RandomRotation
-from .augmentations_color import RandomBrightness, RandomContrast, RandomSaturation
-from .augmentations_crop import MinIoURandomCrop, RandomCrop_CategoryAreaConstraint
-from .augmentations_geometry import RandomCrop, RandomFlip, Resize, ResizeShortestEdge
-from .augmentations_lighting import RandomLighting
-from .augmentations_scale import FixedSizeCrop, RandomResize, ResizeScale
+from .augmentation_impl import (
+    FixedSizeCrop,
+    MinIoURandomCrop,
+    RandomBrightness,
+    RandomContrast,
+    RandomCrop,
+    RandomCrop_CategoryAreaConstraint,
+    RandomExtent,
+    RandomFlip,
+    RandomLighting,
+    RandomResize,
+    RandomRotation,
+    RandomSaturation,
+    Resize,
+    ResizeScale,
+    ResizeShortestEdge,
+    gen_crop_transform_with_instance,
+)
 from .transform import (
     BlendTransform,
+    ColorTransform,
     CropTransform,
     HFlipTransform,
     NoOpTransform,
     PadTransform,
+    PILColorTransform,
     ResizeTransform,
+    ScaleTransform,
     Transform,
     TransformError,
     TransformList,
     VFlipTransform,
 )
 from .transform_affine import ExtentTransform, RotationTransform
-from .transform_color import ColorTransform, PILColorTransform
 
 __all__ = [
     "AugInput",
@@ -81,4 +94,6 @@ __all__ = [
     "RandomRotation",
     "ResizeScale",
     "RotationTransform",
+    "ScaleTransform",
+    "gen_crop_transform_with_instance",
 ]

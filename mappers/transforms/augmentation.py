@@ -1,22 +1,13 @@
-"""Augmentations: random policies that produce deterministic transforms from their inputs.
+"""Augmentations: random policies that draw deterministic transforms from an AugInput.
 
-An :class:`Augmentation` looks at the inputs named in its ``get_transform`` signature (for
-example ``image`` or ``image, boxes``), read from an :class:`AugInput`, and returns a
-:class:`~mappers.transforms.transform.Transform`. Calling it on an ``AugInput`` also applies
-that transform to every input in place and returns it, so the same transform can then be
-applied to annotations.
-
-Randomness: augmentations draw from :meth:`Augmentation.rng`, which is
-``mappers.random_state.get_generator()``: the generator passed as ``rng=`` to the current
-call, else the per-process generator (seeded per DataLoader worker). Never the global numpy
-state.
+An Augmentation reads the AugInput attributes its ``get_transform`` names, returns a
+Transform and applies it in place. Draws come from ``mappers.random_state`` (the call's
+``rng=``, else the per-worker generator), never numpy's global state.
 
 Example:
-    >>> import numpy as np
     >>> from mappers.transforms import AugInput, AugmentationList, RandomFlip, Resize
     >>> aug_input = AugInput(np.zeros((40, 60, 3), np.uint8), boxes=np.array([[0, 0, 10, 10]]))
-    >>> augs = AugmentationList([RandomFlip(prob=1.0), Resize((20, 30))])
-    >>> tfms = augs(aug_input, rng=np.random.default_rng(0))
+    >>> tfms = AugmentationList([RandomFlip(prob=1.0), Resize((20, 30))])(aug_input)
     >>> aug_input.image.shape, aug_input.boxes.tolist()
     ((20, 30, 3), [[25.0, 0.0, 30.0, 5.0]])
 """
@@ -24,7 +15,6 @@ Example:
 from __future__ import annotations
 
 import inspect
-import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,34 +23,10 @@ import numpy as np
 from ..random_state import get_generator, use_generator
 from .transform import NoOpTransform, Transform, TransformList, _param_repr
 
-__all__ = [
-    "Augmentation",
-    "AugInput",
-    "AugmentationList",
-    "RandomApply",
-    "apply_augmentations",
-]
-
 
 class AugInput:
-    """The inputs augmentations read and transform: an image, optional boxes and sem_seg.
-
-    Attributes are transformed in place by :meth:`transform`. Subclass it to carry more
-    inputs (any attribute an augmentation's ``get_transform`` names is looked up here).
-
-    Args:
-        image: HxW or HxWxC numpy array (uint8 or float).
-        boxes: optional Nx4 XYXY_ABS boxes.
-        sem_seg: optional HxW segmentation map.
-
-    Raises:
-        TypeError: ``image`` is not a numpy array.
-        ValueError: ``image`` is not 2-D or 3-D, or sem_seg's size differs from the image's.
-
-    Example:
-        >>> AugInput(np.zeros((4, 5, 3), np.uint8)).image.shape
-        (4, 5, 3)
-    """
+    """An image (HxW or HxWxC array) with optional Nx4 XYXY_ABS ``boxes`` and HxW ``sem_seg``,
+    transformed in place by :meth:`transform`; subclass it to carry more inputs."""
 
     def __init__(
         self,
@@ -101,15 +67,8 @@ class AugInput:
 
 
 class Augmentation:
-    """Base class of augmentations.
-
-    Subclasses implement ``get_transform(self, <input names>)`` returning a Transform; the
-    parameter names say which AugInput attributes it receives (override the class attribute
-    ``input_args`` to choose them explicitly). Random draws go through :attr:`rng` (or
-    :meth:`_rand_range`) so that they follow the seeding rules.
-
-    The repr lists the constructor arguments (read from same-named attributes): the first
-    always, the others when they differ from their defaults, e.g. ``RandomFlip(prob=0.5)``.
+    """Base class: subclasses implement ``get_transform(self, <AugInput attribute names>)``
+    (or set ``input_args``) and draw from :attr:`rng`.
 
     Example:
         >>> from mappers.transforms import HFlipTransform
@@ -122,11 +81,10 @@ class Augmentation:
     """
 
     input_args: tuple[str, ...] | None = None
+    __jit_unused_properties__ = ["rng"]  # for torch.jit.script of static helpers
 
-    #: True when ``get_transform`` reads nothing of its input but ``image.shape`` (and draws
-    #: from :attr:`rng`): its transform can then be drawn from the image size before the
-    #: image is decoded (:meth:`AugmentationList.plan`). Only trusted on the class that
-    #: defines ``get_transform``: a subclass overriding it is not shape-only unless it says so.
+    #: ``get_transform`` reads only ``image.shape``, so it can be planned before decoding.
+    #: Trusted only on the class defining ``get_transform``.
     shape_only: bool = False
 
     @classmethod
@@ -152,7 +110,6 @@ class Augmentation:
 
     @property
     def rng(self) -> np.random.Generator:
-        """The generator to draw from now (see ``mappers.random_state.get_generator``)."""
         return get_generator()
 
     def _rand_range(self, low: float = 1.0, high: float | None = None, size: Any = None) -> Any:
@@ -162,7 +119,6 @@ class Augmentation:
         return self.rng.uniform(low, high, size)
 
     def get_transform(self, *args: Any) -> Transform:
-        """Return the transform to apply given the inputs named in the signature."""
         raise NotImplementedError(
             f"{type(self).__name__} must implement get_transform (or __call__)"
         )
@@ -179,29 +135,34 @@ class Augmentation:
         return values
 
     def __call__(self, aug_input: Any, rng: np.random.Generator | None = None) -> Transform:
-        """Draw a transform from ``aug_input``, apply it to the input in place, return it.
-
-        Args:
-            aug_input: an AugInput (or any object with the attributes get_transform needs
-                and a ``transform(tfm)`` method).
-            rng: generator to draw from for this call; default: the current generator.
-
-        Raises:
-            AttributeError: aug_input lacks an input get_transform names.
-            TypeError: get_transform returned something that is not a Transform.
-        """
+        """Draw a transform from ``aug_input`` (with ``rng`` if given), apply it in place."""
         with use_generator(rng):
             tfm = self.get_transform(*self._gather_inputs(aug_input))
         if not isinstance(tfm, Transform):
-            raise TypeError(
-                f"{type(self).__name__}.get_transform returned a {type(tfm).__name__}, "
-                "expected a Transform or TransformList"
-            )
+            raise _not_a_transform(self, tfm)
         aug_input.transform(tfm)
         return tfm
 
     def __repr__(self) -> str:
-        return _param_repr(self, always_first=True)
+        return _param_repr(self, by_identity=True)
+
+    # The repr leaves out the arguments that hold their very default object (detectron2's
+    # rule); a pickle round trip keeps them so, hence the same repr.
+    def __getstate__(self) -> dict[str, Any]:
+        defaults = _init_defaults(type(self))
+        held = [n for n, d in defaults.items() if self.__dict__.get(n, defaults) is d]
+        return {**self.__dict__, "_default_args": held}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        defaults = _init_defaults(type(self))
+        state = dict(state)
+        state.update({n: defaults[n] for n in state.pop("_default_args", ())})
+        self.__dict__.update(state)
+
+
+def _init_defaults(cls: type) -> dict[str, Any]:
+    params = inspect.signature(cls.__init__).parameters.values()
+    return {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
 
 
 class _TransformToAug(Augmentation):
@@ -232,28 +193,8 @@ def _as_augmentation(item: Any, index: int) -> Augmentation:
     )
 
 
-def _planning() -> Any:
-    """The module :mod:`~mappers.transforms.augmentation_planning` (it imports this one)."""
-    module = sys.modules.get(f"{__package__}.augmentation_planning")
-    if module is None:
-        from . import augmentation_planning as module
-    return module
-
-
 class AugmentationList(Augmentation):
-    """Apply augmentations in order; each sees the inputs as the previous ones left them.
-
-    Args:
-        augs: Augmentations, Transforms (always applied) or nested lists of them.
-
-    Raises:
-        TypeError: an element is none of these.
-
-    Example:
-        >>> from mappers.transforms import RandomFlip, ResizeShortestEdge
-        >>> AugmentationList([RandomFlip(), ResizeShortestEdge(800, 1333)])
-        AugmentationList[RandomFlip(prob=0.5), ResizeShortestEdge(short_edge_length=(800, 800), max_size=1333)]
-    """
+    """Augmentations (or fixed Transforms, or nested lists) applied in order."""
 
     input_args = ()
 
@@ -265,23 +206,11 @@ class AugmentationList(Augmentation):
         self._shape_only = False
 
     def __call__(self, aug_input: Any, rng: np.random.Generator | None = None) -> TransformList:
-        """Apply every augmentation to ``aug_input`` in place; return the transforms used.
-
-        Args:
-            aug_input: the AugInput to transform.
-            rng: generator every augmentation draws from during this call; default: the
-                current generator.
-        """
         with use_generator(rng):
             tfms = [aug(aug_input) for aug in self.augs]
         return TransformList(tfms)
 
     def get_transform(self, *args: Any) -> Transform:
-        """Not available: the augmentations of a list each need the previous one's output.
-
-        Raises:
-            TypeError: always; call the list on an AugInput instead.
-        """
         raise TypeError(
             "AugmentationList produces its transforms only when called on an AugInput: "
             "use augs(aug_input)"
@@ -290,36 +219,23 @@ class AugmentationList(Augmentation):
     def plan(
         self, image_shape: Sequence[int], rng: np.random.Generator | None = None
     ) -> TransformList | None:
-        """Draw the transforms for an image of ``image_shape`` without the image itself.
-
-        Possible when every augmentation reads only the image's shape (see
-        :attr:`Augmentation.shape_only`) and every drawn transform knows its
-        ``output_size``. The draws are the very calls, in the same order, that calling the
-        list on an AugInput makes, so the transforms are the same.
-
-        Args:
-            image_shape: (h, w) or (h, w, c) of the image the transforms will apply to.
-            rng: generator to draw from; default: the current generator.
-
-        Returns:
-            The transforms, or None when planning is not possible (nothing was drawn when an
-            augmentation is not shape-only; otherwise the generator may have advanced).
-
-        Example:
-            >>> from mappers.transforms import RandomFlip, Resize
-            >>> len(AugmentationList([Resize((20, 30)), RandomFlip(1.0)]).plan((10, 15, 3)))
-            2
-        """
+        """The transforms for an image of ``image_shape`` drawn without the image: the same
+        draws, in the same order, as calling the list. None when an augmentation is not
+        shape-only (nothing drawn) or a transform cannot tell its output size."""
         key = tuple(self.augs)
         if getattr(self, "_shape_only_for", None) != key:  # checked once per list
-            self._shape_only = _planning().reads_shape_only(self)
+            self._shape_only = reads_shape_only(self)
             self._shape_only_for = key
         if not self._shape_only:
             return None
-        if rng is None:  # the current generator
-            return _planning().plan_augmentations(self, image_shape)
-        with use_generator(rng):
-            return _planning().plan_augmentations(self, image_shape)
+        if rng is not None:
+            with use_generator(rng):
+                return self.plan(image_shape)
+        drawn: list[Transform] = []
+        size = (int(image_shape[0]), int(image_shape[1]))
+        if _plan_into(self, size, tuple(image_shape[2:]), drawn) is None:
+            return None
+        return TransformList(drawn)
 
     def __len__(self) -> int:
         return len(self.augs)
@@ -332,31 +248,10 @@ class AugmentationList(Augmentation):
 
 
 class RandomApply(Augmentation):
-    """Apply an augmentation (or transform) with probability ``prob``, else do nothing.
-
-    Args:
-        tfm_or_aug: the Augmentation or Transform to apply.
-        prob: probability in [0, 1].
-
-    Raises:
-        ValueError: prob is outside [0, 1].
-        TypeError: tfm_or_aug is neither an Augmentation nor a Transform.
-
-    Example:
-        >>> from mappers.transforms import RandomFlip
-        >>> RandomApply(RandomFlip(prob=1.0), prob=0.3)
-        RandomApply(tfm_or_aug=RandomFlip(prob=1.0), prob=0.3)
-    """
+    """Apply an augmentation (or transform) with probability ``prob``, else do nothing."""
 
     def __init__(self, tfm_or_aug: Augmentation | Transform, prob: float = 0.5) -> None:
-        try:
-            prob_value = float(prob)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"RandomApply: prob must be a number in [0, 1], got {prob!r}"
-            ) from None
-        if not 0.0 <= prob_value <= 1.0:
-            raise ValueError(f"RandomApply: prob must be in [0, 1], got {prob!r}")
+        check_prob("RandomApply", prob)
         if not isinstance(tfm_or_aug, (Augmentation, Transform)):
             raise TypeError(
                 f"RandomApply wraps an Augmentation or a Transform, got {type(tfm_or_aug).__name__}"
@@ -383,26 +278,103 @@ class RandomApply(Augmentation):
                 return self.aug(aug_input)
         return NoOpTransform()
 
-    def __repr__(self) -> str:
-        return f"RandomApply(tfm_or_aug={self.tfm_or_aug!r}, prob={self.prob})"
 
 
 def apply_augmentations(
     augmentations: Sequence[Any], inputs: np.ndarray | AugInput
 ) -> tuple[np.ndarray | AugInput, TransformList]:
-    """Apply augmentations to an image or an AugInput; return (result, transforms).
-
-    A bare image gives the augmented image back; an AugInput is transformed in place and
-    returned.
-
-    Example:
-        >>> from mappers.transforms import Resize
-        >>> image, tfms = apply_augmentations([Resize((2, 3))], np.zeros((4, 6), np.uint8))
-        >>> image.shape, len(tfms)
-        ((2, 3), 1)
+    """Apply augmentations to an image (returned augmented) or an AugInput (in place);
+    return (result, transforms).
     """
     if isinstance(inputs, np.ndarray):
         aug_input = AugInput(inputs)
         tfms = aug_input.apply_augmentations(augmentations)
         return aug_input.image, tfms
     return inputs, inputs.apply_augmentations(augmentations)
+
+
+class _ShapeOnly:
+    """Stands in for the image in ``get_transform`` of shape-only augmentations."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+
+
+def reads_shape_only(aug: Augmentation) -> bool:
+    """Whether ``aug``'s transforms can be drawn from the image size alone: fixed transforms,
+    lists and RandomApply of such, and ``get_transform(image)`` on a class declaring
+    ``shape_only`` itself with the base ``__call__``.
+    """
+    if isinstance(aug, _TransformToAug):
+        return True
+    if isinstance(aug, AugmentationList):
+        return all(reads_shape_only(a) for a in aug.augs)
+    if type(aug) is RandomApply:
+        return reads_shape_only(aug.aug)
+    mro = type(aug).__mro__
+    owner = next(k for k in mro if "get_transform" in k.__dict__)
+    caller = next(k for k in mro if "__call__" in k.__dict__)
+    return (
+        owner.__dict__.get("shape_only") is True
+        and caller is Augmentation
+        and aug._input_names() == ("image",)
+    )
+
+
+def _plan_into(
+    aug: Augmentation, size: tuple[int, int], rest: tuple[int, ...], out: list[Transform]
+) -> tuple[int, int] | None:
+    """Append ``aug``'s transforms for an image of ``size``; return the size after them."""
+    if isinstance(aug, AugmentationList):
+        for inner in aug.augs:
+            next_size = _plan_into(inner, size, rest, out)
+            if next_size is None:
+                return None
+            size = next_size
+        return size
+    if type(aug) is RandomApply:
+        if aug._rand_range() < aug.prob:
+            return _plan_into(aug.aug, size, rest, out)
+        out.append(NoOpTransform())
+        return size
+    tfm = aug.get_transform(_ShapeOnly((*size, *rest)))
+    if not isinstance(tfm, Transform):
+        raise _not_a_transform(aug, tfm)
+    out.append(tfm)
+    return tfm.output_size(*size)
+
+
+def _not_a_transform(aug: Augmentation, tfm: Any) -> TypeError:
+    return TypeError(
+        f"{type(aug).__name__}.get_transform returned a {type(tfm).__name__}, "
+        "expected a Transform or TransformList"
+    )
+
+
+# Argument checks the builtin augmentations share.
+SAMPLE_STYLES = ("range", "choice")
+COLOR_FORMATS = ("RGB", "BGR")
+
+
+def check_one_of(value: Any, allowed: tuple[str, ...], name: str, owner: str) -> str:
+    """``value`` if it is one of ``allowed``, else ValueError naming owner and argument."""
+    if not isinstance(value, str) or value not in allowed:
+        choices = " or ".join(repr(choice) for choice in allowed)
+        raise ValueError(f"{owner}: {name} must be {choices}, got {value!r}")
+    return value
+
+
+def check_color_image(image: np.ndarray, image_format: str, owner: str) -> None:
+    if len(image.shape) != 3 or image.shape[2] != 3:
+        raise ValueError(f"{owner} needs an HxWx3 {image_format} image, got shape {image.shape}")
+
+
+def check_prob(owner: str, prob: Any) -> None:
+    try:
+        ok = 0.0 <= float(prob) <= 1.0
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{owner}: prob must be a number in [0, 1], got {prob!r}")

@@ -1,23 +1,6 @@
-"""Apply transforms to an image the caller owns (a freshly decoded one), as fast as possible.
-
-The mappers decode a new image for every record, so they may change it in place and pick
-the cheapest order of operations. Two ways to apply transforms here, both giving the pixels
-``TransformList.apply_image`` gives (exactly, or up to rounding where noted):
-
-* :func:`apply_planned_image`: transforms drawn before decoding
-  (:meth:`~mappers.transforms.AugmentationList.plan`). Flips, resizes and no-ops run flips
-  first, on the smaller decoded image, then each resize as one OpenCV call; a JPEG decoded at
-  reduced scale (:func:`reduced_decode_size`) is resized from its decoded size. Any other
-  plan runs transform by transform, flipping in place.
-* :class:`OwnedImageAugInput`: an AugInput whose flips happen in place, for augmentations
-  drawn from the decoded image.
-
-Example:
-    >>> import numpy as np
-    >>> from mappers.transforms import HFlipTransform, ResizeTransform, TransformList
-    >>> plan = TransformList([ResizeTransform(4, 6, 2, 3), HFlipTransform(3)])
-    >>> apply_planned_image(np.zeros((4, 6, 3), np.uint8), plan).shape
-    (2, 3, 3)
+"""Apply transforms to an image the caller owns (freshly decoded), as fast as possible:
+:func:`apply_planned_image` for transforms planned before decoding, :class:`OwnedImageAugInput`
+to flip in place. Pixels equal ``TransformList.apply_image`` (up to rounding where noted).
 """
 
 from __future__ import annotations
@@ -29,28 +12,22 @@ import numpy as np
 
 from ._backend import get_cv2, normalize_interp
 from .augmentation import AugInput
-from .transform import NoOpTransform, Transform, TransformList
-from .transforms_builtin import HFlipTransform, ResizeTransform, VFlipTransform
+from .transform import (
+    HFlipTransform,
+    NoOpTransform,
+    ResizeTransform,
+    Transform,
+    TransformList,
+    VFlipTransform,
+)
 
-__all__ = [
-    "OwnedImageAugInput",
-    "apply_planned_image",
-    "flip_in_place",
-    "reduced_decode_size",
-]
 
 _FLIPS = (HFlipTransform, VFlipTransform)
 _FUSABLE = (HFlipTransform, VFlipTransform, ResizeTransform, NoOpTransform)
 
 
 def flip_in_place(image: np.ndarray, horizontal: bool) -> bool:
-    """Flip a C-contiguous image in place with OpenCV; False when that is not possible.
-
-    Example:
-        >>> image = np.arange(6, dtype=np.uint8).reshape(1, 6, 1)
-        >>> flip_in_place(image, horizontal=True), image.ravel().tolist()
-        (True, [5, 4, 3, 2, 1, 0])
-    """
+    """Flip a C-contiguous image in place with OpenCV; False when that is not possible."""
     if not (
         image.flags.c_contiguous
         and image.flags.writeable
@@ -67,16 +44,8 @@ def flip_in_place(image: np.ndarray, horizontal: bool) -> bool:
 
 
 class OwnedImageAugInput(AugInput):
-    """An AugInput whose image belongs to the caller alone, so flips may happen in place.
-
-    Flipping a fresh image (or the fresh output of a resize) in place avoids allocating and
-    page-faulting another full-size buffer, which costs more than the flip itself. The
-    pixels are those ``HFlipTransform.apply_image`` / ``VFlipTransform.apply_image`` give.
-
-    Example:
-        >>> aug_input = OwnedImageAugInput(np.arange(6, dtype=np.uint8).reshape(1, 6))
-        >>> aug_input.transform(HFlipTransform(6)); aug_input.image.tolist()
-        [[5, 4, 3, 2, 1, 0]]
+    """An AugInput whose image belongs to the caller, so flips happen in place (no second
+    full-size buffer to allocate and page-fault).
     """
 
     def transform(self, tfm: Transform) -> None:
@@ -105,10 +74,8 @@ def _flat(transforms: Transform | Sequence[Transform]) -> list[Transform]:
 
 
 def reduced_decode_size(transforms: Transform | Sequence[Transform]) -> tuple[int, int] | None:
-    """The output size when a plan of flips and one resize shrinks 2x or more on both sides.
-
-    A JPEG can then be decoded at 1/2, 1/4 or 1/8 scale (never below this size) and resized
-    from there by :func:`apply_planned_image`. None for any other plan.
+    """The output size when a plan of flips and one resize shrinks 2x or more on both sides
+    (a JPEG can then be decoded at reduced scale); None for any other plan.
 
     Example:
         >>> reduced_decode_size([ResizeTransform(400, 600, 100, 150), HFlipTransform(150)])
@@ -159,20 +126,10 @@ def apply_planned_image(
 ) -> np.ndarray:
     """Apply planned transforms to a decoded image the caller owns.
 
-    For flips, resizes and no-ops: flips first (on the smaller decoded image), then the
-    resizes in order. A flip commutes with a bilinear resize (the sampling grid is
-    symmetric), so the result equals resize-then-flip up to rounding (at most 1 level on
-    about 0.1% of pixels), while the flip moves 2-3x fewer bytes. ``image`` may be smaller
-    than the only resize expects (a reduced JPEG decode): it is then resized from its
-    decoded size to the planned output size. For a C-contiguous uint8 image with OpenCV
-    installed each step is one ``cv2.flip`` / ``cv2.resize`` call (the calls the generic
-    ``apply_image`` ends in, so the pixels are identical to it).
-
-    Any other plan runs transform by transform (``apply_image``), flipping in place when
-    ``owned``.
-
-    Raises:
-        TransformError: the image's size does not fit the plan.
+    Flips, resizes and no-ops: flips first, then the resizes (a flip commutes with a bilinear
+    resize up to rounding: at most 1 level on ~0.1% of pixels, for 2-3x fewer bytes moved); an
+    image smaller than the only resize expects (reduced JPEG decode) is resized from its size.
+    Any other plan runs transform by transform, flipping in place when ``owned``.
     """
     flat = _flat(transforms)
     if any(type(t) not in _FUSABLE for t in flat):

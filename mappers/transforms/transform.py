@@ -1,35 +1,13 @@
-"""Deterministic transforms applied consistently to images, coordinates, boxes and masks.
+"""Deterministic transforms applied consistently to images and their annotations.
 
-Conventions (those of detectron2, so code moves over unchanged):
-
-* images are numpy arrays HxW or HxWxC (also NxHxWxC for flips and crops); uint8 stays uint8;
-* coordinates are Nx2 float arrays of (x, y) in absolute pixels, where the image spans
-  [0, width] x [0, height] (pixel edges, not centres);
-* boxes are Nx4 XYXY_ABS; a box is transformed through its 4 corners and the result is the
-  axis-aligned box around them;
-* polygons are a list of Nx2 arrays; segmentation maps are HxW arrays resampled with nearest
-  neighbour;
-* image sizes are (h, w).
-
-Transforms never modify their inputs in place.
-
-This module holds the base classes (:class:`Transform`, :class:`NoOpTransform`); the
-sequence of transforms :class:`~mappers.transforms.transform_list.TransformList` and the
-built-in transforms (:mod:`mappers.transforms.transforms_builtin`) live in their own
-modules and are re-exported here. Two capabilities
-serve the mappers' fast paths and live in the classes themselves:
-
-* ``output_size(height, width)``: the image size a transform produces from a given input
-  size, without touching pixels (None when it cannot tell), so that augmentations reading
-  only the image's shape can be drawn before decoding
-  (:meth:`~mappers.transforms.AugmentationList.plan`);
-* ``apply_box``: axis-aligned transforms (flips, resize, crop, pad) move the box edges in a
-  few vectorized numpy operations, bit-identical to the generic path through the corners.
+detectron2's conventions: images are HxW / HxWxC arrays; coordinates Nx2 (x, y) absolute
+pixels, the image spanning [0, w] x [0, h]; boxes Nx4 XYXY_ABS; rotated boxes Nx5 (cx, cy, w,
+h, degrees counter-clockwise); sizes (h, w). Inputs are never modified in place. For the
+mappers' fast paths, ``output_size(h, w)`` tells the output size without pixels and
+axis-aligned transforms move box edges in place, bit-identical to the corners path.
 
 Example:
-    >>> import numpy as np
-    >>> t = HFlipTransform(400)
-    >>> t.apply_box(np.array([[10, 10, 200, 300]])).tolist()
+    >>> HFlipTransform(400).apply_box(np.array([[10, 10, 200, 300]])).tolist()
     [[200.0, 10.0, 390.0, 300.0]]
 """
 
@@ -37,40 +15,44 @@ from __future__ import annotations
 
 import inspect
 import pprint
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
-from catalog.errors import CatmapError
-
-from .box_edges import order_box_edges
-
-__all__ = [
-    "Transform",
-    "TransformList",
-    "NoOpTransform",
-    "HFlipTransform",
-    "VFlipTransform",
-    "ResizeTransform",
-    "CropTransform",
-    "PadTransform",
-    "BlendTransform",
-    "GeometryPreservingTransform",
-    "TransformError",
-]
+from ..polygon_geometry import clip_points, polygon_area
+from ._backend import TransformError, flip_array, normalize_interp, resize_array
 
 
-class TransformError(CatmapError, ValueError):
-    """A transform was given input it cannot handle (wrong image size, malformed coordinates)."""
+def positive_ints(owner: str, what: str, values: Any, count: int = 2) -> tuple[int, ...]:
+    """``count`` positive integers (an int stands for all of them), else ValueError."""
+    if isinstance(values, (int, np.integer)):
+        values = (values,) * count
+    try:
+        out = tuple(int(v) for v in values)
+        ok = len(out) == count and all(o == v and o > 0 for o, v in zip(out, values, strict=True))
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{owner}: {what} must be {count} positive integers, got {values!r}")
+    return out
+
+
+def finite_floats(owner: str, what: str, values: Any, count: int | None = None) -> tuple:
+    """Finite numbers (``count`` of them when given, at least one), else ValueError."""
+    try:
+        out = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        out = ()
+    if not out or not all(np.isfinite(out)) or (count and len(out) != count):
+        raise ValueError(f"{owner}: {what} must be {count or ''} finite numbers, got {values!r}")
+    return out
 
 
 def check_input_size(transform: Any, array: np.ndarray, what: str) -> None:
-    """Raise unless ``array`` (an image or segmentation map) is ``transform.h x transform.w``.
-
-    Raises:
-        TransformError: names the transform, ``what`` it got and both sizes.
-    """
+    """Raise TransformError unless ``array`` is ``transform.h x transform.w``."""
     if array.shape[:2] != (transform.h, transform.w):
         raise TransformError(
             f"{type(transform).__name__} expects an {what} of size (h, w) = "
@@ -78,42 +60,60 @@ def check_input_size(transform: Any, array: np.ndarray, what: str) -> None:
         )
 
 
-def _as_float_coords(coords: Any, what: str = "coords") -> np.ndarray:
-    arr = np.asarray(coords)
-    if not np.issubdtype(arr.dtype, np.floating):
-        arr = arr.astype(np.float64)
-    else:
-        arr = arr.copy()
-    if arr.ndim != 2 or arr.shape[1] != 2:
-        if arr.size == 0:
-            return arr.reshape(0, 2)
-        raise TransformError(f"{what} must be an Nx2 array of (x, y), got shape {arr.shape}")
-    return arr
+_SHAPES = {2: "Nx2 array of (x, y)", 4: "Nx4 XYXY array", 5: "Nx5 array of (cx, cy, w, h, angle)"}
 
 
-def _as_box_array(box: Any) -> np.ndarray:
-    """``box`` as an Nx4 float array (a single box gives 1x4; integers become float64).
-
-    The array may be the caller's own (not copied): callers must not modify it in place.
-
-    Raises:
-        TransformError: the input is not Nx4 (nor empty).
-    """
-    arr = np.asarray(box)
+def _as_float_coords(
+    data: Any, what: str = "coords", columns: int = 2, copy: bool = True
+) -> np.ndarray:
+    """``data`` as an N x columns float array (one row accepted for boxes; empty: 0 rows)."""
+    arr = np.asarray(data)
     if arr.dtype.kind != "f":
         arr = arr.astype(np.float64)
-    if arr.ndim == 1 and arr.shape[0] == 4:
+    elif copy:
+        arr = arr.copy()
+    if columns > 2 and arr.ndim == 1 and arr.shape[0] == columns:
         arr = arr[None, :]
-    if arr.ndim != 2 or arr.shape[1] != 4:
+    if arr.ndim != 2 or arr.shape[1] != columns:
         if arr.size == 0:
-            return arr.reshape(0, 4)
-        raise TransformError(f"boxes must be an Nx4 XYXY array, got shape {arr.shape}")
+            return arr.reshape(0, columns)
+        raise TransformError(f"{what} must be an {_SHAPES[columns]}, got shape {arr.shape}")
     return arr
+
+
+def as_rotated_boxes(rotated_boxes: Any) -> np.ndarray:
+    """A float copy of Nx5 rotated boxes (one row accepted)."""
+    return _as_float_coords(rotated_boxes, "rotated boxes", 5)
+
+
+def order_box_edges(moved: np.ndarray) -> np.ndarray:
+    """Boxes around edges moved by an axis-aligned map (a flip may swap them); in place."""
+    low = np.minimum(moved[:, :2], moved[:, 2:])
+    np.maximum(moved[:, :2], moved[:, 2:], out=moved[:, 2:])
+    moved[:, :2] = low
+    return moved
+
+
+_EDGE_MOVERS: dict[type, bool] = {}
+
+
+def moves_box_edges(tfm: Any) -> bool:
+    """Whether ``tfm.apply_box`` is its ``move_box_edges`` plus ordering (cached per class):
+    a subclass overriding ``apply_box`` alone keeps its own rule."""
+    cls = type(tfm)
+    known = _EDGE_MOVERS.get(cls)
+    if known is None:
+        mro = cls.__mro__
+        mover = next((k for k in mro if "move_box_edges" in k.__dict__), None)
+        boxer = next(k for k in mro if "apply_box" in k.__dict__)
+        known = mover is not None and mro.index(mover) <= mro.index(boxer)
+        if len(_EDGE_MOVERS) < 1024:
+            _EDGE_MOVERS[cls] = known
+    return known
 
 
 def _apply_box_by_edges(tfm: Any, box: Any) -> np.ndarray:
-    """``apply_box`` of an axis-aligned transform: a copy, its ``move_box_edges``, ordered."""
-    arr = _as_box_array(box)
+    arr = _as_float_coords(box, "boxes", 4, copy=False)
     if len(arr) == 0:
         return arr
     moved = arr.copy()
@@ -121,22 +121,24 @@ def _apply_box_by_edges(tfm: Any, box: Any) -> np.ndarray:
     return order_box_edges(moved)
 
 
-def _param_repr(obj: Any, always_first: bool) -> str:
-    """``Name(arg=value, ...)`` from the __init__ signature and same-named attributes."""
+def _param_repr(obj: Any, by_identity: bool = False) -> str:
+    """``Name(arg=value, ...)`` from the __init__ signature and same-named attributes, leaving
+    out defaults: the very default object (``by_identity``, detectron2's augmentations) or an
+    equal value (fvcore's transforms)."""
     sig = inspect.signature(type(obj).__init__)
     parts = []
-    for index, (name, param) in enumerate(list(sig.parameters.items())[1:]):
+    for name, param in list(sig.parameters.items())[1:]:
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD) or not hasattr(obj, name):
             continue
         value = getattr(obj, name)
-        required = param.default is inspect.Parameter.empty
-        if not required and not (always_first and index == 0):
+        if value is param.default:
+            continue
+        if not by_identity and param.default is not inspect.Parameter.empty:
             try:
-                same = bool(value is param.default or value == param.default)
+                if bool(value == param.default):
+                    continue
             except Exception:  # e.g. numpy array comparisons
-                same = False
-            if same:
-                continue
+                pass
         text = pprint.pformat(value)
         if "\n" in text or len(text) > 80:
             text = "..."
@@ -145,47 +147,22 @@ def _param_repr(obj: Any, always_first: bool) -> str:
 
 
 class Transform:
-    """Base class of deterministic transforms.
-
-    Subclasses implement ``apply_image`` and ``apply_coords``; ``apply_box``,
-    ``apply_polygons`` and ``apply_segmentation`` derive from them unless overridden, and
-    ``inverse`` is defined where the transform can be undone.
-
-    The repr lists the constructor arguments, read from attributes of the same names.
-
-    Example:
-        >>> class Shift(Transform):
-        ...     def __init__(self, dx):
-        ...         self.dx = dx
-        ...     def apply_image(self, img):
-        ...         return img
-        ...     def apply_coords(self, coords):
-        ...         coords = np.asarray(coords, dtype=float).copy()
-        ...         coords[:, 0] += self.dx
-        ...         return coords
-        >>> Shift(2).apply_box([[0, 0, 1, 1]]).tolist()
-        [[2.0, 0.0, 3.0, 1.0]]
+    """Base class: subclasses implement ``apply_image`` and ``apply_coords``; boxes, polygons,
+    segmentation maps and rotated boxes derive from them unless overridden.
     """
 
     def apply_image(self, img: np.ndarray) -> np.ndarray:
-        """Return the transformed image (HxW or HxWxC numpy array)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement apply_image")
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        """Return the transformed Nx2 array of (x, y) absolute coordinates."""
         raise NotImplementedError(f"{type(self).__name__} does not implement apply_coords")
 
     def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
-        """Return the transformed HxW segmentation map (defaults to ``apply_image``)."""
         return self.apply_image(segmentation)
 
     def apply_box(self, box: Any) -> np.ndarray:
-        """Transform Nx4 XYXY_ABS boxes through their 4 corners.
-
-        Returns:
-            Nx4 float array: for each box, the axis-aligned box around its transformed corners.
-        """
-        arr = _as_box_array(box)
+        """Nx4 XYXY boxes: the axis-aligned box around each box's 4 transformed corners."""
+        arr = _as_float_coords(box, "boxes", 4, copy=False)
         if len(arr) == 0:
             return arr
         corners = arr[:, [0, 1, 2, 1, 0, 3, 2, 3]].reshape(-1, 2)
@@ -193,44 +170,50 @@ class Transform:
         return np.concatenate([corners.min(axis=1), corners.max(axis=1)], axis=1)
 
     def apply_polygons(self, polygons: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Transform a list of polygons, each an Nx2 array of (x, y)."""
         return [self.apply_coords(p) for p in polygons]
 
     def apply_rotated_box(self, rotated_boxes: Any) -> Any:
-        """Transform Nx5 rotated boxes (cx, cy, w, h, angle in degrees counter-clockwise).
-
-        Rules per transform type: :mod:`mappers.transforms.rotated_boxes`.
-        """
-        from .rotated_boxes import transform_rotated_boxes
-
-        return transform_rotated_boxes(self, rotated_boxes)
+        """Nx5 rotated boxes through ``apply_coords``: the centre is mapped and the two
+        half-axes by central differences (exact for affine maps); the new angle is the
+        360-degree equivalent nearest the old one, so a crop or pad keeps angles."""
+        boxes = as_rotated_boxes(rotated_boxes)
+        if len(boxes) == 0:
+            return boxes
+        theta = np.deg2rad(boxes[:, 4])
+        c, s = np.cos(theta), np.sin(theta)
+        half_w = 0.5 * boxes[:, 2:3] * np.stack([c, -s], axis=1)
+        half_h = 0.5 * boxes[:, 3:4] * np.stack([s, c], axis=1)
+        centers = boxes[:, :2]
+        points = np.concatenate(
+            [centers, centers + half_w, centers - half_w, centers + half_h, centers - half_h]
+        )
+        mapped = np.asarray(self.apply_coords(points), dtype=np.float64).reshape(5, len(boxes), 2)
+        new_half_w = 0.5 * (mapped[1] - mapped[2])
+        new_half_h = 0.5 * (mapped[3] - mapped[4])
+        out = np.empty_like(boxes, dtype=np.float64)
+        out[:, :2] = mapped[0]
+        out[:, 2] = 2.0 * np.hypot(new_half_w[:, 0], new_half_w[:, 1])
+        out[:, 3] = 2.0 * np.hypot(new_half_h[:, 0], new_half_h[:, 1])
+        angle = np.rad2deg(np.arctan2(new_half_h[:, 0], new_half_h[:, 1]))
+        out[:, 4] = boxes[:, 4] + np.mod(angle - boxes[:, 4] + 180.0, 360.0) - 180.0
+        flat = out[:, 3] == 0  # no height axis: take the angle of the width axis
+        if flat.any():
+            angle_w = np.rad2deg(np.arctan2(-new_half_w[flat, 1], new_half_w[flat, 0]))
+            delta_w = np.mod(angle_w - boxes[flat, 4] + 180.0, 360.0) - 180.0
+            out[flat, 4] = boxes[flat, 4] + delta_w
+        return out.astype(boxes.dtype, copy=False)
 
     def output_size(self, height: int, width: int) -> tuple[int, int] | None:
-        """The (h, w) of the image this transform makes from an image of (height, width).
-
-        Computed from sizes alone (no pixels). None when the transform cannot tell, or does
-        not apply to an image of that size; planning before decoding then gives up.
-        Subclasses that know their geometry override it.
-        """
+        """The (h, w) this transform makes from an image of (height, width), from sizes
+        alone; None when it cannot tell."""
         return None
 
     def inverse(self) -> Transform:
-        """Return the transform that undoes this one.
-
-        Raises:
-            NotImplementedError: this transform cannot be undone.
-        """
         raise NotImplementedError(f"{type(self).__name__} has no inverse")
 
     @classmethod
     def register_type(cls, data_type: str, func: Callable[[Any, Any], Any] | None = None) -> Any:
-        """Add an ``apply_<data_type>(self, data)`` method to every transform of this class.
-
-        Usable as a decorator: ``@HFlipTransform.register_type("rotated_box")``.
-
-        Raises:
-            ValueError: ``data_type`` is not an identifier.
-        """
+        """Add ``apply_<data_type>(self, data)`` to this class (usable as a decorator)."""
         if not str(data_type).isidentifier():
             raise ValueError(f"register_type: {data_type!r} is not a valid identifier")
 
@@ -241,24 +224,16 @@ class Transform:
         return wrapper if func is None else wrapper(func)
 
     def __add__(self, other: Transform) -> TransformList:
-        """``t1 + t2`` is ``TransformList([t1, t2])`` (flattened)."""
         if not isinstance(other, Transform):
             return NotImplemented
         return TransformList([self, other])
 
     def __repr__(self) -> str:
-        return _param_repr(self, always_first=True)
+        return _param_repr(self)
 
 
 class GeometryPreservingTransform(Transform):
-    """A geometry-preserving transform: it changes pixel values only (colour, blending) and
-    moves no pixel, so coordinates, boxes, polygons and segmentation maps come back unchanged
-    (the very objects given); subclasses define ``apply_image``.
-
-    Example:
-        >>> BlendTransform(0, 0.5, 0.5).apply_box([[1, 2, 3, 4]])
-        [[1, 2, 3, 4]]
-    """
+    """Changes pixel values only: every annotation comes back as the very object given."""
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
         return coords
@@ -270,22 +245,20 @@ class GeometryPreservingTransform(Transform):
         return box
 
     def move_box_edges(self, boxes: np.ndarray) -> None:
-        """Nothing moves."""
+        pass
 
     def apply_polygons(self, polygons: Sequence[np.ndarray]) -> Any:
         return polygons
+
+    def apply_rotated_box(self, rotated_boxes: Any) -> Any:
+        return rotated_boxes
 
     def output_size(self, height: int, width: int) -> tuple[int, int] | None:
         return int(height), int(width)
 
 
 class NoOpTransform(GeometryPreservingTransform):
-    """The identity: every ``apply_*`` returns its input.
-
-    Example:
-        >>> NoOpTransform().apply_coords(np.array([[1.0, 2.0]])).tolist()
-        [[1.0, 2.0]]
-    """
+    """The identity: every ``apply_*`` returns its input."""
 
     def apply_image(self, img: np.ndarray) -> np.ndarray:
         return img
@@ -299,16 +272,486 @@ class NoOpTransform(GeometryPreservingTransform):
         raise AttributeError(f"NoOpTransform has no attribute {name!r}")
 
 
-# TransformList and the built-in transforms are defined in their own modules and re-exported
-# here, so that ``from mappers.transforms.transform import HFlipTransform`` keeps working
-# (detectron2's module layout). Imported last: those modules subclass the classes above.
-from .transform_list import TransformList  # noqa: E402
-from .transforms_builtin import (  # noqa: E402
-    BlendTransform,
-    CropTransform,
-    HFlipTransform,
-    PadTransform,
-    ResizeTransform,
-    VFlipTransform,
-    _AxisFlipTransform,  # noqa: F401  (rotated_boxes imports it from here)
-)
+class TransformList(Transform):
+    """Transforms applied in order (nested lists are flattened); ``+`` concatenates and
+    ``inverse()`` inverts in reverse order.
+
+    Example:
+        >>> tl = TransformList([HFlipTransform(10), ResizeTransform(5, 10, 10, 20)])
+        >>> tl.apply_coords(np.array([[1.0, 1.0]])).tolist()
+        [[18.0, 2.0]]
+    """
+
+    def __init__(self, transforms: Sequence[Transform] | None = None) -> None:
+        flat: list[Transform] = []
+        for index, t in enumerate(transforms or ()):
+            if isinstance(t, TransformList):
+                flat.extend(t.transforms)
+            elif isinstance(t, Transform):
+                flat.append(t)
+            else:
+                raise TypeError(
+                    f"TransformList element {index} is a {type(t).__name__}, not a Transform"
+                )
+        self.transforms: list[Transform] = flat
+
+    def _apply(self, method: str, x: Any) -> Any:
+        for t in self.transforms:
+            x = getattr(t, method)(x)
+        return x
+
+    def apply_image(self, img: np.ndarray) -> np.ndarray:
+        return self._apply("apply_image", img)
+
+    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
+        return self._apply("apply_coords", coords)
+
+    def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
+        return self._apply("apply_segmentation", segmentation)
+
+    def apply_polygons(self, polygons: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return self._apply("apply_polygons", polygons)
+
+    def apply_rotated_box(self, rotated_boxes: Any) -> Any:
+        return self._apply("apply_rotated_box", as_rotated_boxes(rotated_boxes))
+
+    def apply_box(self, box: Any) -> np.ndarray:
+        """Axis-aligned lists move one copy of the boxes edge by edge and order it once."""
+        if self._axis_aligned():
+            return _apply_box_by_edges(self, box)
+        return self._apply("apply_box", box)
+
+    def _axis_aligned(self) -> bool:
+        transforms = self.transforms
+        return (
+            bool(transforms)
+            and all(moves_box_edges(t) for t in transforms)
+            and not all(isinstance(t, GeometryPreservingTransform) for t in transforms)
+        )
+
+    def apply_box_inplace(self, boxes: np.ndarray) -> bool:
+        """``apply_box`` into ``boxes`` (writable float Nx4) when every transform is
+        axis-aligned; False (``boxes`` untouched) otherwise."""
+        if not self._axis_aligned():
+            return False
+        self.move_box_edges(boxes)
+        order_box_edges(boxes)
+        return True
+
+    def move_box_edges(self, boxes: np.ndarray) -> None:
+        for t in self.transforms:
+            t.move_box_edges(boxes)
+
+    def output_size(self, height: int, width: int) -> tuple[int, int] | None:
+        size: tuple[int, int] | None = (int(height), int(width))
+        for t in self.transforms:
+            size = t.output_size(*size)
+            if size is None:
+                return None
+        return size
+
+    def __getattr__(self, name: str) -> Any:
+        # data types added with Transform.register_type
+        if name.startswith("apply_"):
+            return lambda x: self._apply(name, x)
+        raise AttributeError(f"TransformList has no attribute {name!r}")
+
+    def inverse(self) -> TransformList:
+        return TransformList([t.inverse() for t in reversed(self.transforms)])
+
+    def __add__(self, other: Transform) -> TransformList:
+        if not isinstance(other, Transform):
+            return NotImplemented
+        return TransformList([*self.transforms, other])
+
+    def __iadd__(self, other: Transform) -> TransformList:
+        if not isinstance(other, Transform):
+            return NotImplemented
+        self.transforms.extend(other.transforms if isinstance(other, TransformList) else [other])
+        return self
+
+    def __radd__(self, other: Transform) -> TransformList:
+        if not isinstance(other, Transform):
+            return NotImplemented
+        return TransformList([other, *self.transforms])
+
+    def __len__(self) -> int:
+        return len(self.transforms)
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return TransformList(self.transforms[index])
+        return self.transforms[index]
+
+    def __iter__(self) -> Iterator[Transform]:
+        return iter(self.transforms)
+
+    def __repr__(self) -> str:
+        return f"TransformList[{', '.join(repr(t) for t in self.transforms)}]"
+
+
+class _AxisFlipTransform(Transform):
+    """A flip along x (``_horizontal``) or y: coordinate c becomes ``extent - c``. The image
+    result is a view with a negative stride (no pixels copied)."""
+
+    _horizontal: bool = True
+    _extent_attr: str = "width"
+
+    def apply_image(self, img: np.ndarray) -> np.ndarray:
+        return flip_array(img, horizontal=self._horizontal)
+
+    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
+        out = _as_float_coords(coords)
+        axis = 0 if self._horizontal else 1
+        out[:, axis] = getattr(self, self._extent_attr) - out[:, axis]
+        return out
+
+    def move_box_edges(self, boxes: np.ndarray) -> None:
+        cols = boxes[:, 0::2] if self._horizontal else boxes[:, 1::2]
+        np.subtract(getattr(self, self._extent_attr), cols, out=cols)
+
+    def apply_box(self, box: Any) -> np.ndarray:
+        return _apply_box_by_edges(self, box)
+
+    def apply_rotated_box(self, rotated_boxes: Any) -> np.ndarray:
+        """The centre is mirrored and the angle negated."""
+        boxes = as_rotated_boxes(rotated_boxes)
+        if len(boxes):
+            boxes[:, :2] = self.apply_coords(boxes[:, :2])
+            boxes[:, 4] = -boxes[:, 4]
+        return boxes
+
+    def output_size(self, height: int, width: int) -> tuple[int, int] | None:
+        return int(height), int(width)
+
+    def inverse(self) -> Transform:
+        return self
+
+
+class HFlipTransform(_AxisFlipTransform):
+    """Horizontal flip of an image of the given width: x becomes ``width - x``."""
+
+    _horizontal = True
+    _extent_attr = "width"
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+
+
+class VFlipTransform(_AxisFlipTransform):
+    """Vertical flip of an image of the given height: y becomes ``height - y``."""
+
+    _horizontal = False
+    _extent_attr = "height"
+
+    def __init__(self, height: int) -> None:
+        self.height = height
+
+
+class ResizeTransform(Transform):
+    """Resize an image of (h, w) to (new_h, new_w) with ``interp`` (Pillow constant or name);
+    segmentation maps use nearest neighbour.
+    """
+
+    def __init__(
+        self, h: int, w: int, new_h: int, new_w: int, interp: int | str | None = None
+    ) -> None:
+        sizes = positive_ints(type(self).__name__, "(h, w, new_h, new_w)", (h, w, new_h, new_w), 4)
+        normalize_interp(interp)  # validate early
+        self.h, self.w, self.new_h, self.new_w = sizes
+        self.interp = interp
+
+    def apply_image(self, img: np.ndarray, interp: int | str | None = None) -> np.ndarray:
+        check_input_size(self, img, "image")
+        return resize_array(
+            img, self.new_h, self.new_w, interp if interp is not None else self.interp
+        )
+
+    def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
+        check_input_size(self, segmentation, "segmentation map")
+        return resize_array(segmentation, self.new_h, self.new_w, "nearest")
+
+    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
+        out = _as_float_coords(coords)
+        out[:, 0] *= self.new_w / self.w
+        out[:, 1] *= self.new_h / self.h
+        return out
+
+    def move_box_edges(self, boxes: np.ndarray) -> None:
+        boxes[:, 0::2] *= self.new_w / self.w
+        boxes[:, 1::2] *= self.new_h / self.h
+
+    def apply_box(self, box: Any) -> np.ndarray:
+        return _apply_box_by_edges(self, box)
+
+    def apply_rotated_box(self, rotated_boxes: Any) -> np.ndarray:
+        """detectron2's rule (``RotatedBoxes.scale``): w and h are the lengths of the scaled
+        axes, the angle that of the scaled height axis (exact for a uniform scale)."""
+        boxes = as_rotated_boxes(rotated_boxes)
+        if len(boxes) == 0:
+            return boxes
+        sx, sy = self.new_w / self.w, self.new_h / self.h
+        out = boxes.copy()
+        out[:, 0] *= sx
+        out[:, 1] *= sy
+        theta = np.deg2rad(boxes[:, 4])
+        c, s = np.cos(theta), np.sin(theta)
+        out[:, 2] = boxes[:, 2] * np.hypot(sx * c, sy * s)
+        out[:, 3] = boxes[:, 3] * np.hypot(sx * s, sy * c)
+        out[:, 4] = np.rad2deg(np.arctan2(sx * s, sy * c))
+        return out
+
+    def output_size(self, height: int, width: int) -> tuple[int, int] | None:
+        if (int(height), int(width)) != (self.h, self.w):
+            return None
+        return self.new_h, self.new_w
+
+    def inverse(self) -> Transform:
+        return ResizeTransform(self.new_h, self.new_w, self.h, self.w, self.interp)
+
+
+_TORCH_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "area")
+
+
+class ScaleTransform(ResizeTransform):
+    """fvcore's resize, which detectron2 re-exports: ``torch.nn.functional.interpolate`` with a
+    torch mode (default bilinear; integers rounded half to even). Geometry as ResizeTransform.
+    """
+
+    def __init__(self, h: int, w: int, new_h: int, new_w: int, interp: str | None = None) -> None:
+        if interp is not None and interp not in _TORCH_MODES:
+            raise ValueError(f"ScaleTransform: interp {interp!r} is none of {_TORCH_MODES}")
+        super().__init__(h, w, new_h, new_w)
+        self.interp = interp
+
+    def apply_image(self, img: np.ndarray, interp: str | None = None) -> np.ndarray:
+        check_input_size(self, img[0] if img.ndim == 4 else img, "image")
+        mode = interp or self.interp or "bilinear"
+        x = torch.from_numpy(np.ascontiguousarray(img))
+        x = x if x.is_floating_point() else x.float()
+        batch = x.reshape(img.shape[:2] + (-1,))[None] if img.ndim < 4 else x  # N x H x W x C
+        corners = False if mode in ("linear", "bilinear", "bicubic") else None
+        size = (self.new_h, self.new_w)
+        y = F.interpolate(batch.permute(0, 3, 1, 2), size, mode=mode, align_corners=corners)
+        y = y.permute(0, 2, 3, 1)
+        y = y.reshape(size + img.shape[2:]) if img.ndim < 4 else y
+        out = y.numpy()
+        if np.issubdtype(img.dtype, np.integer):  # rounded half to even, as torch.round
+            out = np.clip(np.round(out), np.iinfo(img.dtype).min, np.iinfo(img.dtype).max)
+        return out.astype(img.dtype, copy=False)
+
+    def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
+        return self.apply_image(segmentation, interp="nearest")
+
+    def inverse(self) -> Transform:
+        return ScaleTransform(self.new_h, self.new_w, self.h, self.w, self.interp)
+
+
+class CropTransform(Transform):
+    """Crop the window at (x0, y0) of size (w, h); polygons are clipped to it and dropped when
+    no area is left. ``orig_w, orig_h`` serve ``inverse()``.
+    """
+
+    def __init__(
+        self, x0: int, y0: int, w: int, h: int, orig_w: int | None = None, orig_h: int | None = None
+    ) -> None:
+        if w <= 0 or h <= 0 or x0 < 0 or y0 < 0:
+            raise ValueError(f"CropTransform: invalid window x0={x0}, y0={y0}, w={w}, h={h}")
+        self.x0, self.y0, self.w, self.h = int(x0), int(y0), int(w), int(h)
+        self.orig_w = orig_w
+        self.orig_h = orig_h
+
+    def apply_image(self, img: np.ndarray) -> np.ndarray:
+        ys = slice(self.y0, self.y0 + self.h)
+        xs = slice(self.x0, self.x0 + self.w)
+        if img.ndim <= 3:
+            return img[ys, xs]
+        return img[..., ys, xs, :]
+
+    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
+        out = _as_float_coords(coords)
+        out[:, 0] -= self.x0
+        out[:, 1] -= self.y0
+        return out
+
+    def move_box_edges(self, boxes: np.ndarray) -> None:
+        boxes[:, 0::2] -= self.x0
+        boxes[:, 1::2] -= self.y0
+
+    def apply_box(self, box: Any) -> np.ndarray:
+        return _apply_box_by_edges(self, box)
+
+    def output_size(self, height: int, width: int) -> tuple[int, int] | None:
+        if self.x0 + self.w > int(width) or self.y0 + self.h > int(height):
+            return None
+        return self.h, self.w
+
+    def apply_polygons(self, polygons: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x1, y1 = self.x0 + self.w, self.y0 + self.h
+        result = []
+        for polygon in polygons:
+            pts = _as_float_coords(polygon, "polygon")
+            clipped = clip_points(pts, self.x0, self.y0, x1, y1)
+            if len(clipped) < 3 or (clipped is not pts and polygon_area(clipped.reshape(-1)) <= 0):
+                continue
+            result.append(self.apply_coords(clipped))
+        return result
+
+    def inverse(self) -> Transform:
+        if self.orig_w is None or self.orig_h is None:
+            raise NotImplementedError(
+                "CropTransform.inverse() needs orig_w and orig_h (the size before cropping)"
+            )
+        pad_x1 = self.orig_w - self.x0 - self.w
+        pad_y1 = self.orig_h - self.y0 - self.h
+        return PadTransform(self.x0, self.y0, pad_x1, pad_y1, orig_w=self.w, orig_h=self.h)
+
+
+class PadTransform(Transform):
+    """Pad by x0/y0 pixels before and x1/y1 after with ``pad_value`` (segmentation maps:
+    ``seg_pad_value``; bool masks: False). ``orig_w, orig_h`` serve ``inverse()``.
+    """
+
+    def __init__(
+        self,
+        x0: int,
+        y0: int,
+        x1: int,
+        y1: int,
+        orig_w: int | None = None,
+        orig_h: int | None = None,
+        pad_value: float = 0,
+        seg_pad_value: int = 0,
+    ) -> None:
+        if min(x0, y0, x1, y1) < 0:
+            raise ValueError(f"PadTransform: negative padding ({x0}, {y0}, {x1}, {y1})")
+        self.x0, self.y0, self.x1, self.y1 = int(x0), int(y0), int(x1), int(y1)
+        self.orig_w, self.orig_h = orig_w, orig_h
+        self.pad_value, self.seg_pad_value = pad_value, seg_pad_value
+
+    def _pad(self, img: np.ndarray, value: float) -> np.ndarray:
+        widths = [(self.y0, self.y1), (self.x0, self.x1)] + [(0, 0)] * (img.ndim - 2)
+        return np.pad(img, widths, mode="constant", constant_values=value)
+
+    def apply_image(self, img: np.ndarray) -> np.ndarray:
+        return self._pad(img, self.pad_value)
+
+    def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
+        fill = False if segmentation.dtype == bool else self.seg_pad_value
+        return self._pad(segmentation, fill)
+
+    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
+        out = _as_float_coords(coords)
+        out[:, 0] += self.x0
+        out[:, 1] += self.y0
+        return out
+
+    def move_box_edges(self, boxes: np.ndarray) -> None:
+        boxes[:, 0::2] += self.x0
+        boxes[:, 1::2] += self.y0
+
+    def apply_box(self, box: Any) -> np.ndarray:
+        return _apply_box_by_edges(self, box)
+
+    def output_size(self, height: int, width: int) -> tuple[int, int] | None:
+        return int(height) + self.y0 + self.y1, int(width) + self.x0 + self.x1
+
+    def inverse(self) -> Transform:
+        if self.orig_w is None or self.orig_h is None:
+            raise NotImplementedError(
+                "PadTransform.inverse() needs orig_w and orig_h (the size before padding)"
+            )
+        new_w = self.orig_w + self.x0 + self.x1
+        new_h = self.orig_h + self.y0 + self.y1
+        return CropTransform(self.x0, self.y0, self.orig_w, self.orig_h, new_w, new_h)
+
+
+class BlendTransform(GeometryPreservingTransform):
+    """``src_weight * src_image + dst_weight * img``; uint8 images are clipped and truncated
+    (a lookup table for a scalar ``src_image``).
+    """
+
+    def __init__(self, src_image: Any, src_weight: float, dst_weight: float) -> None:
+        self.src_image = src_image
+        self.src_weight = src_weight
+        self.dst_weight = dst_weight
+
+    def apply_image(self, img: np.ndarray) -> np.ndarray:
+        if img.dtype == np.uint8:
+            if np.ndim(self.src_image) == 0:
+                levels = np.arange(256, dtype=np.float32)
+                lut = (
+                    np.float32(self.src_weight) * np.float32(self.src_image)
+                    + np.float32(self.dst_weight) * levels
+                )
+                lut = np.clip(lut, 0, 255).astype(np.uint8)
+                return lut[img]
+            blended = self.src_weight * np.asarray(
+                self.src_image, dtype=np.float32
+            ) + self.dst_weight * img.astype(np.float32)
+            return np.clip(blended, 0, 255).astype(np.uint8)
+        return self.src_weight * self.src_image + self.dst_weight * img
+
+    def inverse(self) -> Transform:
+        return NoOpTransform()
+
+    def __repr__(self) -> str:
+        src = self.src_image
+        src_text = f"{float(src):.4g}" if np.ndim(src) == 0 else f"<array {np.shape(src)}>"
+        return (
+            f"BlendTransform(src_image={src_text}, src_weight={self.src_weight:.4g}, "
+            f"dst_weight={self.dst_weight:.4g})"
+        )
+
+
+def _describe(op: Any) -> str:
+    return getattr(op, "__qualname__", None) or type(op).__name__
+
+
+class ColorTransform(GeometryPreservingTransform):
+    """Apply ``op`` (ndarray -> ndarray of the same size) to images; annotations unchanged."""
+
+    def __init__(self, op: Callable[[np.ndarray], np.ndarray]) -> None:
+        if not callable(op):
+            raise ValueError(f"{type(self).__name__}: op must be callable, got {type(op).__name__}")
+        self.op = op
+
+    def _run(self, img: np.ndarray, arg: Any) -> np.ndarray:
+        out = np.asarray(self.op(arg))
+        if out.shape[:2] != img.shape[:2]:
+            raise TransformError(
+                f"{type(self).__name__}: op {_describe(self.op)} changed the image size from "
+                f"{img.shape[:2]} to {out.shape[:2]}; a colour transform must keep it"
+            )
+        return out
+
+    def apply_image(self, img: np.ndarray) -> np.ndarray:
+        return self._run(img, img)
+
+    def inverse(self) -> Transform:
+        return NoOpTransform()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(op={_describe(self.op)})"
+
+
+class PILColorTransform(ColorTransform):
+    """Apply ``op`` (PIL.Image -> PIL.Image) to uint8 HxW / HxWx{1,3,4} images (needs Pillow)."""
+
+    def apply_image(self, img: np.ndarray) -> np.ndarray:
+        try:
+            from PIL import Image
+        except ImportError as exc:  # pragma: no cover - Pillow is in the images extra
+            raise ImportError(
+                "PILColorTransform needs Pillow: pip install 'catmap[images]'"
+            ) from exc
+        channels = 1 if img.ndim == 2 else img.shape[2]
+        if img.dtype != np.uint8 or img.ndim not in (2, 3) or channels not in (1, 3, 4):
+            raise TransformError(
+                "PILColorTransform needs a uint8 HxW or HxWx{1,3,4} image, got dtype "
+                f"{img.dtype} and shape {img.shape}"
+            )
+        squeeze = img.ndim == 3 and channels == 1
+        pil = Image.fromarray(np.ascontiguousarray(img[:, :, 0] if squeeze else img))
+        out = self._run(img, pil)
+        return out[:, :, None] if squeeze and out.ndim == 2 else out

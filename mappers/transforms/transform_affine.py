@@ -1,16 +1,10 @@
-"""Affine transforms: rotation about a point and extraction of a (scaled) sub-rectangle.
-
-Both move coordinates with a 2x3 matrix in continuous pixel coordinates (the image spans
-``[0, w] x [0, h]``) and warp images with the same matrix (:mod:`._warp`); segmentation maps
-and bitmasks use nearest neighbour.
+"""Affine transforms (a 2x3 matrix in continuous pixel coordinates): rotation and extent.
 
 Example:
     >>> import numpy as np
     >>> t = RotationTransform(20, 40, 90)
-    >>> (t.bound_h, t.bound_w), t.apply_image(np.zeros((20, 40), np.uint8)).shape
-    ((40, 20), (40, 20))
-    >>> t.apply_coords(np.array([[40.0, 0.0]])).round(6).tolist()
-    [[0.0, 0.0]]
+    >>> (t.bound_h, t.bound_w), t.apply_coords(np.array([[40.0, 0.0]])).round(6).tolist()
+    ((40, 20), [[0.0, 0.0]])
 """
 
 from __future__ import annotations
@@ -21,40 +15,20 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import normalize_interp
-from ._warp import affine_coords, warp_affine
-from .rotated_boxes import as_rotated_boxes
+from ._backend import affine_coords, normalize_interp, warp_affine
 from .transform import (
     CropTransform,
     Transform,
     TransformList,
     _as_float_coords,
+    as_rotated_boxes,
     check_input_size,
+    finite_floats,
+    positive_ints,
 )
 
-__all__ = ["RotationTransform", "ExtentTransform"]
 
 _BILINEAR = 2  # PIL.Image.BILINEAR
-
-
-def _positive_int(owner: str, name: str, value: Any) -> int:
-    try:
-        ok = int(value) == value and int(value) > 0
-    except (TypeError, ValueError, OverflowError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-def _finite(owner: str, name: str, value: Any) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not math.isfinite(number):
-        raise ValueError(f"{owner}: {name} must be a finite number, got {value!r}")
-    return number
 
 
 def _cos_sin(degrees: float) -> tuple[float, float]:
@@ -66,33 +40,14 @@ def _cos_sin(degrees: float) -> tuple[float, float]:
 
 
 def _seg_fill(segmentation: np.ndarray, value: Any) -> Any:
-    """The fill for a segmentation map; a bool bitmask is filled with False (nothing there)."""
+    """A bool bitmask is filled with False."""
     return False if segmentation.dtype == np.bool_ else value
 
 
 class RotationTransform(Transform):
-    """Rotate an image of size (h, w) by ``angle`` degrees counter-clockwise about a point.
-
-    Args:
-        h, w: the input image size.
-        angle: degrees, counter-clockwise as seen on the image.
-        expand: make the output large enough to hold the whole rotated image (size
-            ``bound_h x bound_w``, the rounded bounding box of the rotated image, with the
-            image centre at its centre); otherwise the output has the input size.
-        center: (x, y) absolute rotation centre; default the image centre. With ``expand``
-            it only changes a translation that expand then removes, so it has no effect.
-        interp: OpenCV interpolation flag as in detectron2 (``cv2.INTER_LINEAR`` = 1, the
-            default) or a name ("nearest", "bilinear", "bicubic", ...).
-        pad_value: fill for image pixels from outside the input; seg_pad_value: the same
-            for segmentation maps and integer masks (both 0 by default, as in detectron2).
-            Bool bitmasks are always filled with False.
-
-    Raises:
-        ValueError: non-positive sizes, a non-finite angle or centre, unknown interp.
-
-    Example:
-        >>> RotationTransform(10, 10, 180).apply_coords(np.array([[1.0, 2.0]])).round(6).tolist()
-        [[9.0, 8.0]]
+    """Rotate an image of (h, w) by ``angle`` degrees counter-clockwise about ``center``
+    (absolute (x, y), default the image centre); ``expand`` makes the output the rounded
+    bounding box of the rotated image, ``bound_h x bound_w``. ``interp`` is an OpenCV flag.
     """
 
     def __init__(
@@ -107,17 +62,11 @@ class RotationTransform(Transform):
         pad_value: float = 0,
         seg_pad_value: int = 0,
     ) -> None:
-        self.h = _positive_int("RotationTransform", "h", h)
-        self.w = _positive_int("RotationTransform", "w", w)
-        self.angle = _finite("RotationTransform", "angle", angle)
+        self.h, self.w = positive_ints("RotationTransform", "(h, w)", (h, w))
+        (self.angle,) = finite_floats("RotationTransform", "angle", (angle,))
         self.expand = bool(expand)
         if center is not None:
-            if len(center) != 2:
-                raise ValueError(f"RotationTransform: center must be (x, y), got {center!r}")
-            center = (
-                _finite("RotationTransform", "center", center[0]),
-                _finite("RotationTransform", "center", center[1]),
-            )
+            center = finite_floats("RotationTransform", "center (x, y)", center, 2)
         self.center = center
         normalize_interp(interp, opencv=True)
         self.interp = interp
@@ -136,10 +85,7 @@ class RotationTransform(Transform):
         cx, cy = self.center if self.center is not None else (self.w / 2, self.h / 2)
         # x' = cos*(x-cx) + sin*(y-cy) + cx ; y' = -sin*(x-cx) + cos*(y-cy) + cy
         matrix = np.array(
-            [
-                [cos, sin, cx - cos * cx - sin * cy],
-                [-sin, cos, cy + sin * cx - cos * cy],
-            ]
+            [[cos, sin, cx - cos * cx - sin * cy], [-sin, cos, cy + sin * cx - cos * cy]]
         )
         if self.expand:
             # Move the image centre to the centre of the enlarged output.
@@ -179,13 +125,7 @@ class RotationTransform(Transform):
         return self.bound_h, self.bound_w
 
     def apply_rotated_box(self, rotated_boxes: Any) -> np.ndarray:
-        """Exact: the centre moves with the image, w and h stay, the angle grows by ``angle``.
-
-        Example:
-            >>> t = RotationTransform(10, 10, 90, expand=False)
-            >>> t.apply_rotated_box([[5.0, 5.0, 4.0, 2.0, 0.0]]).round(6).tolist()
-            [[5.0, 5.0, 4.0, 2.0, 90.0]]
-        """
+        """Exact: the centre moves with the image, w and h stay, the angle grows by ``angle``."""
         boxes = as_rotated_boxes(rotated_boxes)
         if len(boxes) == 0 or self._is_identity():
             return boxes
@@ -194,15 +134,8 @@ class RotationTransform(Transform):
         return boxes
 
     def inverse(self) -> Transform:
-        """Rotate back (with expand) and cut the original image size out of the centre.
-
-        The cut is a :class:`CropTransform` when its offset is whole, else an
-        :class:`ExtentTransform` with the fractional offset, so coordinates round-trip
-        exactly either way.
-
-        Raises:
-            NotImplementedError: ``expand`` is False (the corners cut off are lost).
-        """
+        """Rotate back and cut the original size out of the centre (a crop when the offset
+        is whole, else an ExtentTransform); needs ``expand``."""
         if not self.expand:
             raise NotImplementedError(
                 "RotationTransform.inverse() needs expand=True: without it the corners "
@@ -236,9 +169,7 @@ class RotationTransform(Transform):
 
 
 class _OutputSize(tuple):
-    """ExtentTransform's ``output_size``: the (h, w) pair given (detectron2's attribute) that,
-    called with an input size, also answers the transforms' ``output_size(height, width)``
-    protocol (the output size does not depend on the input's)."""
+    """The (h, w) attribute of detectron2 that, called, also answers ``output_size(h, w)``."""
 
     __slots__ = ()
 
@@ -247,26 +178,8 @@ class _OutputSize(tuple):
 
 
 class ExtentTransform(Transform):
-    """Take the rectangle ``src_rect`` of the input and scale it to ``output_size``.
-
-    Parts of the rectangle outside the input image are filled with ``fill``. Coordinates map
-    ``(x0, y0)`` to ``(0, 0)`` and ``(x1, y1)`` to ``(w, h)`` of the output.
-
-    Args:
-        src_rect: (x0, y0, x1, y1) in input coordinates (may extend past the image).
-        output_size: (h, w) of the output.
-        interp: Pillow interpolation constant or name (default bilinear).
-        fill: fill value for images; seg_fill: for segmentation maps and integer masks
-            (default 0, as detectron2's fill). Bool bitmasks are always filled with False.
-
-    Raises:
-        ValueError: an empty or non-finite rectangle, a non-positive output size, unknown
-            interpolation.
-
-    Example:
-        >>> t = ExtentTransform((10, 10, 30, 20), (20, 40))
-        >>> t.apply_coords(np.array([[10.0, 10.0], [30.0, 20.0]])).tolist()
-        [[0.0, 0.0], [40.0, 20.0]]
+    """Scale the rectangle ``src_rect`` (x0, y0, x1, y1; may reach past the image, filled
+    with ``fill`` / ``seg_fill``) to ``output_size`` (h, w).
     """
 
     def __init__(
@@ -278,19 +191,12 @@ class ExtentTransform(Transform):
         *,
         seg_fill: int = 0,
     ) -> None:
-        rect = tuple(src_rect)
-        if len(rect) != 4:
-            raise ValueError(
-                f"ExtentTransform: src_rect must be (x0, y0, x1, y1), got {src_rect!r}"
-            )
-        x0, y0, x1, y1 = (_finite("ExtentTransform", "src_rect", v) for v in rect)
+        x0, y0, x1, y1 = finite_floats("ExtentTransform", "src_rect (x0, y0, x1, y1)", src_rect, 4)
         if not (x1 > x0 and y1 > y0):
-            raise ValueError(f"ExtentTransform: src_rect {rect!r} is empty (need x1 > x0, y1 > y0)")
-        size = tuple(output_size)
-        if len(size) != 2:
-            raise ValueError(f"ExtentTransform: output_size must be (h, w), got {output_size!r}")
-        out_h = _positive_int("ExtentTransform", "output_size", size[0])
-        out_w = _positive_int("ExtentTransform", "output_size", size[1])
+            raise ValueError(
+                f"ExtentTransform: src_rect {src_rect!r} is empty (need x1 > x0, y1 > y0)"
+            )
+        out_h, out_w = positive_ints("ExtentTransform", "output_size (h, w)", output_size)
         normalize_interp(interp)
         self.src_rect = (x0, y0, x1, y1)
         self.output_size = _OutputSize((out_h, out_w))
