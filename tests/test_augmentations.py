@@ -473,7 +473,7 @@ def test_dataloader_workers_differ_and_torch_seed_reproduces():
     assert a != c
     # worker 0 serves indices 0, 2, 4, 6 and worker 1 the others: their draws differ
     assert a[0::2] != a[1::2]
-    assert random_state._state.pid == os.getpid()
+    assert random_state._process[1] == os.getpid()
 
 
 def test_apply_augmentations_function():
