@@ -10,8 +10,7 @@ import numpy as np
 from .dataset_catalog import DatasetCatalog
 from .errors import EmptyDatasetError, MetadataConflictError
 from .metadata import MetadataCatalog, values_equal
-from .record_views import concat_records
-from .serialized_list import RecordColumns, SerializedList
+from .storage.records import RecordColumns, SerializedList, concat_records
 
 __all__ = ["get_detection_dataset_dicts", "concat_serialized", "format_class_histogram"]
 
@@ -37,7 +36,7 @@ def get_detection_dataset_dicts(
 
     Returns:
         A SerializedList: the dataset's own cached list when one name is given and nothing
-        is filtered out, else a view (:class:`catalog.record_views.SerializedListView`) over
+        is filtered out, else a view (:class:`catalog.storage.records.SerializedListView`) over
         the cached lists' shared buffers, one per dataset, plus an index of the kept
         records (4 bytes per record; none for an unfiltered join). No record is copied, so
         on every local rank and worker the records stay one shared copy per machine.
@@ -163,7 +162,7 @@ def _enough_keypoints(dataset: SerializedList, min_keypoints: int, keep: np.ndar
 
 def concat_serialized(parts: Sequence[SerializedList], name: str | None = None) -> SerializedList:
     """Join SerializedLists into one view over their buffers, without copying a record
-    (:func:`catalog.record_views.concat_records`).
+    (:func:`catalog.storage.records.concat_records`).
 
     Example:
         >>> a = SerializedList([{"i": 0}]); b = SerializedList([{"i": 1}, {"i": 2}])

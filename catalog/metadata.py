@@ -278,6 +278,8 @@ class _MetadataCatalog(NamedContainer[Metadata]):
         # Called with a name that has no Metadata yet: registers a builtin dataset (and its
         # metadata) on first use. Installed by catalog.builtin_datasets.
         self._on_missing: Callable[[str], bool] | None = None
+        # The dataset names, to warn about metadata of an unknown name (set by DatasetCatalog).
+        self.datasets: NamedContainer[Any] | None = None
 
     def get(self, name: str, *, warn_unregistered: bool = True) -> Metadata:
         """The Metadata of dataset ``name``, created (holding only ``name``) on first use; for a
@@ -316,11 +318,10 @@ class _MetadataCatalog(NamedContainer[Metadata]):
         return meta
 
     def _warn_if_unregistered(self, name: str) -> None:
-        from .dataset_catalog import DatasetCatalog  # imports this module: import on use
-
-        if name in DatasetCatalog:
+        datasets = self.datasets
+        if datasets is None or name in datasets:
             return
-        candidates = [n for n in DatasetCatalog.list() + self.list() if n != name]
+        candidates = [n for n in datasets.list() + self.list() if n != name]
         hint = did_you_mean(name, candidates)
         warn_limited(
             logger,

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from catalog.serialized_list import SerializedList
+from catalog.storage.records import SerializedList
 
 __all__ = ["HasRecords", "records_of"]
 

@@ -139,7 +139,7 @@ def _builder_process(args: tuple[str, str, str, str]) -> list[dict]:
         return json.loads(Path(source).read_text()), {}
 
     records, _ = load_with_cache("locked", [source], build, loader="json-list")
-    return [records.to_list(), type(records._shared_owner).__name__]
+    return [records.to_list(), type(records.owner).__name__]
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
@@ -213,7 +213,7 @@ def test_entry_replaced_or_removed_while_mapped_stays_readable(env, tmp_path, mo
     build = lambda: (json.loads(source.read_text()), {})  # noqa: E731
     load_with_cache("toy", [source], build, loader="json-list")
     records, _ = load_with_cache("toy", [source], build, loader="json-list")
-    assert isinstance(records._shared_owner, MappedFile)
+    assert isinstance(records.owner, MappedFile)
     # in a child, so that a SIGBUS would show as its exit status instead of killing pytest
     child = mp.get_context("fork").Process(
         target=_read_all_after_the_entry_is_gone, args=(records, str(env))

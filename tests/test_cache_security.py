@@ -106,7 +106,7 @@ def test_planted_entry_is_never_unpickled(env, tmp_path, signed_with):
     assert not marker.exists()
     assert builder.calls == 1 and records.to_list() == RECORDS and extra == {"meta": 1}
     records, _ = _load(source, builder)  # the rebuilt entry is served
-    assert builder.calls == 1 and isinstance(records._shared_owner, MappedFile)
+    assert builder.calls == 1 and isinstance(records.owner, MappedFile)
 
 
 def test_entry_of_another_key_copied_to_this_name_is_refused_and_rebuilt(env, tmp_path):
@@ -212,7 +212,7 @@ def test_entry_owned_by_another_user(env, monkeypatch, shared):
     monkeypatch.setenv("CATMAP_CACHE_SHARED", "1")
     records, _ = _load(source, builder)  # read through a private copy, MAC verified
     assert builder.calls == 1 and records.to_list() == RECORDS
-    assert records._shared_owner.path == str(entry)
+    assert records.owner.path == str(entry)
 
 
 class Blocked(Exception):  # noqa: N818 - not an OSError, so no code path swallows it
@@ -333,7 +333,7 @@ def test_map_serialized_leaves_a_given_fd_to_the_caller_when_it_fails(tmp_path, 
         write_serialized(out, SerializedList(RECORDS))
     fd = os.open(path, os.O_RDONLY)
     records, _ = map_serialized(fd=fd)  # now the records own it
-    owner = records._shared_owner
+    owner = records.owner
     assert owner.fd == fd
     del records, owner
     import gc
@@ -378,7 +378,7 @@ def test_remap_by_path_verifies_the_mac_of_a_cache_entry(env, tmp_path):
     directory, source = env
     _load(source, Counting(source))
     records, _ = _load(source, Counting(source))
-    owner = records._shared_owner
+    owner = records.owner
     crc = owner.header["payload_crc32"]
     args = (-1, -1, owner.device, owner.inode, owner.path, crc, owner.size, "toy")
     assert remap_file(*args).to_list() == RECORDS

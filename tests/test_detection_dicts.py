@@ -246,7 +246,7 @@ def _rank_loads_two_datasets(rank: int, world: int) -> dict:
         "ids": [result[i]["image_id"] for i in (0, 1, 35_999, 36_000, -1)],
         "grown": grown,
         "buffers": int(a.buffer.nbytes + b.buffer.nbytes),
-        "base_inodes": [b._shared_owner.inode for b in getattr(result, "bases", ())],
+        "base_inodes": [b.owner.inode for b in getattr(result, "bases", ())],
         "memfds": sorted(memfds),
     }
 

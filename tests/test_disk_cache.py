@@ -290,7 +290,7 @@ def test_racing_processes_build_once_and_all_get_the_entry(cache_env, source, tm
 
 def _read_in_child(payload: bytes) -> list[dict]:
     records = pickle.loads(payload)
-    return [records[0], records[-1], len(records), type(records._shared_owner).__name__]
+    return [records[0], records[-1], len(records), type(records.owner).__name__]
 
 
 def test_entry_removed_by_another_process_right_after_writing_still_loads(

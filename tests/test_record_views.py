@@ -141,7 +141,7 @@ def test_views_pickle_to_processes_by_reference_to_the_mapped_base():
 
         clone = ForkingPickler.loads(data)
         assert _ids(clone) == _ids(view)
-        owner, clone_owner = mapped._shared_owner, clone.bases[0]._shared_owner
+        owner, clone_owner = mapped.owner, clone.bases[0].owner
         # the same memory file, mapped again: not a copy of its bytes
         assert (clone_owner.device, clone_owner.inode) == (owner.device, owner.inode)
     assert sizes[0] < 8_000 and sizes[1] < 8_000, sizes  # the index went to shared memory
@@ -153,9 +153,9 @@ def test_views_share_a_private_base_once_through_shared_memory():
     view = sl.subset(list(range(0, 50, 2)))
     data = _forking_dumps(view)
     assert len(data) < 4_000 < sl.buffer.nbytes
-    assert sl._shared_owner is not None  # the base itself moved once into shared memory
+    assert sl.owner is not None  # the base itself moved once into shared memory
     again = _forking_dumps(view.subset([0]))
-    assert len(again) < 4_000 and sl._shared_owner.tensors[0].is_shared()
+    assert len(again) < 4_000 and sl.owner.tensors[0].is_shared()
 
 
 class _Probe(Dataset):
@@ -168,7 +168,7 @@ class _Probe(Dataset):
         return len(self.records)
 
     def __getitem__(self, index: int) -> dict:
-        owners = [b._shared_owner for b in self.records.bases]
+        owners = [b.owner for b in self.records.bases]
         return {
             "i": self.records[index]["i"],
             "view": type(self.records).__name__,
@@ -201,15 +201,15 @@ def test_views_work_in_dataloader_workers(context):
     assert [item["i"] for item in items] == [9, 3, 0, 15, 10]
     assert {item["view"] for item in items} == {"SerializedListView"}
     assert all(item["pid"] != os.getpid() for item in items)
-    inode = mapped._shared_owner.inode
+    inode = mapped.owner.inode
     for item in items:
         assert item["inodes"][0] == inode  # the very memory file, inherited or re-mapped
     if context == "spawn":
         # the private base moved once into shared memory, which workers attach to
         assert all(item["tensors_shared"][1] for item in items)
-        assert private._shared_owner is not None
+        assert private.owner is not None
     else:
-        assert private._shared_owner is None  # fork: inherited, nothing moved
+        assert private.owner is None  # fork: inherited, nothing moved
 
 
 def test_torch_shared_index_survives_the_round_trip():

@@ -264,7 +264,7 @@ class _Probe(Dataset):
         return len(self.records)
 
     def __getitem__(self, index: int) -> dict:
-        owner = self.records._shared_owner
+        owner = self.records.owner
         shared = owner is not None and all(t.is_shared() for t in owner.tensors)
         info = torch.utils.data.get_worker_info()
         return {
@@ -295,12 +295,12 @@ def test_dataloader_workers_share_the_buffer(context):
         i % 4 for i in range(12)
     ]
     if context == "fork":
-        assert sl._shared_owner is None  # fork: pages inherited, nothing copied or moved
+        assert sl.owner is None  # fork: pages inherited, nothing copied or moved
     else:
         # spawn / forkserver: the buffer was moved once into shared memory, which the
         # workers attach to instead of unpickling a private copy.
         assert all(item["shared"] for item in items)
-        assert sl._shared_owner is not None and all(t.is_shared() for t in sl._shared_owner.tensors)
+        assert sl.owner is not None and all(t.is_shared() for t in sl.owner.tensors)
 
 
 @pytest.mark.parametrize("annotations", [7, 2.5, None, "ab", {"category_id": 1}, True])
