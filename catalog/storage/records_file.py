@@ -103,7 +103,8 @@ def write_records(
         table.append([name, offset, int(arr.size)])
         offset += int(arr.nbytes)
     header = encode({
-        "name": records.name, "num_records": len(records), "key": dict(key or {}),
+        "name": (key or {}).get("name", records.name), "num_records": len(records),
+        "key": dict(key or {}),
         "extra": dict(extra or {}), "created": time.time(), "version": __version__,
         "arrays": table,
     })  # fmt: skip
