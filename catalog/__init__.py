@@ -20,9 +20,9 @@ and may change between releases:
 - :mod:`catalog.config_access` / :mod:`catalog.config_values`: reading detectron2-style and
   OmegaConf configs.
 - :mod:`catalog.env_flags`: ``env_flag``, the one reader of on/off environment variables.
-- :mod:`catalog.storage`: records and views, the records file, cross-rank sharing
-  (``share_across_local_ranks``) and the on-disk cache (``DiskCache``), used by
-  ``DatasetCatalog.get``.
+- :mod:`catalog.storage.sharing` (``share_across_local_ranks``) and
+  :mod:`catalog.storage.cache` (``DiskCache``, ``load_with_cache``): the load path's
+  cross-rank sharing and cache, used by ``DatasetCatalog.get``.
 
 Example:
     >>> from catalog import DatasetCatalog

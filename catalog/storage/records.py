@@ -453,7 +453,10 @@ class SerializedList(Sequence):
 
     def _load(self, i: int) -> Any:
         ends = self._ends
-        return _DECODER.decode(self._buffer[int(ends[i - 1]) if i else 0 : int(ends[i])])
+        try:
+            return _DECODER.decode(self._buffer[int(ends[i - 1]) if i else 0 : int(ends[i])])
+        except (msgspec.DecodeError, ValueError) as exc:
+            raise RecordFormatError(f"dataset {self.name!r}, record {i}: damaged ({exc})") from exc
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):

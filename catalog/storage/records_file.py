@@ -177,7 +177,7 @@ def open_entry(name: str | os.PathLike[str], *, dir_fd: int | None = None) -> in
         fd = os.open(name, _SAFE_OPEN, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == 40:  # ELOOP: a symlink
-            raise UnsafeEntryError(f"{where} is a symlink; not followed") from exc
+            raise UnsafeEntryError(f"{where} is a symbolic link; not followed") from exc
         raise
     st = os.fstat(fd)
     problem = None
