@@ -289,12 +289,12 @@ def describe_entry(path: Path) -> CacheEntry:
         with contextlib.suppress(OSError):
             entry.size = path.lstat().st_size
         fd = open_entry(path)
-    except OSError as exc:
+    except (OSError, CacheError) as exc:
         entry.error = f"not read: {exc}"
         return entry
     try:
         header = read_header(fd, str(path))[0]
-    except (OSError, CacheCorruptError) as exc:
+    except Exception as exc:  # any odd file: listed with the reason, never a stop
         entry.error = str(exc)
         return entry
     finally:
@@ -632,9 +632,19 @@ def load_with_cache(
 ) -> Loaded:
     """``build()`` through the cache, keyed on ``loader``, ``options`` and the ``sources``.
 
-    Not cached (``build()`` only): ``CATMAP_CACHE=0``, unreadable sources, options that are
-    not JSON, a source changed while loading, or ``extra`` that is not data-only.
+    ``build`` returns ``(records, extra)``: a SerializedList or a list of records, and a
+    data-only dict kept with them. Not cached (``build()`` only): ``CATMAP_CACHE=0``,
+    unreadable sources, options that are not JSON, a source changed while loading, or
+    ``extra`` that is not data-only.
     """
+    given = build
+
+    def build() -> Loaded:
+        records, extra = given()
+        if not isinstance(records, SerializedList):
+            records = SerializedList(records, name=name)
+        return records, dict(extra or {})
+
     if not cache_enabled():
         return build()
     try:
