@@ -47,17 +47,8 @@ class LazyProvider(Protocol):
 
 @dataclass
 class DatasetEntry:
-    """One registration in the :data:`DatasetCatalog`.
-
-    Attributes:
-        name: the dataset name.
-        func: the zero-argument loader returning a list of record dicts.
-        source_files: the files the records are read from (empty for in-memory loaders);
-            an on-disk cache invalidates on their size / modification time.
-        cache_key: a JSON-serializable dict of everything else the records depend on
-            (loader kind, options), or None when the records cannot be cached safely
-            (an arbitrary Python function).
-        options: free per-registration switches for layers plugged into ``_load``.
+    """One registration: the loader, the files its records come from, and ``cache_key``
+    (a JSON dict of what else they depend on; None: never cached).
 
     Example:
         >>> entry = DatasetEntry("toy", lambda: [{"file_name": "a.jpg"}])
@@ -74,10 +65,8 @@ class DatasetEntry:
 
 
 class _DatasetCatalog(NamedContainer[DatasetEntry]):
-    """The dataset registry; use the module-level singleton :data:`DatasetCatalog`.
-
-    Thread-safe: registration, removal and lookups take a lock, and concurrent ``get`` calls
-    for the same name run the loader only once.
+    """The dataset registry (use the singleton :data:`DatasetCatalog`); thread-safe, and
+    concurrent ``get`` calls of one name run its loader once.
 
     Example:
         >>> DatasetCatalog.register("doc_toy", lambda: [{"file_name": "a.jpg", "image_id": 0}])
@@ -120,17 +109,11 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         (an id, a path) or build them in the mapper. Metadata the loader sets travels
         with cached and shared records the same way (not cached when it is not data).
 
-        Args:
-            name: a non-empty dataset name, e.g. ``"coco_2017_train"``.
-            func: a zero-argument callable returning a list of record dicts.
-            source_files: files the records are read from (for cache invalidation).
-            cache_key: JSON-serializable description of the loader and its options, used by
-                an on-disk cache; None (the default for plain functions) disables caching.
-            options: free per-registration switches (e.g. ``{"cache": False}``).
+        ``source_files`` and ``cache_key`` (a JSON dict describing the loader and its
+        options) make the entry cached on disk; ``options={"cache": False}`` turns that off.
 
         Raises:
             TypeError: name is not a str, or func is not callable.
-            ValueError: name is empty.
             DatasetAlreadyRegisteredError: (a ValueError) the name is already registered.
         """
         check_name(name, "dataset")
@@ -150,12 +133,8 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         logger.debug("registered dataset %r", name)
 
     def entry(self, name: str) -> DatasetEntry:
-        """The :class:`DatasetEntry` registered under ``name``.
-
-        Raises:
-            DatasetNotRegisteredError: (a KeyError) the name is unknown; the message lists the
-                registered names and the closest matches.
-        """
+        """The :class:`DatasetEntry` of ``name`` (DatasetNotRegisteredError lists close
+        matches)."""
         return self._lookup(name)
 
     def _set_lazy_provider(self, provider: LazyProvider | None) -> None:
@@ -184,19 +163,13 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
 
     # ------------------------------------------------------------------ lookup
     def get(self, name: str) -> SerializedList:
-        """The records of dataset ``name`` as a :class:`SerializedList`.
-
-        The loader runs on the first call in this process; later calls return the cached list.
+        """The records of ``name``; the loader runs on the first call in this process.
 
         Raises:
-            DatasetNotRegisteredError: (a KeyError) the name is unknown; the message lists the
-                registered names and the closest matches.
-            TypeError: the loader returned something other than a list of dicts (the message
-                names the dataset and the index of the first bad element).
-            SharedAttachError: under torch.distributed, the ranks disagree (dataset, sharing,
-                caching, catmap version), a rank failed to load or attach, or a rank died.
-            NestedLoadError: called inside another dataset's loader while the local ranks
-                share records (get the inner dataset first, on every rank).
+            DatasetNotRegisteredError: (a KeyError) the name is unknown (close matches listed).
+            TypeError: the loader returned something other than a list of dicts.
+            RecordFormatError: a record holds something that is not data.
+            SharedAttachError, NestedLoadError: see :func:`share_across_local_ranks`.
         """
         entry = self.entry(name)
         cached = self._cache.get(name)
@@ -217,7 +190,7 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
             return records
 
     def _load(self, entry: DatasetEntry) -> SerializedList:
-        """The single loading path (e.g. ``{"cache": False}``)."""
+        """The single loading path (see the module docstring)."""
         records, extra = share_across_local_ranks(entry.name, lambda: self._load_here(entry))
         metadata = extra.get("metadata") or {}
         if metadata:  # a no-op where the loader ran: equal values
@@ -257,22 +230,11 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         return super().list()
 
     def remove(self, name: str) -> None:
-        """Unregister dataset ``name`` and drop its cached records.
-
-        Raises:
-            DatasetNotRegisteredError: (a KeyError) the name is unknown.
-        """
+        """Unregister ``name`` and drop its records (DatasetNotRegisteredError if unknown)."""
         self.pop(name)
 
     def pop(self, name: str, default: Any = _MISSING) -> Any:
-        """Unregister dataset ``name`` and return its loader function (as ``dict.pop``).
-
-        Args:
-            name: the dataset name.
-            default: returned when the name is unknown (else the error below).
-
-        Raises:
-            DatasetNotRegisteredError: (a KeyError) the name is unknown and no default is given.
+        """Unregister ``name`` and return its loader function (as ``dict.pop``).
 
         Example:
             >>> DatasetCatalog.register("doc_pop", list)
@@ -315,13 +277,8 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
 
 
 def as_serialized_list(result: Any, name: str) -> SerializedList:
-    """Check that a loader's ``result`` is a list of dicts and serialize it.
-
-    A SerializedList is accepted as is.
-
-    Raises:
-        TypeError: ``result`` is not a list, or one of its elements is not a dict (the message
-            names the dataset and the index of the first bad element).
+    """A loader's ``result`` (a list of dicts, or a SerializedList) serialized; TypeError
+    names the dataset and the first bad element.
 
     Example:
         >>> len(as_serialized_list([{"a": 1}], "toy"))

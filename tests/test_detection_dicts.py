@@ -17,7 +17,8 @@ from catalog import (
     SerializedList,
     get_detection_dataset_dicts,
 )
-from catalog.detection_dicts import concat_serialized, format_class_histogram
+from catalog import concat_records as concat_serialized
+from catalog.detection_dicts import format_class_histogram
 
 
 def _anno(category: int, crowd: int = 0, keypoints: list | None = None) -> dict:

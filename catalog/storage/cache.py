@@ -126,11 +126,7 @@ def cache_enabled(enabled: bool = True) -> bool:
 
 
 def cache_dir() -> Path:
-    """``$CATMAP_CACHE_DIR`` or ``~/.cache/catmap`` (not created here).
-
-    Raises:
-        CacheUnavailableError: neither is set and there is no home directory.
-    """
+    """``$CATMAP_CACHE_DIR`` or ``~/.cache/catmap`` (CacheUnavailableError without a home)."""
     configured = os.environ.get("CATMAP_CACHE_DIR")
     if configured:
         return Path(configured).expanduser()
@@ -141,11 +137,7 @@ def cache_dir() -> Path:
 
 
 def lock_timeout() -> float:
-    """``CATMAP_CACHE_LOCK_TIMEOUT`` (seconds, > 0) or :data:`DEFAULT_LOCK_TIMEOUT`.
-
-    Raises:
-        CacheSettingError: the variable is not a positive finite number.
-    """
+    """``CATMAP_CACHE_LOCK_TIMEOUT`` (seconds, > 0; else CacheSettingError) or the default."""
     value = os.environ.get("CATMAP_CACHE_LOCK_TIMEOUT", "").strip()
     if not value:
         return DEFAULT_LOCK_TIMEOUT
@@ -162,14 +154,9 @@ def lock_timeout() -> float:
 
 
 def source_stamp(path: str | os.PathLike[str], *, digest: bool | None = None) -> tuple:
-    """``(absolute path, size, mtime_ns, ctime_ns, content digest, device, inode)``.
-
-    The digest is ``""`` unless the file changed less than :data:`RECENT_CHANGE_NS` ago
-    (or ``digest=True``).
-
-    Raises:
-        OSError: the file cannot be opened or is not a regular file (a FIFO, a directory).
-    """
+    """``(absolute path, size, mtime_ns, ctime_ns, content digest, device, inode)``; the
+    digest is ``""`` unless the file changed in the last :data:`RECENT_CHANGE_NS` (or
+    ``digest=True``). OSError for a file that is not regular (a FIFO is never read)."""
     abs_path = os.path.abspath(os.fspath(path))
     fd = os.open(abs_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
@@ -237,12 +224,7 @@ class CacheKey:
         cls, name: str, sources: Sequence[str | os.PathLike[str]], *, loader: str,
         options: Mapping[str, Any] | None = None,
     ) -> CacheKey:  # fmt: skip
-        """Stamp the source files (:func:`source_stamp`).
-
-        Raises:
-            OSError: a source cannot be read or is not a regular file.
-            TypeError: an option value is not JSON-serializable.
-        """
+        """Stamp the source files (OSError: unreadable; TypeError: options not JSON)."""
         options_json = json.dumps(dict(options or {}), sort_keys=True, default=_json_default)
         stamps = tuple(source_stamp(s) for s in sources)
         return cls(name=name, loader=loader, sources=stamps, options=options_json)
@@ -352,11 +334,8 @@ class DiskCache:
         return self.directory / key.file_name()
 
     def _open_dir(self, *, create: bool) -> int | None:
-        """A descriptor of the checked directory (None: absent and not ``create``).
-
-        Raises:
-            CacheUnavailableError: it cannot be created, or it is not this user's alone.
-        """
+        """A descriptor of the checked directory (None: absent and not ``create``);
+        CacheUnavailableError when it cannot be created or is not this user's alone."""
         where = str(self.directory)
         try:
             if create:
@@ -514,11 +493,8 @@ class DiskCache:
             os.close(dfd)
 
     def store(self, key: CacheKey, records: SerializedList, extra: Mapping[str, Any] | None = None) -> Loaded:
-        """Write ``records`` for ``key`` atomically; return them mapped from the file.
-
-        Raises:
-            CacheError: the directory or entry could not be used or written.
-        """
+        """Write ``records`` for ``key`` atomically; return them mapped from the file
+        (CacheError when the directory or entry cannot be used or written)."""
         dfd = self._open_dir(create=True)
         try:
             return self._store_in(dfd, key, records, dict(extra or {}))
@@ -558,11 +534,8 @@ class DiskCache:
             os.close(dfd)
 
     def entries(self) -> list[CacheEntry]:
-        """Every entry, newest first (headers only; odd files are listed with an error).
-
-        Raises:
-            CacheError: the directory is not this user's alone.
-        """
+        """Every entry, newest first (headers only; odd files are listed with an error;
+        CacheError when the directory is not this user's alone)."""
         problem = self.check_directory()
         if problem is not None:
             raise CacheError(problem)
@@ -575,11 +548,7 @@ class DiskCache:
 
     def clear(self, *, name: str | None = None, stale_only: bool = False) -> list[Path]:
         """Delete entries: all, one dataset's (``name``) or the unusable ones (``stale_only``),
-        and with neither, temporary files older than an hour and idle locks.
-
-        Raises:
-            CacheError: the directory is not this user's alone.
-        """
+        and with neither, temporary files older than an hour and idle locks."""
         removed = []
         for entry in self.entries():
             if name is not None and entry.name != name:
@@ -622,14 +591,10 @@ def _acquire(lock: filelock.FileLock, name: str, path: str) -> bool:
 
 
 def load_with_cache(
-    name: str,
-    sources: Sequence[str | os.PathLike[str]],
-    build: Callable[[], Loaded],
-    *,
-    loader: str,
-    options: Mapping[str, Any] | None = None,
+    name: str, sources: Sequence[str | os.PathLike[str]], build: Callable[[], Loaded], *,
+    loader: str, options: Mapping[str, Any] | None = None,
     directory: str | os.PathLike[str] | None = None,
-) -> Loaded:
+) -> Loaded:  # fmt: skip
     """``build()`` through the cache, keyed on ``loader``, ``options`` and the ``sources``.
 
     ``build`` returns ``(records, extra)``: a SerializedList or a list of records, and a

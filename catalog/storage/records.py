@@ -129,29 +129,20 @@ class RecordColumns:
 
     __slots__ = ("heights", "widths", "category_ids", "iscrowd", "category_offsets")
 
-    def __init__(
-        self,
-        heights: Any,
-        widths: Any,
-        category_ids: Any,
-        iscrowd: Any,
-        category_offsets: Any,
-    ) -> None:
+    def __init__(self, heights: Any, widths: Any, category_ids: Any, iscrowd: Any,
+                 category_offsets: Any) -> None:  # fmt: skip
         self.heights = np.asarray(heights, dtype=np.int32)
         self.widths = np.asarray(widths, dtype=np.int32)
         self.category_ids = np.asarray(category_ids, dtype=np.int32)
         self.iscrowd = np.asarray(iscrowd, dtype=np.uint8)
         self.category_offsets = np.asarray(category_offsets, dtype=np.int64)
         n = len(self.heights)
-        if len(self.widths) != n or len(self.category_offsets) != n + 1:
+        if len(self.widths) != n or len(self.category_offsets) != n + 1 or len(
+            self.iscrowd) != len(self.category_ids):  # fmt: skip
             raise ValueError(
                 f"record columns disagree: {n} heights, {len(self.widths)} widths, "
-                f"{len(self.category_offsets)} category offsets (expected {n + 1})"
-            )
-        if len(self.iscrowd) != len(self.category_ids):
-            raise ValueError(
-                f"record columns disagree: {len(self.category_ids)} category ids but "
-                f"{len(self.iscrowd)} crowd flags"
+                f"{len(self.category_offsets)} category offsets, {len(self.category_ids)} "
+                f"category ids, {len(self.iscrowd)} crowd flags"
             )
         for arr in self.arrays():
             arr.flags.writeable = False
@@ -166,9 +157,7 @@ class RecordColumns:
     def __reduce__(self) -> tuple[Any, ...]:
         return (RecordColumns, self.arrays())
 
-    @property
-    def nbytes(self) -> int:
-        return int(sum(a.nbytes for a in self.arrays()))
+    nbytes = property(lambda self: int(sum(a.nbytes for a in self.arrays())))
 
     def num_annotations(self) -> np.ndarray:
         """int64 (N,): the number of annotations of each record."""
@@ -177,13 +166,6 @@ class RecordColumns:
     def categories_of(self, index: int) -> np.ndarray:
         """The category ids of record ``index``'s annotations."""
         return self.category_ids[self.category_offsets[index] : self.category_offsets[index + 1]]
-
-    def aspect_ratios(self) -> np.ndarray:
-        """float64 (N,): width / height (NaN where either is missing)."""
-        h, w = self.heights.astype(np.float64), self.widths.astype(np.float64)
-        out = np.full(len(h), np.nan)
-        np.divide(w, h, out=out, where=(h > 0) & (w > 0))
-        return out
 
     def take(self, indices: np.ndarray) -> RecordColumns:
         """The columns of the records at ``indices`` (any order, repeats allowed)."""
@@ -240,7 +222,7 @@ _CATEGORY, _CROWD, _MINUS_ONE, _ZERO = repeat("category_id"), repeat("iscrowd"),
 
 
 class _ColumnsBuilder:
-    """Collects the column values of records, a chunk at a time (C-level maps when every
+    """Collects the column values of records a chunk at a time (C-level maps when every
     record is a dict with a list of dict annotations, the common case)."""
 
     def __init__(self) -> None:
@@ -293,14 +275,9 @@ def _with_progress(records: Iterable[Any], name: str | None, progress: bool | No
     return tqdm(records, total=total, desc=f"serializing {name or 'records'}", mininterval=1.0)
 
 
-def build_arrays(
-    records: Iterable[Any], name: str | None = None, progress: bool | None = None
-) -> tuple[np.ndarray, np.ndarray, RecordColumns]:
-    """Encode ``records``: ``(buffer, ends, columns)``.
-
-    Raises:
-        RecordFormatError: a record holds something that is not data (see the module doc).
-    """
+def build_arrays(records: Iterable[Any], name: str | None = None, progress: bool | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, RecordColumns]:  # fmt: skip
+    """Encode ``records``: ``(buffer, ends, columns)``; RecordFormatError for non-data."""
     out = bytearray()
     ends: list[int] = []
     columns = _ColumnsBuilder()
@@ -362,9 +339,8 @@ class SerializedList(Sequence):
         (1, 'a.jpg', [6])
     """
 
-    def __init__(
-        self, records: Iterable[Any], *, name: str | None = None, progress: bool | None = None
-    ) -> None:
+    def __init__(self, records: Iterable[Any], *, name: str | None = None,
+                 progress: bool | None = None) -> None:  # fmt: skip
         if isinstance(records, SerializedList):
             name = records.name if name is None else name
             records = records.compact()
@@ -374,15 +350,8 @@ class SerializedList(Sequence):
         log = logger.info if len(self) >= PROGRESS_MIN_RECORDS else logger.debug
         log("serialized %d records of %s: %.2f MiB", len(self), name or "a dataset", self.nbytes / 2**20)
 
-    def _set(
-        self,
-        buffer: np.ndarray,
-        ends: np.ndarray,
-        columns: RecordColumns,
-        name: str | None,
-        reopen: Callable[[], SerializedList] | None,
-        owner: Any,
-    ) -> None:
+    def _set(self, buffer: np.ndarray, ends: np.ndarray, columns: RecordColumns, name: str | None,
+             reopen: Callable[[], SerializedList] | None, owner: Any) -> None:  # fmt: skip
         buffer, ends = np.asarray(buffer, dtype=np.uint8), np.asarray(ends, dtype=np.int64)
         if len(ends) != len(columns):
             raise ValueError(f"{len(ends)} record offsets but {len(columns)} column rows")
@@ -396,15 +365,10 @@ class SerializedList(Sequence):
 
     @classmethod
     def from_arrays(
-        cls,
-        buffer: np.ndarray,
-        ends: np.ndarray,
-        columns: RecordColumns,
-        *,
-        name: str | None = None,
-        reopen: Callable[[], SerializedList] | None = None,
+        cls, buffer: np.ndarray, ends: np.ndarray, columns: RecordColumns, *,
+        name: str | None = None, reopen: Callable[[], SerializedList] | None = None,
         owner: Any = None,
-    ) -> SerializedList:
+    ) -> SerializedList:  # fmt: skip
         """A list over existing arrays (shared memory, a mapped file), without copying.
 
         ``reopen``: a picklable callable giving the same list in another process (sent to
@@ -414,28 +378,13 @@ class SerializedList(Sequence):
         self._set(buffer, ends, columns, name, reopen, owner)
         return self
 
-    @property
-    def buffer(self) -> np.ndarray:
-        """The read-only uint8 buffer of the encoded records."""
-        return self._buffer
-
-    @property
-    def ends(self) -> np.ndarray:
-        """The read-only int64 end offset of each record in :attr:`buffer`."""
-        return self._ends
-
-    @property
-    def columns(self) -> RecordColumns:
-        return self._columns
-
-    @property
-    def owner(self) -> Any:
-        """What keeps the arrays alive (a mapped file, shared memory), or None."""
-        return self._owner
-
-    @property
-    def nbytes(self) -> int:
-        return int(self._buffer.nbytes + self._ends.nbytes + self._columns.nbytes)
+    #: the read-only uint8 buffer of the encoded records, and each record's int64 end offset
+    buffer = property(lambda self: self._buffer)
+    ends = property(lambda self: self._ends)
+    columns = property(lambda self: self._columns)
+    #: what keeps the arrays alive (a mapped file, shared memory), or None
+    owner = property(lambda self: self._owner)
+    nbytes = property(lambda self: int(self._buffer.nbytes + self._ends.nbytes + self._columns.nbytes))
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -553,7 +502,7 @@ class SerializedList(Sequence):
         return shared.tensors
 
     def share_memory(self) -> SerializedList:
-        """Move the arrays into shared memory now (done when first sent to spawn workers)."""
+        """Move the arrays into shared memory now (else when first sent to spawn workers)."""
         if self._reopen is None:
             self._shared_tensors()
         return self
@@ -605,9 +554,8 @@ class SerializedListView(SerializedList):
         )
 
     @classmethod
-    def _over(
-        cls, bases: Sequence[SerializedList], index: np.ndarray | None, name: str | None
-    ) -> SerializedListView:
+    def _over(cls, bases: Sequence[SerializedList], index: np.ndarray | None,
+              name: str | None) -> SerializedListView:  # fmt: skip
         self = cls.__new__(cls)
         self.name = name
         self._bases = tuple(bases)
@@ -622,19 +570,11 @@ class SerializedListView(SerializedList):
         self._index = index
         return self
 
-    @property
-    def bases(self) -> tuple[SerializedList, ...]:
-        """The plain lists holding the records."""
-        return self._bases
-
-    @property
-    def index(self) -> np.ndarray:
-        """Positions in the concatenation of :attr:`bases`, one per record of the view."""
-        return np.arange(self._starts[-1]) if self._index is None else self._index
-
-    @property
-    def owner(self) -> Any:
-        return None
+    #: the plain lists holding the records
+    bases = property(lambda self: self._bases)
+    #: positions in the concatenation of the bases, one per record of the view
+    index = property(lambda self: np.arange(self._starts[-1]) if self._index is None else self._index)
+    owner = property(lambda self: None)
 
     def __len__(self) -> int:
         return self._starts[-1] if self._index is None else len(self._index)
@@ -660,13 +600,8 @@ class SerializedListView(SerializedList):
         own = 0 if self._index is None else self._index.nbytes
         return int(own + sum(base.nbytes for base in self._bases))
 
-    @property
-    def buffer(self) -> np.ndarray:  # type: ignore[override]
-        return self.compact().buffer
-
-    @property
-    def ends(self) -> np.ndarray:  # type: ignore[override]
-        return self.compact().ends
+    buffer = property(lambda self: self.compact().buffer)  # a view has none of its own
+    ends = property(lambda self: self.compact().ends)
 
     def compact(self) -> SerializedList:
         """A plain list holding a copy of exactly these records."""

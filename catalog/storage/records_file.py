@@ -82,13 +82,8 @@ def write_records(
     key: Mapping[str, Any] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> int:
-    """Write ``records`` (and the data-only ``extra`` dict) to a seekable binary file.
-
-    Returns:
-        The number of bytes written.
-
-    Raises:
-        TypeError: ``extra`` or ``key`` hold something that is not data.
+    """Write ``records`` and the data-only ``extra`` dict to a seekable binary file; returns
+    the bytes written (TypeError when ``key`` or ``extra`` is not data).
 
     Example:
         >>> import io
@@ -127,14 +122,8 @@ def write_records(
 
 
 def read_header(fd: int, where: str) -> tuple[dict[str, Any], int, int, int]:
-    """Read the preamble and header of the file behind ``fd`` (the payload is not read).
-
-    Returns:
-        ``(header, payload start, payload length, stored CRC-32)``.
-
-    Raises:
-        CacheCorruptError: not a records file, a size that disagrees, a malformed header.
-    """
+    """``(header, payload start, payload length, stored CRC-32)`` of the file behind ``fd``,
+    payload unread (CacheCorruptError: not a records file, wrong size, malformed header)."""
     size = os.fstat(fd).st_size
     head = os.pread(fd, _PREAMBLE.size, 0)
     if len(head) < _PREAMBLE.size:
@@ -158,12 +147,8 @@ def read_header(fd: int, where: str) -> tuple[dict[str, Any], int, int, int]:
 
 
 def open_entry(name: str | os.PathLike[str], *, dir_fd: int | None = None) -> int:
-    """Open a records file without following a symlink or blocking; it must be a regular
-    file of this user that group and others cannot write.
-
-    Raises:
-        FileNotFoundError: nothing at ``name``.
-        UnsafeEntryError: a symlink, FIFO, directory, device, or an untrusted file.
+    """Open a records file without following a symlink or blocking; anything but a regular
+    file of this user that others cannot write raises :class:`UnsafeEntryError`.
 
     Example:
         >>> import os, tempfile
@@ -235,14 +220,12 @@ class MappedFile:
             spec[0] if isinstance(spec, list) and len(spec) == 3 else None for spec in table
         ] != list(_ARRAYS):
             raise CacheCorruptError(f"{where}: malformed array table")
-        out = {}
-        for name, offset, count in table:
-            dtype = _ARRAYS[name]
+        for name, offset, count in table:  # all checked before any array holds the mapping
             if not (type(offset) is int and type(count) is int and offset >= 0 and count >= 0
-                    and offset + count * dtype.itemsize <= payload_len):  # fmt: skip
+                    and offset + count * _ARRAYS[name].itemsize <= payload_len):  # fmt: skip
                 raise CacheCorruptError(f"{where}: malformed array table entry {name!r}")
-            out[name] = np.frombuffer(mapping, dtype=dtype, count=count, offset=start + offset)
-        return out
+        return {name: np.frombuffer(mapping, dtype=_ARRAYS[name], count=count, offset=start + offset)
+                for name, offset, count in table}  # fmt: skip
 
     def records(self, name: str | None) -> SerializedList:
         """The records, backed by the mapping; spawn workers re-map the same file."""
@@ -292,11 +275,8 @@ def remap(
     pid: int, fd: int, device: int, inode: int, path: str | None, size: int, crc: int,
     *, name: str | None,
 ) -> SerializedList:  # fmt: skip
-    """Map the records file that process ``pid`` holds open as ``fd`` (see FileRemapper).
-
-    Raises:
-        CacheError: neither the descriptor nor the path gives the same file.
-    """
+    """Map the records file process ``pid`` holds open as ``fd`` (see FileRemapper);
+    CacheError when neither the descriptor nor the path gives the same file."""
     proc = f"/proc/{pid}/fd/{fd}"
     tried = []
     try:

@@ -88,13 +88,7 @@ _this_rank_only = threading.local()
 @contextlib.contextmanager
 def this_rank_only() -> Iterator[None]:
     """Load datasets on this rank alone inside the block: no collective, nothing kept in
-    the catalog (for code that runs on one rank only, such as Lightning's ``prepare_data``).
-
-    Example:
-        >>> with this_rank_only():
-        ...     this_rank_only_active()
-        True
-    """
+    the catalog (for code that runs on one rank only, such as Lightning's ``prepare_data``)."""
     depth = getattr(_this_rank_only, "depth", 0)
     _this_rank_only.depth = depth + 1
     try:
@@ -150,10 +144,8 @@ def _check_fields(item: Any, types: dict[str, Any], what: str) -> dict[str, Any]
 
 
 def settings_disagreements(gathered: Sequence[Any], name: str) -> list[str]:
-    """What the ranks disagree on, one sentence per setting (empty when they agree).
-
-    Raises:
-        SharedAttachError: a rank sent something that is not catmap's settings.
+    """What the ranks disagree on, one sentence per setting (SharedAttachError for a rank
+    that sent no settings).
 
     Example:
         >>> a, b = rank_settings("toy"), dict(rank_settings("toy"), share=False, share_env="0")
@@ -218,13 +210,8 @@ def describe_suspects(
     rank: int, settings: Sequence[dict[str, Any]] | None, candidates: Sequence[int], role: str
 ) -> str:
     """Which ranks probably made a collective fail: local ranks whose process is gone
-    (watched up to ``_EXIT_GRACE`` s, a dying process drops its sockets first), else
-    ``candidates``.
-
-    Example:
-        >>> describe_suspects(1, None, [0], "loading the dataset")
-        'suspected: rank 0 (loading the dataset), which died or stopped responding'
-    """
+    (watched up to ``_EXIT_GRACE`` s: a dying process drops its sockets first), else
+    ``candidates``."""
     if settings is not None:
         here = settings[rank]["node"]
         local = [r for r, s in enumerate(settings) if r != rank and s["node"] == here]
@@ -243,12 +230,8 @@ def describe_suspects(
 
 
 def _gather(dist: Any, group: Any, value: Any, name: str, step: str, suspects: Callable[[], str]) -> list[Any]:
-    """Every rank's ``value``, sent data-only (msgpack bytes in uint8 tensors, length first).
-
-    Raises:
-        SharedAttachError: the backend failed (a rank died or timed out), or a rank sent
-            bytes that do not decode.
-    """
+    """Every rank's ``value``, data-only (msgpack bytes in uint8 tensors, length first);
+    SharedAttachError when the backend fails or a message does not decode."""
     import torch
 
     payload = encode(value)
@@ -328,17 +311,8 @@ def _memfd_usable() -> bool:
 
 
 def publish_records(records: SerializedList) -> tuple[SerializedList, dict[str, Any]]:
-    """Put ``records`` where the other local processes can map them: a mapped file as it is,
-    else a new sealed memory file (``memfd``).
-
-    Returns:
-        ``(records backed by the published memory, a data-only descriptor)``.
-
-    Example:
-        >>> mapped, desc = publish_records(SerializedList([{"a": 1}]))
-        >>> mapped[0], desc["num_records"]
-        ({'a': 1}, 1)
-    """
+    """Put ``records`` where the other local processes can map them (a mapped file as it
+    is, else a new sealed ``memfd``): ``(records backed by it, a data-only descriptor)``."""
     owner = records.owner
     if not isinstance(owner, MappedFile) or owner.fd < 0:
         fd = os.memfd_create(
@@ -364,12 +338,8 @@ def publish_records(records: SerializedList) -> tuple[SerializedList, dict[str, 
 
 
 def attach_records(descriptor: Any, name: str | None) -> SerializedList:
-    """Map the records another local process published with :func:`publish_records`.
-
-    Raises:
-        SharedAttachError: the descriptor is malformed.
-        OSError, CacheError: the memory could not be mapped.
-    """
+    """Map the records another local process published (SharedAttachError for a malformed
+    descriptor; OSError / CacheError when the memory cannot be mapped)."""
     d = _check_fields(descriptor, _DESCRIPTOR_TYPES, f"malformed descriptor for dataset {name!r}")
     records = remap(
         d["pid"], d["fd"], d["device"], d["inode"], d["path"], d["size"], d["crc"], name=name
@@ -403,15 +373,9 @@ def _gloo_group(dist: Any) -> Any:
 
 
 def share_across_local_ranks(name: str, build: Build) -> tuple[SerializedList, dict[str, Any]]:
-    """Run ``build`` once per machine and share its records with the other local ranks.
-
-    Without ``torch.distributed`` (or with one rank, or inside :func:`this_rank_only`) this
-    is ``build()``.
-
-    Args:
-        name: the dataset name (checked to be the same on every rank).
-        build: returns ``(records, extra)``; ``extra`` is a data-only dict sent to the other
-            local ranks with the records.
+    """Run ``build`` (returning ``(records, data-only extra dict)``) once per machine and
+    share its result with the other local ranks; without torch.distributed, with one rank or
+    inside :func:`this_rank_only`, just ``build()``.
 
     Raises:
         SharedAttachError: on every rank when the ranks disagree (dataset, sharing, caching,
