@@ -1,4 +1,4 @@
-"""Tests of catalog.local_publish: one owner per file descriptor, the real error surfaces.
+"""Tests of catalog.storage.sharing (publish / attach): one owner per file descriptor, the real error surfaces.
 
 A failure inside publish_records used to come out as ``OSError: [Errno 9] Bad file descriptor``
 (the memory file's descriptor was closed by map_serialized and then again by publish_records),

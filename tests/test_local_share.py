@@ -1,4 +1,4 @@
-"""Tests of catalog.local_share: one loader run per machine, shared records, typed failures.
+"""Tests of catalog.storage.sharing: one loader run per machine, shared records, typed failures.
 
 Spawning ranks costs seconds (each imports torch), so one 4-rank job runs every scenario in
 turn (``_all_scenarios``) and the tests below check its per-rank results.

@@ -167,6 +167,11 @@ class RecordColumns:
         """The category ids of record ``index``'s annotations."""
         return self.category_ids[self.category_offsets[index] : self.category_offsets[index + 1]]
 
+    def aspect_ratios(self) -> np.ndarray:
+        """float64 (N,): width / height (NaN where either is missing)."""
+        h, w = self.heights.astype(np.float64), self.widths.astype(np.float64)
+        return np.divide(w, h, out=np.full(len(h), np.nan), where=(h > 0) & (w > 0))
+
     def take(self, indices: np.ndarray) -> RecordColumns:
         """The columns of the records at ``indices`` (any order, repeats allowed)."""
         indices = np.asarray(indices, dtype=np.int64)
