@@ -216,7 +216,8 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
                        if k != "name" and (k not in before or not values_equal(before[k], v))}
             return records, {"metadata": changed}
 
-        if entry.cache_key is None or not entry.source_files or not entry.options.get("cache", True):
+        cached = entry.options.get("cache", True) and entry.source_files
+        if entry.cache_key is None or not cached:
             return run_loader()
         loader = str(entry.cache_key.get("loader", "catalog"))
         return load_with_cache(

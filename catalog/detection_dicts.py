@@ -154,7 +154,8 @@ def format_class_histogram(columns: RecordColumns, class_names: Sequence[str] | 
     """A text table of the number of non-crowd instances per category.
 
     Example:
-        >>> cols = SerializedList([{"annotations": [{"category_id": 1}, {"category_id": 1}]}]).columns
+        >>> annotations = [{"category_id": 1}, {"category_id": 1}]
+        >>> cols = SerializedList([{"annotations": annotations}]).columns
         >>> print(format_class_histogram(cols, ["cat", "dog"]))  # doctest: +NORMALIZE_WHITESPACE
         category | #instances
         -------- | ----------

@@ -208,7 +208,8 @@ class CacheKey:
 
     def fields(self) -> dict[str, Any]:
         """The key as a data-only dict (stored in the entry's header)."""
-        return {"name": self.name, "loader": self.loader, "sources": [list(s) for s in self.sources],
+        sources = [list(s) for s in self.sources]
+        return {"name": self.name, "loader": self.loader, "sources": sources,
                 "options": self.options, "version": self.version}  # fmt: skip
 
     def file_name(self) -> str:
@@ -288,7 +289,8 @@ def describe_entry(path: Path) -> CacheEntry:
     entry.name = name if isinstance(name, str) else None
     entry.num_records = num if isinstance(num, int) else None
     entry.created = float(created) if isinstance(created, (int, float)) else None
-    entry.sources = [s[0] for s in sources or [] if isinstance(s, list) and s and isinstance(s[0], str)]
+    entry.sources = [s[0] for s in sources or [] if isinstance(s, list) and s
+                     and isinstance(s[0], str)]  # fmt: skip
     entry.stale = _stale(key)
     return entry
 
@@ -351,9 +353,11 @@ class DiskCache:
         except FileNotFoundError:
             if not create:
                 return None
-            raise CacheUnavailableError(f"cannot create the cache directory {where}", directory=where) from None
+            raise CacheUnavailableError(
+                f"cannot create the cache directory {where}", directory=where) from None
         except OSError as exc:
-            raise CacheUnavailableError(f"cannot use the cache directory {where}: {exc}", directory=where) from exc
+            raise CacheUnavailableError(
+                f"cannot use the cache directory {where}: {exc}", directory=where) from exc
         st = os.fstat(dfd)
         problem = None
         if st.st_uid != os.getuid():
@@ -424,7 +428,9 @@ class DiskCache:
             if (here.st_dev, here.st_ino) == (now.st_dev, now.st_ino):
                 os.unlink(name, dir_fd=dfd)
 
-    def _store_in(self, dfd: int, key: CacheKey, records: SerializedList, extra: dict[str, Any]) -> Loaded:
+    def _store_in(
+        self, dfd: int, key: CacheKey, records: SerializedList, extra: dict[str, Any]
+    ) -> Loaded:
         name = key.file_name()
         where = str(self.directory / name)
         tmp = f"{_TEMP_PREFIX}{name}.{os.getpid()}.{os.urandom(6).hex()}"
@@ -432,7 +438,9 @@ class DiskCache:
         try:
             fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
         except OSError as exc:
-            raise CacheError(f"cannot write the cache of dataset {key.name!r} in {self.directory}: {exc}") from exc
+            raise CacheError(
+                f"cannot write the cache of dataset {key.name!r} in {self.directory}: {exc}"
+            ) from exc
         try:
             with open(fd, "wb", closefd=False) as out:
                 write_records(out, records, key=key.fields(), extra=extra)
@@ -444,7 +452,9 @@ class DiskCache:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dfd)
             if isinstance(exc, OSError):
-                raise CacheError(f"cannot write the cache of dataset {key.name!r} to {where}: {exc}") from exc
+                raise CacheError(
+                    f"cannot write the cache of dataset {key.name!r} to {where}: {exc}"
+                ) from exc
             raise
         prefix = name[: -len(CACHE_SUFFIX) - 21]  # "<slug>-<identity>": older versions
         for other in self.directory.glob(f"{prefix}-*{CACHE_SUFFIX}"):
@@ -492,7 +502,9 @@ class DiskCache:
         finally:
             os.close(dfd)
 
-    def store(self, key: CacheKey, records: SerializedList, extra: Mapping[str, Any] | None = None) -> Loaded:
+    def store(
+        self, key: CacheKey, records: SerializedList, extra: Mapping[str, Any] | None = None
+    ) -> Loaded:
         """Write ``records`` for ``key`` atomically; return them mapped from the file
         (CacheError when the directory or entry cannot be used or written)."""
         dfd = self._open_dir(create=True)
@@ -628,7 +640,7 @@ def load_with_cache(
         except OSError:
             same = False
         if not same:
-            logger.warning("a source of dataset %r changed while it was loading; not caching it", name)
+            logger.warning("a source of %r changed while it was loading; not caching it", name)
         return same
 
     return cache.get_or_build(key, build, cacheable=cacheable)

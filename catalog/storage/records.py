@@ -61,7 +61,8 @@ def _enc_hook(obj: Any) -> Any:
         if array.dtype.str not in _DTYPES:
             raise TypeError(f"numpy arrays of dtype {obj.dtype} are not stored")
         raw = np.ascontiguousarray(array).tobytes()
-        return msgspec.msgpack.Ext(_NDARRAY_EXT, _ENCODER.encode((array.dtype.str, array.shape, raw)))
+        header = (array.dtype.str, array.shape, raw)
+        return msgspec.msgpack.Ext(_NDARRAY_EXT, _ENCODER.encode(header))
     if isinstance(obj, (np.bool_, np.integer, np.floating)):
         return obj.item()
     if isinstance(obj, os.PathLike):
@@ -223,7 +224,8 @@ def _int_column(values: list[Any]) -> np.ndarray:
 
 _get = dict.get
 _ANNOS, _HEIGHT, _WIDTH = repeat("annotations"), repeat("height"), repeat("width")
-_CATEGORY, _CROWD, _MINUS_ONE, _ZERO = repeat("category_id"), repeat("iscrowd"), repeat(-1), repeat(0)
+_CATEGORY, _CROWD = repeat("category_id"), repeat("iscrowd")
+_MINUS_ONE, _ZERO = repeat(-1), repeat(0)
 
 
 class _ColumnsBuilder:
@@ -252,7 +254,9 @@ class _ColumnsBuilder:
         for record in chunk:
             record = record if isinstance(record, dict) else {}
             annos = record.get("annotations")
-            annos = [a for a in annos if isinstance(a, dict)] if isinstance(annos, (list, tuple)) else []
+            if not isinstance(annos, (list, tuple)):
+                annos = ()
+            annos = [a for a in annos if isinstance(a, dict)]
             self.heights.append(record.get("height", -1))
             self.widths.append(record.get("width", -1))
             self.cats.extend(a.get("category_id", -1) for a in annos)
@@ -269,7 +273,9 @@ class _ColumnsBuilder:
         )  # fmt: skip
 
 
-def _with_progress(records: Iterable[Any], name: str | None, progress: bool | None) -> Iterable[Any]:
+def _with_progress(
+    records: Iterable[Any], name: str | None, progress: bool | None
+) -> Iterable[Any]:
     total = len(records) if hasattr(records, "__len__") else None  # type: ignore[arg-type]
     if not (progress or (progress is None and total is not None and total >= PROGRESS_MIN_RECORDS)):
         return records
@@ -353,7 +359,8 @@ class SerializedList(Sequence):
             return
         self._set(*build_arrays(records, name, progress), name, None, None)
         log = logger.info if len(self) >= PROGRESS_MIN_RECORDS else logger.debug
-        log("serialized %d records of %s: %.2f MiB", len(self), name or "a dataset", self.nbytes / 2**20)
+        mib = self.nbytes / 2**20
+        log("serialized %d records of %s: %.2f MiB", len(self), name or "a dataset", mib)
 
     def _set(self, buffer: np.ndarray, ends: np.ndarray, columns: RecordColumns, name: str | None,
              reopen: Callable[[], SerializedList] | None, owner: Any) -> None:  # fmt: skip
@@ -389,7 +396,9 @@ class SerializedList(Sequence):
     columns = property(lambda self: self._columns)
     #: what keeps the arrays alive (a mapped file, shared memory), or None
     owner = property(lambda self: self._owner)
-    nbytes = property(lambda self: int(self._buffer.nbytes + self._ends.nbytes + self._columns.nbytes))
+    nbytes = property(
+        lambda self: int(self._buffer.nbytes + self._ends.nbytes + self._columns.nbytes)
+    )
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -488,7 +497,7 @@ class SerializedList(Sequence):
     def _reduce_for_multiprocessing(self) -> tuple[Any, ...]:
         # to spawn / forkserver workers: re-map the same file, or attach to shared memory
         if self._reopen is not None:
-            return (_call, (self._reopen,))
+            return (self._reopen, ())
         return (_from_shared, (self._shared_tensors(), self.name))
 
     def _shared_tensors(self) -> tuple[Any, ...]:
@@ -520,7 +529,9 @@ class _SharedTensors:
         self.tensors = tensors
 
 
-def _from_bytes(buffer: bytes, ends: np.ndarray, columns: RecordColumns, name: str | None) -> SerializedList:
+def _from_bytes(
+    buffer: bytes, ends: np.ndarray, columns: RecordColumns, name: str | None
+) -> SerializedList:
     return SerializedList.from_arrays(np.frombuffer(buffer, np.uint8), ends, columns, name=name)
 
 
@@ -529,10 +540,6 @@ def _from_shared(tensors: tuple[Any, ...], name: str | None) -> SerializedList:
     return SerializedList.from_arrays(
         views[0], views[1], RecordColumns(*views[2:]), name=name, owner=_SharedTensors(tensors)
     )
-
-
-def _call(reopen: Callable[[], SerializedList]) -> SerializedList:
-    return reopen()
 
 
 ForkingPickler.register(SerializedList, SerializedList._reduce_for_multiprocessing)
@@ -578,7 +585,9 @@ class SerializedListView(SerializedList):
     #: the plain lists holding the records
     bases = property(lambda self: self._bases)
     #: positions in the concatenation of the bases, one per record of the view
-    index = property(lambda self: np.arange(self._starts[-1]) if self._index is None else self._index)
+    index = property(
+        lambda self: np.arange(self._starts[-1]) if self._index is None else self._index
+    )
     owner = property(lambda self: None)
 
     def __len__(self) -> int:

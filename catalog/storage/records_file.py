@@ -224,8 +224,10 @@ class MappedFile:
             if not (type(offset) is int and type(count) is int and offset >= 0 and count >= 0
                     and offset + count * _ARRAYS[name].itemsize <= payload_len):  # fmt: skip
                 raise CacheCorruptError(f"{where}: malformed array table entry {name!r}")
-        return {name: np.frombuffer(mapping, dtype=_ARRAYS[name], count=count, offset=start + offset)
-                for name, offset, count in table}  # fmt: skip
+        return {
+            name: np.frombuffer(mapping, dtype=_ARRAYS[name], count=count, offset=start + offset)
+            for name, offset, count in table
+        }
 
     def records(self, name: str | None) -> SerializedList:
         """The records, backed by the mapping; spawn workers re-map the same file."""

@@ -229,7 +229,9 @@ def describe_suspects(
     return f"suspected: {_ranks_text(list(candidates))} ({role}), which died or stopped responding"
 
 
-def _gather(dist: Any, group: Any, value: Any, name: str, step: str, suspects: Callable[[], str]) -> list[Any]:
+def _gather(
+    dist: Any, group: Any, value: Any, name: str, step: str, suspects: Callable[[], str]
+) -> list[Any]:
     """Every rank's ``value``, data-only (msgpack bytes in uint8 tensors, length first);
     SharedAttachError when the backend fails or a message does not decode."""
     import torch
@@ -322,7 +324,8 @@ def publish_records(records: SerializedList) -> tuple[SerializedList, dict[str, 
         try:
             with open(fd, "wb", closefd=False) as out:
                 write_records(out, records)
-            seals = sum(getattr(fcntl, f, 0) for f in ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE"))
+            kinds = ("SEAL", "SHRINK", "GROW", "WRITE")
+            seals = sum(getattr(fcntl, f"F_SEAL_{k}", 0) for k in kinds)
             if hasattr(fcntl, "F_ADD_SEALS"):
                 fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
             owner = MappedFile(fd, f"memory file of {records.name!r}", verify=False)
@@ -352,7 +355,8 @@ def attach_records(descriptor: Any, name: str | None) -> SerializedList:
 def describe_attempt(d: dict[str, Any]) -> str:
     """What :func:`attach_records` tries, for messages."""
     where = f"/proc/{d.get('pid')}/fd/{d.get('fd')}"
-    return f"mapping {d.get('path') or 'the leader memory file'} via {where} ({d.get('size')} bytes)"
+    what = d.get("path") or "the leader's memory file"
+    return f"mapping {what} via {where} ({d.get('size')} bytes)"
 
 
 def _dist() -> Any:
@@ -384,8 +388,8 @@ def share_across_local_ranks(name: str, build: Build) -> tuple[SerializedList, d
         NestedLoadError: called inside a loader this rank runs for the other local ranks.
 
     Example:
-        >>> records, extra = share_across_local_ranks("toy", lambda: (SerializedList([{"a": 1}]), {}))
-        >>> records[0]
+        >>> build = lambda: (SerializedList([{"a": 1}]), {})
+        >>> share_across_local_ranks("toy", build)[0][0]
         {'a': 1}
     """
     dist = _dist()
