@@ -20,9 +20,9 @@ and may change between releases:
 - :mod:`catalog.config_access` / :mod:`catalog.config_values`: reading detectron2-style and
   OmegaConf configs.
 - :mod:`catalog.env_flags`: ``env_flag``, the one reader of on/off environment variables.
-- :mod:`catalog.disk_cache` (``DiskCache``, ``load_with_cache``) and
-  :mod:`catalog.local_share` (``share_across_local_ranks``): the load path's cache and
-  cross-rank sharing, used by ``DatasetCatalog.get``.
+- :mod:`catalog.storage.sharing` (``share_across_local_ranks``) and
+  :mod:`catalog.storage.cache` (``DiskCache``, ``load_with_cache``): the load path's
+  cross-rank sharing and cache, used by ``DatasetCatalog.get``.
 
 Example:
     >>> from catalog import DatasetCatalog
@@ -37,7 +37,6 @@ from .annotation_errors import AnnotationFieldError, AnnotationFieldTypeError, P
 from .annotation_file import load_annotation_file, register_annotation_file
 from .box_mode import BoxMode, BoxModeError
 from .builtin_datasets import builtin_dataset_names, builtin_dataset_root
-from .cache_config import CacheSkippedWarning
 from .cityscapes import load_cityscapes_instances, load_cityscapes_semantic
 from .coco import load_coco_json, register_coco_instances
 from .coco_evaluation import evaluate_coco, instances_to_coco_results, write_coco_results
@@ -50,7 +49,6 @@ from .coco_panoptic import (
 )
 from .dataset_catalog import DatasetCatalog, DatasetEntry
 from .detection_dicts import get_detection_dataset_dicts
-from .disk_cache import CacheCorruptError, CacheCorruptWarning
 from .errors import (
     AnnotationFormatError,
     CacheError,
@@ -72,14 +70,20 @@ from .format_errors import (
     PanopticFormatError,
     SemSegPairingError,
 )
-from .local_share import this_rank_only
 from .lvis import load_lvis_json, register_lvis_instances
 from .metadata import Metadata, MetadataCatalog
 from .pascal_voc import load_voc_instances, register_pascal_voc
-from .record_views import SerializedListView, concat_records
 from .registry import RegistryKeyError
 from .sem_seg import load_sem_seg, register_sem_seg
-from .serialized_list import ImmutableRecordsError, RecordColumns, SerializedList
+from .storage.cache import CacheCorruptError, CacheCorruptWarning, CacheSkippedWarning
+from .storage.records import (
+    ImmutableRecordsError,
+    RecordColumns,
+    SerializedList,
+    SerializedListView,
+    concat_records,
+)
+from .storage.sharing import this_rank_only
 from .version import __version__
 
 __all__ = [

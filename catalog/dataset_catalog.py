@@ -1,19 +1,15 @@
 """DatasetCatalog: dataset names mapped to loader functions, each loaded once per process.
 
-A loader is any zero-argument callable returning a list of record dicts. The first
-``DatasetCatalog.get(name)`` runs it and keeps the result as a :class:`SerializedList` (one
-compact buffer instead of millions of Python objects); later calls return the cached list.
-Names, ``list`` / ``remove`` / ``pop`` / ``clear`` / ``in`` and the "did you mean" of an unknown
-name come from :class:`~catalog.named_container.NamedContainer`, shared with MetadataCatalog.
+The loading story, one way down::
 
-Extension hook (on-disk cache, sharing across local ranks):
-    Every registration is stored as a :class:`DatasetEntry`. Loaders that read files fill in
-    ``entry.source_files`` (the files the records come from) and ``entry.cache_key`` (a
-    JSON-serializable dict describing everything else the records depend on: loader kind,
-    options). All loading goes through the single method :meth:`_DatasetCatalog._load`
-    (``entry -> SerializedList``); a cache or a cross-rank sharing layer wraps or replaces that
-    one method and keys on ``entry.cache_key`` / ``entry.source_files``. ``entry.options`` is a
-    free dict for per-registration switches such a layer may read (e.g. ``{"cache": False}``).
+    DatasetCatalog.get(name)
+      -> share_across_local_ranks(name, build)   one rank per machine builds, others map it
+        -> load_with_cache(..., build)           file-backed entries: the on-disk cache
+          -> the registered loader               -> SerializedList
+
+The catalog captures what the loader sets in ``MetadataCatalog`` and passes it down as the
+data-only ``extra`` dict kept with the records; it sets it again where the records came from
+the cache or another rank. Storage knows nothing of catalogs.
 """
 
 from __future__ import annotations
@@ -24,13 +20,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .background_release import PendingRelease, wait_for_releases
-from .entry_loading import apply_loader_metadata, load_records_and_metadata
 from .errors import DatasetAlreadyRegisteredError, DatasetNotRegisteredError
-from .local_share import share_across_local_ranks, this_rank_only_active
+from .metadata import MetadataCatalog, values_equal
 from .named_container import NamedContainer
 from .registry import check_name
-from .serialized_list import SerializedList
+from .storage.cache import load_with_cache
+from .storage.records import SerializedList
+from .storage.sharing import share_across_local_ranks, this_rank_only_active
 
 __all__ = ["DatasetCatalog", "DatasetEntry", "LazyProvider"]
 
@@ -51,17 +47,8 @@ class LazyProvider(Protocol):
 
 @dataclass
 class DatasetEntry:
-    """One registration in the :data:`DatasetCatalog`.
-
-    Attributes:
-        name: the dataset name.
-        func: the zero-argument loader returning a list of record dicts.
-        source_files: the files the records are read from (empty for in-memory loaders);
-            an on-disk cache invalidates on their size / modification time.
-        cache_key: a JSON-serializable dict of everything else the records depend on
-            (loader kind, options), or None when the records cannot be cached safely
-            (an arbitrary Python function).
-        options: free per-registration switches for layers plugged into ``_load``.
+    """One registration: the loader, the files its records come from, and ``cache_key``
+    (a JSON dict of what else they depend on; None: never cached).
 
     Example:
         >>> entry = DatasetEntry("toy", lambda: [{"file_name": "a.jpg"}])
@@ -78,10 +65,8 @@ class DatasetEntry:
 
 
 class _DatasetCatalog(NamedContainer[DatasetEntry]):
-    """The dataset registry; use the module-level singleton :data:`DatasetCatalog`.
-
-    Thread-safe: registration, removal and lookups take a lock, and concurrent ``get`` calls
-    for the same name run the loader only once.
+    """The dataset registry (use the singleton :data:`DatasetCatalog`); thread-safe, and
+    concurrent ``get`` calls of one name run its loader once.
 
     Example:
         >>> DatasetCatalog.register("doc_toy", lambda: [{"file_name": "a.jpg", "image_id": 0}])
@@ -115,17 +100,20 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
     ) -> None:
         """Register ``func`` as the loader of dataset ``name``; it runs at the first ``get``.
 
-        Args:
-            name: a non-empty dataset name, e.g. ``"coco_2017_train"``.
-            func: a zero-argument callable returning a list of record dicts.
-            source_files: files the records are read from (for cache invalidation).
-            cache_key: JSON-serializable description of the loader and its options, used by
-                an on-disk cache; None (the default for plain functions) disables caching.
-            options: free per-registration switches (see the module docstring).
+        Records are stored data-only (:mod:`catalog.storage.records`): dicts, lists, str,
+        int, float, bool, None, bytes and numpy arrays of numeric/bool dtype. Tuples come
+        back as lists, ``IntEnum`` (``BoxMode``) as ints, numpy scalars as Python numbers,
+        paths as str. A record holding any other object (only a loader of your own can
+        make one) raises :class:`~catalog.errors.RecordFormatError` at the first ``get``,
+        naming the dataset, the record index and the key: keep such objects out of records
+        (an id, a path) or build them in the mapper. Metadata the loader sets travels
+        with cached and shared records the same way (not cached when it is not data).
+
+        ``source_files`` and ``cache_key`` (a JSON dict describing the loader and its
+        options) make the entry cached on disk; ``options={"cache": False}`` turns that off.
 
         Raises:
             TypeError: name is not a str, or func is not callable.
-            ValueError: name is empty.
             DatasetAlreadyRegisteredError: (a ValueError) the name is already registered.
         """
         check_name(name, "dataset")
@@ -145,12 +133,8 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         logger.debug("registered dataset %r", name)
 
     def entry(self, name: str) -> DatasetEntry:
-        """The :class:`DatasetEntry` registered under ``name``.
-
-        Raises:
-            DatasetNotRegisteredError: (a KeyError) the name is unknown; the message lists the
-                registered names and the closest matches.
-        """
+        """The :class:`DatasetEntry` of ``name`` (DatasetNotRegisteredError lists close
+        matches)."""
         return self._lookup(name)
 
     def _set_lazy_provider(self, provider: LazyProvider | None) -> None:
@@ -179,19 +163,13 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
 
     # ------------------------------------------------------------------ lookup
     def get(self, name: str) -> SerializedList:
-        """The records of dataset ``name`` as a :class:`SerializedList`.
-
-        The loader runs on the first call in this process; later calls return the cached list.
+        """The records of ``name``; the loader runs on the first call in this process.
 
         Raises:
-            DatasetNotRegisteredError: (a KeyError) the name is unknown; the message lists the
-                registered names and the closest matches.
-            TypeError: the loader returned something other than a list of dicts (the message
-                names the dataset and the index of the first bad element).
-            SharedAttachError: under torch.distributed, the ranks disagree (dataset, sharing,
-                caching, catmap version), a rank failed to load or attach, or a rank died.
-            NestedLoadError: called inside another dataset's loader while the local ranks
-                share records (get the inner dataset first, on every rank).
+            DatasetNotRegisteredError: (a KeyError) the name is unknown (close matches listed).
+            TypeError: the loader returned something other than a list of dicts.
+            RecordFormatError: a record holds something that is not data.
+            SharedAttachError, NestedLoadError: see :func:`share_across_local_ranks`.
         """
         entry = self.entry(name)
         cached = self._cache.get(name)
@@ -212,38 +190,39 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
             return records
 
     def _load(self, entry: DatasetEntry) -> SerializedList:
-        """Load ``entry``'s records: the single loading path.
-
-        File-backed entries go through the on-disk cache (:func:`catalog.entry_loading.load_records_and_metadata`);
-        under torch.distributed with several ranks per machine, one rank per machine loads and
-        the others attach to its records (:func:`catalog.local_share.share_across_local_ranks`).
-        The metadata the loader set travels with the records and is set here on every rank
-        (a no-op where the loader ran or the cache already set it: equal values).
-        """
-        try:
-            records, metadata = share_across_local_ranks(
-                entry.name, lambda: load_records_and_metadata(entry, self._run_loader)
-            )
-        finally:
-            wait_for_releases()  # the loader's Python records, dropped while they were stored
-        apply_loader_metadata(entry.name, metadata)
+        """The single loading path (see the module docstring)."""
+        records, extra = share_across_local_ranks(entry.name, lambda: self._load_here(entry))
+        metadata = extra.get("metadata") or {}
+        if metadata:  # a no-op where the loader ran: equal values
+            MetadataCatalog.get(entry.name).set(**metadata)
         return records
 
-    def _run_loader(self, entry: DatasetEntry) -> SerializedList:
-        """Run ``entry``'s loader and serialize its result."""
-        logger.info("loading dataset %r", entry.name)
-        try:
-            result = entry.func()
-        except Exception as exc:
-            if hasattr(exc, "add_note"):  # Python >= 3.11
-                exc.add_note(f"while loading dataset {entry.name!r} (DatasetCatalog.get)")
-            raise
-        records = as_serialized_list(result, entry.name)
-        if isinstance(result, list):  # freed while the records are written (cache file, shm)
-            pending = PendingRelease(result)
-            del result
-            pending.start()
-        return records
+    def _load_here(self, entry: DatasetEntry) -> tuple[SerializedList, dict[str, Any]]:
+        """``(records, {"metadata": what the loader set})`` from the cache or the loader."""
+        name = entry.name
+
+        def run_loader() -> tuple[SerializedList, dict[str, Any]]:
+            before = MetadataCatalog.get(name).as_dict() if name in MetadataCatalog else {}
+            logger.info("loading dataset %r", name)
+            try:
+                result = entry.func()
+            except Exception as exc:
+                if hasattr(exc, "add_note"):  # Python >= 3.11
+                    exc.add_note(f"while loading dataset {name!r} (DatasetCatalog.get)")
+                raise
+            records = as_serialized_list(result, name)
+            after = MetadataCatalog.get(name).as_dict() if name in MetadataCatalog else {}
+            changed = {k: v for k, v in after.items()
+                       if k != "name" and (k not in before or not values_equal(before[k], v))}
+            return records, {"metadata": changed}
+
+        cached = entry.options.get("cache", True) and entry.source_files
+        if entry.cache_key is None or not cached:
+            return run_loader()
+        loader = str(entry.cache_key.get("loader", "catalog"))
+        return load_with_cache(
+            name, entry.source_files, run_loader, loader=loader, options=entry.cache_key
+        )
 
     # ------------------------------------------------------------------ management
     def list(self) -> list[str]:
@@ -252,22 +231,11 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         return super().list()
 
     def remove(self, name: str) -> None:
-        """Unregister dataset ``name`` and drop its cached records.
-
-        Raises:
-            DatasetNotRegisteredError: (a KeyError) the name is unknown.
-        """
+        """Unregister ``name`` and drop its records (DatasetNotRegisteredError if unknown)."""
         self.pop(name)
 
     def pop(self, name: str, default: Any = _MISSING) -> Any:
-        """Unregister dataset ``name`` and return its loader function (as ``dict.pop``).
-
-        Args:
-            name: the dataset name.
-            default: returned when the name is unknown (else the error below).
-
-        Raises:
-            DatasetNotRegisteredError: (a KeyError) the name is unknown and no default is given.
+        """Unregister ``name`` and return its loader function (as ``dict.pop``).
 
         Example:
             >>> DatasetCatalog.register("doc_pop", list)
@@ -310,13 +278,8 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
 
 
 def as_serialized_list(result: Any, name: str) -> SerializedList:
-    """Check that a loader's ``result`` is a list of dicts and serialize it.
-
-    A SerializedList is accepted as is.
-
-    Raises:
-        TypeError: ``result`` is not a list, or one of its elements is not a dict (the message
-            names the dataset and the index of the first bad element).
+    """A loader's ``result`` (a list of dicts, or a SerializedList) serialized; TypeError
+    names the dataset and the first bad element.
 
     Example:
         >>> len(as_serialized_list([{"a": 1}], "toy"))
@@ -340,3 +303,4 @@ def as_serialized_list(result: Any, name: str) -> SerializedList:
 
 #: The process-wide dataset registry.
 DatasetCatalog = _DatasetCatalog()
+MetadataCatalog.datasets = DatasetCatalog

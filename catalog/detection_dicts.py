@@ -10,10 +10,9 @@ import numpy as np
 from .dataset_catalog import DatasetCatalog
 from .errors import EmptyDatasetError, MetadataConflictError
 from .metadata import MetadataCatalog, values_equal
-from .record_views import concat_records
-from .serialized_list import RecordColumns, SerializedList
+from .storage.records import RecordColumns, SerializedList, concat_records
 
-__all__ = ["get_detection_dataset_dicts", "concat_serialized", "format_class_histogram"]
+__all__ = ["get_detection_dataset_dicts", "format_class_histogram"]
 
 logger = logging.getLogger(__name__)
 
@@ -26,21 +25,11 @@ def get_detection_dataset_dicts(
 ) -> SerializedList:
     """The records of one or several registered datasets, joined in order and filtered.
 
-    Filtering and the class histogram work on the SerializedList's numpy columns; only
-    ``min_keypoints > 0`` unpickles the records (keypoints are not kept as a column).
-
-    Args:
-        names: a dataset name or a list of names.
-        filter_empty: drop images whose annotations are all crowd, or that have none.
-        min_keypoints: drop images with fewer visible keypoints (v > 0) than this.
-        check_consistency: datasets whose ``thing_classes`` metadata differ raise.
-
-    Returns:
-        A SerializedList: the dataset's own cached list when one name is given and nothing
-        is filtered out, else a view (:class:`catalog.record_views.SerializedListView`) over
-        the cached lists' shared buffers, one per dataset, plus an index of the kept
-        records (4 bytes per record; none for an unfiltered join). No record is copied, so
-        on every local rank and worker the records stay one shared copy per machine.
+    ``filter_empty`` drops images with no non-crowd annotation, ``min_keypoints`` those with
+    fewer visible keypoints, ``check_consistency`` refuses datasets whose ``thing_classes``
+    differ. Filters read the numpy columns (only ``min_keypoints`` decodes records). The
+    result is the cached list itself, or a view over the cached lists' shared buffers plus
+    an index: no record is copied, one copy per machine holds.
 
     Raises:
         ValueError: ``names`` is empty.
@@ -161,23 +150,12 @@ def _enough_keypoints(dataset: SerializedList, min_keypoints: int, keep: np.ndar
     return enough
 
 
-def concat_serialized(parts: Sequence[SerializedList], name: str | None = None) -> SerializedList:
-    """Join SerializedLists into one view over their buffers, without copying a record
-    (:func:`catalog.record_views.concat_records`).
-
-    Example:
-        >>> a = SerializedList([{"i": 0}]); b = SerializedList([{"i": 1}, {"i": 2}])
-        >>> [r["i"] for r in concat_serialized([a, b])]
-        [0, 1, 2]
-    """
-    return concat_records(parts, name=name)
-
-
 def format_class_histogram(columns: RecordColumns, class_names: Sequence[str] | None) -> str:
     """A text table of the number of non-crowd instances per category.
 
     Example:
-        >>> cols = SerializedList([{"annotations": [{"category_id": 1}, {"category_id": 1}]}]).columns
+        >>> annotations = [{"category_id": 1}, {"category_id": 1}]
+        >>> cols = SerializedList([{"annotations": annotations}]).columns
         >>> print(format_class_histogram(cols, ["cat", "dog"]))  # doctest: +NORMALIZE_WHITESPACE
         category | #instances
         -------- | ----------

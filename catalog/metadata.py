@@ -1,14 +1,14 @@
 """Metadata and MetadataCatalog: per-dataset facts (class names, colors, id maps, files).
 
-A :class:`Metadata` is write-once per key: setting a key to a value different from the one it
-holds raises :class:`MetadataConflictError`; setting an equal value (numpy arrays, tensors and
-nested containers compared by value) is a no-op.
+A key is write-once: setting it to a different value raises :class:`MetadataConflictError`;
+setting an equal value (arrays, tensors and containers compared by value) is a no-op.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -35,11 +35,8 @@ LEGACY_KEYS: dict[str, str] = {
 
 
 def values_equal(a: Any, b: Any) -> bool:
-    """Whether two metadata values are equal by value.
-
-    numpy arrays and torch tensors compare element-wise (shape included), dicts by keys and
-    values, lists and tuples element by element (a list equals a tuple or an array holding the
-    same values); everything else with ``==``.
+    """Whether two metadata values are equal by value (arrays element-wise with their shape,
+    NaN equal to NaN; a list equals a tuple or an array of the same values).
 
     Example:
         >>> import numpy as np
@@ -84,8 +81,6 @@ def _is_array(value: Any) -> bool:
 
 
 def _torch_module() -> Any:
-    import sys
-
     return sys.modules.get("torch")  # only compare tensors if torch is already imported
 
 
@@ -106,15 +101,7 @@ def _short(value: Any, limit: int = 200) -> str:
 
 
 class Metadata:
-    """Facts about one dataset, read and written as attributes.
-
-    Args:
-        name: the dataset name (also stored as the ``name`` key).
-        **kwargs: initial keys.
-
-    Raises:
-        AttributeError: reading a key that is not set (the message lists the keys present).
-        MetadataConflictError: setting a key to a value different from its current one.
+    """Facts about one dataset, read and written as attributes (write-once per key).
 
     Example:
         >>> meta = Metadata(name="toy").set(thing_classes=["cat", "dog"])
@@ -171,10 +158,7 @@ class Metadata:
         self.set(**{key: value})
 
     def set(self, **kwargs: Any) -> Metadata:
-        """Set several keys at once; atomic: when one key conflicts, nothing is set.
-
-        Returns:
-            self, so that calls can be chained.
+        """Set several keys at once, atomically (a conflict sets none); returns self.
 
         Raises:
             MetadataConflictError: a key already holds a different value (both are shown).
@@ -260,9 +244,6 @@ class Metadata:
 class _MetadataCatalog(NamedContainer[Metadata]):
     """The per-dataset metadata registry; use the singleton :data:`MetadataCatalog`.
 
-    ``list`` / ``remove`` (a no-op for a name without metadata) / ``pop`` / ``clear`` / ``in``
-    come from :class:`~catalog.named_container.NamedContainer`, shared with DatasetCatalog.
-
     Example:
         >>> from catalog import DatasetCatalog
         >>> DatasetCatalog.register("doc_meta", list)
@@ -278,20 +259,13 @@ class _MetadataCatalog(NamedContainer[Metadata]):
         # Called with a name that has no Metadata yet: registers a builtin dataset (and its
         # metadata) on first use. Installed by catalog.builtin_datasets.
         self._on_missing: Callable[[str], bool] | None = None
+        # The dataset names, to warn about metadata of an unknown name (set by DatasetCatalog).
+        self.datasets: NamedContainer[Any] | None = None
 
     def get(self, name: str, *, warn_unregistered: bool = True) -> Metadata:
-        """The Metadata of dataset ``name``, created (holding only ``name``) on first use; for a
-        builtin dataset name, first use registers the dataset with its metadata.
-
-        Creating the Metadata of a name that is not a registered dataset logs a warning with
-        the close matches among the registered names (a typo no longer passes silently; the
-        warnings are rate-limited by :func:`~catalog.log_limits.warn_limited`, kind
-        ``"MetadataCatalog.get"``). Register the dataset first to avoid it.
-
-        Args:
-            name: the dataset name.
-            warn_unregistered: False for code that attaches metadata to a name on purpose
-                before (or without) registering it, e.g. ``load_coco_json(dataset_name=...)``.
+        """The Metadata of ``name``, created on first use (a builtin dataset name registers
+        the dataset). Creating it for a name that is no registered dataset logs a
+        rate-limited warning with close matches, unless ``warn_unregistered=False``.
 
         Raises:
             TypeError: name is not a str.
@@ -316,11 +290,10 @@ class _MetadataCatalog(NamedContainer[Metadata]):
         return meta
 
     def _warn_if_unregistered(self, name: str) -> None:
-        from .dataset_catalog import DatasetCatalog  # imports this module: import on use
-
-        if name in DatasetCatalog:
+        datasets = self.datasets
+        if datasets is None or name in datasets:
             return
-        candidates = [n for n in DatasetCatalog.list() + self.list() if n != name]
+        candidates = [n for n in datasets.list() + self.list() if n != name]
         hint = did_you_mean(name, candidates)
         warn_limited(
             logger,
@@ -334,9 +307,6 @@ class _MetadataCatalog(NamedContainer[Metadata]):
 
     def pop(self, name: str, *default: Any) -> Metadata:
         """Drop the Metadata of ``name`` and return it (as ``dict.pop``).
-
-        Raises:
-            KeyError: ``name`` has no Metadata and no default is given.
 
         Example:
             >>> MetadataCatalog.get("doc_pop").thing_classes = ["a"]

@@ -1,11 +1,6 @@
-"""NamedContainer: what DatasetCatalog and MetadataCatalog share.
-
-Both catalogs are a :class:`~catalog.registry.Registry` of entries (dataset loaders, Metadata)
-plus the same management surface: ``list``, ``remove``, ``pop``, ``clear``, ``in``, ``len``,
-iteration, and a snapshot / restore used by :func:`catalog.testing.isolated_catalogs`. Names
-that exist before they are registered (the builtin datasets, registered on first use) come in
-through two hooks, :meth:`NamedContainer._lazy_names` and :meth:`NamedContainer._materialize`;
-an unknown name raises the registry's error, whose message lists close matches.
+"""NamedContainer: what DatasetCatalog and MetadataCatalog share: a Registry of entries with
+``list`` / ``remove`` / ``pop`` / ``clear`` / ``in`` / ``len``, snapshot / restore, and hooks for
+names registered on first use (the builtin datasets).
 
 Example:
     >>> box = NamedContainer("fruit")
@@ -37,13 +32,6 @@ class NamedContainer(Generic[V]):
     ``_lazy_names`` / ``_materialize`` (names registered on first use), ``_on_removed`` /
     ``_on_cleared`` (drop what they keep beside the entries) and ``_extra_state`` /
     ``_set_extra_state`` (snapshot that state too).
-
-    Args:
-        kind: what a name names, for messages ("dataset").
-        missing_error: the KeyError subclass raised for an unknown name.
-        duplicate_error: the ValueError subclass raised when a name is registered twice.
-        remove_missing_ok: whether ``remove`` of an unknown name is a no-op (else an error).
-        owner: the public name of the container (``"DatasetCatalog"``), for messages.
     """
 
     def __init__(
@@ -90,9 +78,6 @@ class NamedContainer(Generic[V]):
     # ------------------------------------------------------------------ lookup
     def _lookup(self, name: object) -> V:
         """The entry of ``name``, registering a lazy name first.
-
-        Raises:
-            KeyError: (the ``missing_error``) the name is unknown; lists close matches.
         """
         entry = self._registry.find(name, _MISSING)
         if entry is _MISSING and self._materialize(name):
@@ -113,10 +98,6 @@ class NamedContainer(Generic[V]):
 
     def remove(self, name: str) -> None:
         """Remove ``name`` and what is kept for it.
-
-        Raises:
-            KeyError: (the ``missing_error``) the name is unknown, unless this container was
-                made with ``remove_missing_ok``.
         """
         if self._remove_missing_ok:
             self.pop(name, None)
@@ -125,9 +106,6 @@ class NamedContainer(Generic[V]):
 
     def pop(self, name: str, default: Any = _MISSING) -> Any:
         """Remove ``name`` and return its entry (as ``dict.pop``).
-
-        Raises:
-            KeyError: (the ``missing_error``) the name is unknown and no default is given.
         """
         self._materialize(name)
         with self._lock:

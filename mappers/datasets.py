@@ -34,7 +34,7 @@ from torch.utils import data
 
 from catalog.log_limits import warn_limited
 from catalog.seeding import derive_seed
-from catalog.serialized_list import SerializedList
+from catalog.storage.records import SerializedList
 from catalog.validation import check_int
 
 from .errors import MapFuncPickleError, RefetchExhaustedError, add_context

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from catalog.serialized_list import RecordColumns
+from catalog.storage.records import RecordColumns
 
 from .batch import PositionedBatchSampler, check_batch_size
 from .errors import ReshardError, SamplerStateError

@@ -17,7 +17,7 @@ validation loader) inside Lightning, and saves the loader position in Lightning 
   aspect-ratio grouping keeps per-rank buffers and raises ``ReshardError`` then).
 * **prepare_data.** Lightning runs ``prepare_data`` on local rank 0 only while the other
   ranks wait in a barrier, so a collective there hangs. ``prepare_data`` (also a subclass's
-  override) runs inside ``catalog.local_share.this_rank_only()``: ``DatasetCatalog.get`` there
+  override) runs inside ``catalog.storage.sharing.this_rank_only()``: ``DatasetCatalog.get`` there
   loads on that rank alone (filling the on-disk cache) and keeps nothing, and the datasets are
   shared across local ranks as usual later, in ``train_dataloader``.
 
@@ -46,7 +46,7 @@ from typing import Any
 
 from catalog.config_values import is_config_container, plain_container, plain_names
 from catalog.errors import missing_dependency
-from catalog.local_share import this_rank_only
+from catalog.storage.sharing import this_rank_only
 
 from .distributed import get_rank, get_world_size
 from .errors import NotResumableError, SamplerStateError

@@ -8,7 +8,7 @@ from typing import Any
 from torch.utils.data import Dataset, IterableDataset
 
 from catalog.config_values import is_config_container, plain_container, plain_names
-from catalog.serialized_list import SerializedList
+from catalog.storage.records import SerializedList
 from mappers.datasets import records_of
 
 from .loader_config import LoaderCallError

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from catalog.errors import RecordFormatError
-from catalog.serialized_list import RecordColumns
+from catalog.storage.records import RecordColumns
 from catalog.validation import check_float, check_int
 
 from .errors import StateMismatchError

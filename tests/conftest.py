@@ -15,12 +15,10 @@ __all__ = ["isolated_cache_dir", "restore_catalogs"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Point the cache and its key at a temporary directory for the whole session, so that the
-    doctests of the library modules (collected outside tests/, where the fixtures below do not
-    apply) never write to ~/.cache/catmap or ~/.config/catmap either."""
+    """Point the cache at a temporary directory for the whole session, so that the doctests of
+    the library modules (collected outside tests/) never write to ~/.cache/catmap either."""
     session_dir = tempfile.mkdtemp(prefix="catmap-pytest-")
     os.environ["CATMAP_CACHE_DIR"] = os.path.join(session_dir, "cache")
-    os.environ["CATMAP_CACHE_KEY_FILE"] = os.path.join(session_dir, "key", "cache.key")
     os.environ.setdefault("CATMAP_DEMO_DIR", os.path.join(session_dir, "demo"))
 
 
@@ -28,13 +26,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def isolated_cache_dir(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Give every test its own empty on-disk dataset cache and cache key file: tests never
-    write to ~/.cache/catmap or ~/.config/catmap (a test may set CATMAP_CACHE_DIR or
-    CATMAP_CACHE_KEY_FILE again with monkeypatch)."""
+    """Give every test its own empty on-disk dataset cache (never ~/.cache/catmap)."""
     monkeypatch.setenv("CATMAP_CACHE_DIR", str(tmp_path_factory.mktemp("catmap-cache")))
-    monkeypatch.setenv(
-        "CATMAP_CACHE_KEY_FILE", str(tmp_path_factory.mktemp("catmap-key") / "cache.key")
-    )
 
 
 @pytest.fixture(autouse=True)

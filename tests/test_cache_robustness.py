@@ -15,17 +15,16 @@ from pathlib import Path
 
 import pytest
 
-import catalog.cache_config as cache_config
+import catalog.storage.cache as cache_config
 from catalog import SerializedList
-from catalog.disk_cache import (
+from catalog.storage.cache import (
     CacheKey,
     CacheSkippedWarning,
     DiskCache,
-    MappedFile,
-    load_secret,
     load_with_cache,
     source_stamp,
 )
+from catalog.storage.records_file import MappedFile
 
 OLD_FINGERPRINT_LIMIT = 64 * 2**20  # the old code hashed only the ends of larger files
 
@@ -34,8 +33,6 @@ OLD_FINGERPRINT_LIMIT = 64 * 2**20  # the old code hashed only the ends of large
 def env(tmp_path, monkeypatch) -> Path:
     directory = tmp_path / "cache"
     monkeypatch.setenv("CATMAP_CACHE_DIR", str(directory))
-    monkeypatch.setenv("CATMAP_CACHE_KEY_FILE", str(tmp_path / "cfg" / "cache.key"))
-    monkeypatch.delenv("CATMAP_CACHE_SHARED", raising=False)
     monkeypatch.delenv("CATMAP_CACHE", raising=False)
     monkeypatch.setattr(cache_config, "_WARNED", set())
     return directory
@@ -127,10 +124,9 @@ def test_fifo_source_is_not_read_and_not_cached(env, tmp_path, alarm):
     assert records.to_list() == [{"a": 1}] and not list(env.glob("*.catmap"))
 
 
-def _builder_process(args: tuple[str, str, str, str]) -> list[dict]:
-    cache_dir, key_file, source, runs = args
+def _builder_process(args: tuple[str, str, str]) -> list[dict]:
+    cache_dir, source, runs = args
     os.environ["CATMAP_CACHE_DIR"] = cache_dir
-    os.environ["CATMAP_CACHE_KEY_FILE"] = key_file
 
     def build():
         with open(runs, "a") as f:
@@ -139,7 +135,7 @@ def _builder_process(args: tuple[str, str, str, str]) -> list[dict]:
         return json.loads(Path(source).read_text()), {}
 
     records, _ = load_with_cache("locked", [source], build, loader="json-list")
-    return [records.to_list(), type(records._shared_owner).__name__]
+    return [records.to_list(), type(records.owner).__name__]
 
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
@@ -147,7 +143,7 @@ def test_one_process_builds_while_the_others_wait(env, tmp_path, method):
     source = tmp_path / "ann.json"
     source.write_text(json.dumps([{"i": i} for i in range(7)]))
     runs = tmp_path / "runs.txt"
-    args = (str(env), os.environ["CATMAP_CACHE_KEY_FILE"], str(source), str(runs))
+    args = (str(env), str(source), str(runs))
     n = 3 if method == "fork" else 2
     with mp.get_context(method).Pool(n) as pool:
         results = pool.map(_builder_process, [args] * n)
@@ -162,7 +158,7 @@ def _no_password_entry(uid: int):
 @pytest.mark.parametrize("how", ["unset", "file", "readonly", "procfs"])
 def test_no_usable_home_loads_without_the_cache_with_one_warning(tmp_path, monkeypatch, how):
     monkeypatch.setattr(cache_config, "_WARNED", set())
-    for name in ("CATMAP_CACHE_DIR", "CATMAP_CACHE_KEY_FILE", "XDG_CONFIG_HOME", "CATMAP_CACHE"):
+    for name in ("CATMAP_CACHE_DIR", "XDG_CONFIG_HOME", "CATMAP_CACHE"):
         monkeypatch.delenv(name, raising=False)
     if how == "unset":
         monkeypatch.delenv("HOME", raising=False)
@@ -213,7 +209,7 @@ def test_entry_replaced_or_removed_while_mapped_stays_readable(env, tmp_path, mo
     build = lambda: (json.loads(source.read_text()), {})  # noqa: E731
     load_with_cache("toy", [source], build, loader="json-list")
     records, _ = load_with_cache("toy", [source], build, loader="json-list")
-    assert isinstance(records._shared_owner, MappedFile)
+    assert isinstance(records.owner, MappedFile)
     # in a child, so that a SIGBUS would show as its exit status instead of killing pytest
     child = mp.get_context("fork").Process(
         target=_read_all_after_the_entry_is_gone, args=(records, str(env))
@@ -223,27 +219,3 @@ def test_entry_replaced_or_removed_while_mapped_stays_readable(env, tmp_path, mo
     assert child.exitcode == 0
     load_with_cache("toy", [source], build, loader="json-list")  # the entry exists again
     _read_all_after_the_entry_is_gone(records, str(env))
-
-
-def test_unsafe_key_file_skips_the_cache(env, tmp_path):
-    key_file = Path(os.environ["CATMAP_CACHE_KEY_FILE"])
-    load_secret()
-    os.chmod(key_file, 0o644)
-    source = tmp_path / "a.json"
-    source.write_text("[]")
-    with pytest.warns(CacheSkippedWarning, match="other users can read"):
-        load_with_cache("k", [source], lambda: ([], {}), loader="x")
-    assert not list(env.glob("*.catmap"))
-    os.chmod(key_file, 0o600)
-    secret = load_secret()
-    key_file.unlink()
-    key_file.symlink_to(tmp_path / "elsewhere")
-    (tmp_path / "elsewhere").write_text(secret.hex())
-    with pytest.raises(Exception, match="cache key file"):
-        load_secret()
-
-
-def test_key_files_created_concurrently_agree(env):
-    with mp.get_context("fork").Pool(2) as pool:
-        secrets = pool.starmap(load_secret, [()] * 4)
-    assert len(set(secrets)) == 1 and secrets[0] == load_secret()

@@ -1,5 +1,5 @@
-"""Issue 10: cache entries others could write are never unpickled, never block, never follow
-a link; descriptors have one owner."""
+"""Cache entries are data-only (decoding never runs code); entries and directories others
+could write are not read; nothing blocks or follows a link; descriptors have one owner."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import pathlib
+import pickle
 import signal
 import stat
 import warnings
@@ -15,22 +16,26 @@ from pathlib import Path
 
 import pytest
 
-import catalog.cache_config as cache_config
-import catalog.records_map as records_map
-from catalog import SerializedList
-from catalog.disk_cache import (
+import numpy as np
+
+import catalog.storage.cache as cache_config
+from catalog import RecordColumns, RecordFormatError, SerializedList
+from catalog.storage.cache import (
     CacheCorruptError,
     CacheCorruptWarning,
     CacheKey,
     CacheSkippedWarning,
     DiskCache,
-    MappedFile,
     UnsafeEntryError,
     load_with_cache,
-    map_serialized,
-    remap_file,
-    write_serialized,
 )
+from catalog.storage.records_file import MappedFile, open_entry, remap
+from catalog.storage.records_file import write_records as write_serialized
+
+
+def map_serialized(path):
+    mapped = MappedFile(open_entry(path), str(path), verify=True, path=str(path))
+    return mapped.records(mapped.header["name"]), mapped.header
 
 RECORDS = [{"file_name": f"{i}.jpg", "image_id": i, "height": 4, "width": 5} for i in range(4)]
 
@@ -41,9 +46,9 @@ class Counting:
     def __init__(self, source: Path) -> None:
         self.source, self.calls = source, 0
 
-    def __call__(self) -> tuple[list[dict], dict]:
+    def __call__(self) -> tuple[SerializedList, dict]:
         self.calls += 1
-        return json.loads(self.source.read_text()), {"meta": 1}
+        return SerializedList(json.loads(self.source.read_text())), {"meta": 1}
 
 
 class Payload:
@@ -60,8 +65,6 @@ class Payload:
 def env(tmp_path, monkeypatch) -> tuple[Path, Path]:
     directory = tmp_path / "cache"
     monkeypatch.setenv("CATMAP_CACHE_DIR", str(directory))
-    monkeypatch.setenv("CATMAP_CACHE_KEY_FILE", str(tmp_path / "cfg" / "cache.key"))
-    monkeypatch.delenv("CATMAP_CACHE_SHARED", raising=False)
     monkeypatch.delenv("CATMAP_CACHE", raising=False)
     monkeypatch.setattr(cache_config, "_WARNED", set())
     source = tmp_path / "ann.json"
@@ -77,36 +80,34 @@ def _key(source: Path) -> CacheKey:
     return CacheKey.build("toy", [source], loader="json-list", options=None)
 
 
-def _plant(path: Path, key: CacheKey, marker: Path, **write_kwargs) -> None:
-    """An entry for ``key`` (header, name and CRC right) whose pickles create ``marker``."""
+def _evil(marker: Path, name: str = "toy") -> SerializedList:
+    """One record whose bytes are a pickle that creates ``marker`` when unpickled."""
+    payload = np.frombuffer(pickle.dumps({"evil": Payload(marker)}), np.uint8)
+    columns = RecordColumns([-1], [-1], [], [], [0, 0])
+    return SerializedList.from_arrays(payload, np.array([len(payload)]), columns, name=name)
+
+
+def _plant(path: Path, key: CacheKey, marker: Path) -> None:
+    """An entry for ``key`` (header, name and CRC right) whose record is a pickle."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    records = SerializedList([{"evil": Payload(marker)}], name="toy")
     with open(path, "wb") as out:
-        write_serialized(out, records, key=key.fields(), extra={"x": Payload(marker)}, **write_kwargs)
+        write_serialized(out, _evil(marker), key=key.fields(), extra={"x": 1})
 
 
 def _touch_all(records: SerializedList) -> None:
-    records.to_list()  # unpickles every record
+    with pytest.raises(RecordFormatError, match="damaged"):
+        records.to_list()  # decodes every record: data only
 
 
-@pytest.mark.parametrize("signed_with", [None, "other-secret"])
-def test_planted_entry_is_never_unpickled(env, tmp_path, signed_with):
+def test_a_planted_entry_is_decoded_as_data_and_never_runs_code(env, tmp_path):
     directory, source = env
     marker = tmp_path / "pwned"
     key = _key(source)
-    kwargs = {}
-    if signed_with:  # signed, but with somebody else's secret
-        kwargs = {"secret": os.urandom(32), "key_digest": key.key_digest()}
     directory.mkdir(mode=0o700)
-    _plant(directory / key.file_name(), key, marker, **kwargs)
-    builder = Counting(source)
-    with pytest.warns(CacheCorruptWarning, match="toy"):
-        records, extra = _load(source, builder)
+    _plant(directory / key.file_name(), key, marker)
+    records, extra = _load(source, Counting(source))
     _touch_all(records)
-    assert not marker.exists()
-    assert builder.calls == 1 and records.to_list() == RECORDS and extra == {"meta": 1}
-    records, _ = _load(source, builder)  # the rebuilt entry is served
-    assert builder.calls == 1 and isinstance(records._shared_owner, MappedFile)
+    assert not marker.exists() and extra == {"x": 1}
 
 
 def test_entry_of_another_key_copied_to_this_name_is_refused_and_rebuilt(env, tmp_path):
@@ -118,7 +119,7 @@ def test_entry_of_another_key_copied_to_this_name_is_refused_and_rebuilt(env, tm
     key_b = _key(source)
     os.replace(entry_a, directory / key_b.file_name())  # validly signed, for key A
     builder = Counting(source)
-    with pytest.warns(CacheCorruptWarning, match="another cache key"):
+    with pytest.warns(CacheCorruptWarning, match="another key"):
         records, _ = _load(source, builder)
     assert builder.calls == 1 and records.to_list() == RECORDS
 
@@ -138,7 +139,6 @@ def test_store_maps_the_descriptor_it_wrote_not_the_path(env, tmp_path, monkeypa
 
     monkeypatch.setattr(os, "replace", replace_then_swap)
     records, extra = _load(source, Counting(source))
-    _touch_all(records)
     assert records.to_list() == RECORDS and extra == {"meta": 1}
     assert not marker.exists()
 
@@ -176,43 +176,16 @@ def test_directory_of_another_user_is_skipped(env, monkeypatch):
     assert builder.calls == 2 and list(directory.iterdir()) == []
 
 
-def test_shared_cache_is_used_only_when_opted_in_and_entries_still_need_the_mac(
-    env, tmp_path, monkeypatch
-):
-    directory, source = env
-    _set_mode(directory, 0o775)
-    monkeypatch.setenv("CATMAP_CACHE_SHARED", "1")
-    builder = Counting(source)
-    _load(source, builder)
-    records, _ = _load(source, builder)
-    assert builder.calls == 1 and records.to_list() == RECORDS
-    (entry,) = directory.glob("*.catmap")
-    assert stat.S_IMODE(entry.stat().st_mode) & 0o040  # the team can read it
-    marker = tmp_path / "pwned"
-    _plant(entry, _key(source), marker)  # a teammate without the key file
-    with pytest.warns(CacheCorruptWarning):
-        records, _ = _load(source, builder)
-    _touch_all(records)
-    assert builder.calls == 2 and not marker.exists()
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another uid")
-@pytest.mark.parametrize("shared", [False, True])
-def test_entry_owned_by_another_user(env, monkeypatch, shared):
+def test_entry_owned_by_another_user(env, monkeypatch):
     directory, source = env
     builder = Counting(source)
     _load(source, builder)
     (entry,) = directory.glob("*.catmap")
     os.chown(entry, 4242, 4242)
-    if not shared:
-        with pytest.warns(CacheSkippedWarning, match="belongs to uid 4242"):
-            _load(source, builder)
-        assert builder.calls == 2
-        return
-    monkeypatch.setenv("CATMAP_CACHE_SHARED", "1")
-    records, _ = _load(source, builder)  # read through a private copy, MAC verified
-    assert builder.calls == 1 and records.to_list() == RECORDS
-    assert records._shared_owner.path == str(entry)
+    with pytest.warns(CacheSkippedWarning, match="belongs to uid 4242"):
+        _load(source, builder)
+    assert builder.calls == 2
 
 
 class Blocked(Exception):  # noqa: N818 - not an OSError, so no code path swallows it
@@ -268,8 +241,8 @@ def test_symlink_to_a_valid_entry_is_not_followed(env, tmp_path, alarm):
     moved = tmp_path / "elsewhere.catmap"
     os.replace(entry, moved)
     entry.symlink_to(moved)
-    with pytest.raises(UnsafeEntryError, match="symbolic link"):  # map_serialized too
-        map_serialized(entry)
+    with pytest.raises(UnsafeEntryError, match="symbolic link"):
+        open_entry(entry)
     with pytest.warns(CacheSkippedWarning, match="symbolic link"):
         _load(source, builder)
     assert builder.calls == 2
@@ -321,19 +294,19 @@ def test_corrupt_entry_closes_each_descriptor_once(env, tmp_path, close_tracker)
     assert close_tracker == []
 
 
-def test_map_serialized_leaves_a_given_fd_to_the_caller_when_it_fails(tmp_path, close_tracker):
+def test_mapped_file_leaves_a_given_fd_to_the_caller_when_it_fails(tmp_path, close_tracker):
     path = tmp_path / "x.catmap"
-    path.write_bytes(b"CATMAPC2" + bytes(200))
+    path.write_bytes(b"CATMAPR1" + bytes(200))
     fd = os.open(path, os.O_RDONLY)
     with pytest.raises(CacheCorruptError):
-        map_serialized(fd=fd)
+        MappedFile(fd, str(path), verify=True)
     os.fstat(fd)  # still open: the caller owns it and closes it once
     os.close(fd)
     with open(path, "wb") as out:
         write_serialized(out, SerializedList(RECORDS))
     fd = os.open(path, os.O_RDONLY)
-    records, _ = map_serialized(fd=fd)  # now the records own it
-    owner = records._shared_owner
+    records = MappedFile(fd, str(path), verify=True).records("x")  # now the records own it
+    owner = records.owner
     assert owner.fd == fd
     del records, owner
     import gc
@@ -347,7 +320,7 @@ def test_mapped_file_does_not_close_a_descriptor_it_never_owned(tmp_path, close_
     path.write_bytes(b"short")
     fd = os.open(path, os.O_RDONLY)
     with pytest.raises(CacheCorruptError):
-        records_map.MappedFile(fd, str(path), str(path), verify=True)
+        MappedFile(fd, str(path), verify=True)
     import gc
 
     gc.collect()
@@ -356,8 +329,7 @@ def test_mapped_file_does_not_close_a_descriptor_it_never_owned(tmp_path, close_
     assert close_tracker == []
 
 
-def test_cache_directory_and_key_file_are_private(tmp_path, monkeypatch):
-    monkeypatch.setenv("CATMAP_CACHE_KEY_FILE", str(tmp_path / "cfg" / "sub" / "cache.key"))
+def test_cache_directory_and_entries_are_private(tmp_path):
     old_umask = os.umask(0o002)
     try:
         source = tmp_path / "a.json"
@@ -366,34 +338,31 @@ def test_cache_directory_and_key_file_are_private(tmp_path, monkeypatch):
         cache.get_or_build(_key(source), lambda: (SerializedList(RECORDS), {}))
     finally:
         os.umask(old_umask)
-    for path in (tmp_path / "c1", tmp_path / "c1" / "c2", tmp_path / "cfg", tmp_path / "cfg/sub"):
+    for path in (tmp_path / "c1", tmp_path / "c1" / "c2"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
-    assert stat.S_IMODE((tmp_path / "cfg" / "sub" / "cache.key").stat().st_mode) == 0o600
     (entry,) = (tmp_path / "c1" / "c2").glob("*.catmap")
     assert stat.S_IMODE(entry.stat().st_mode) == 0o600
 
 
-def test_remap_by_path_verifies_the_mac_of_a_cache_entry(env, tmp_path):
-    # The path fallback of a spawn worker / local rank (when /proc/<pid>/fd is unusable).
+def test_remap_by_path_verifies_the_checksum_of_a_cache_entry(env, tmp_path):
+    # The path fallback of a spawn worker (when /proc/<pid>/fd is unusable).
     directory, source = env
     _load(source, Counting(source))
     records, _ = _load(source, Counting(source))
-    owner = records._shared_owner
-    crc = owner.header["payload_crc32"]
-    args = (-1, -1, owner.device, owner.inode, owner.path, crc, owner.size, "toy")
-    assert remap_file(*args).to_list() == RECORDS
-    assert remap_file(*args, owner.mac).to_list() == RECORDS
+    owner = records.owner
+    args = (-1, -1, owner.device, owner.inode, owner.path, owner.size, owner.crc)
+    assert remap(*args, name="toy").to_list() == RECORDS
     data = bytearray(Path(owner.path).read_bytes())
-    data[60] ^= 1  # a MAC byte: same size, same checksum, not signed by this user any more
+    data[-3] ^= 1  # same size, damaged payload
     forged = tmp_path / "forged"
     forged.write_bytes(bytes(data))
     os.replace(forged, owner.path)
-    with pytest.raises(CacheCorruptError, match="MAC mismatch"):
-        remap_file(*args)
+    with pytest.raises(CacheCorruptError, match="checksum mismatch"):
+        remap(*args, name="toy")
 
 
 def test_dataset_catalog_get_never_unpickles_a_planted_entry(env, tmp_path):
-    # The issue's reproduction: an entry replaced by another user's pickle payload.
+    # The issue's reproduction: an entry replaced by a pickle payload.
     from catalog import DatasetCatalog, MetadataCatalog, register_coco_instances
 
     directory, _ = env
@@ -412,12 +381,10 @@ def test_dataset_catalog_get_never_unpickles_a_planted_entry(env, tmp_path):
     (entry,) = directory.glob("*.catmap")
     header = map_serialized(entry)[1]
     marker = tmp_path / "pwned"
-    records = SerializedList([{"evil": Payload(marker)}], name="planted_coco")
-    with open(entry, "wb") as out:  # same key in the header, valid CRCs, no valid MAC
-        write_serialized(out, records, key=header["key"], extra={"metadata": Payload(marker)})
+    with open(entry, "wb") as out:  # same key in the header, valid CRC
+        write_serialized(out, _evil(marker, "planted_coco"), key=header["key"], extra={})
     DatasetCatalog.remove("planted_coco")
     MetadataCatalog.remove("planted_coco")
     register_coco_instances("planted_coco", {}, json_file, "/img")
-    with pytest.warns(CacheCorruptWarning, match="planted_coco"):
-        again = DatasetCatalog.get("planted_coco").to_list()
-    assert again == first and not marker.exists()
+    _touch_all(DatasetCatalog.get("planted_coco"))
+    assert first and not marker.exists()

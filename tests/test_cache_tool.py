@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from catalog.disk_cache import load_with_cache
+from catalog.storage.cache import load_with_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,16 +83,13 @@ def test_runs_as_a_script(filled_cache):
     assert "alpha" in result.stdout and "beta" in result.stdout
 
 
-def test_refuses_a_directory_others_can_write_unless_shared(filled_cache, capsys, monkeypatch):
+def test_refuses_a_directory_others_can_write(filled_cache, capsys):
     directory, _ = filled_cache
-    monkeypatch.delenv("CATMAP_CACHE_SHARED", raising=False)
     os.chmod(directory, 0o777)
     tool = _tool()
     assert tool.main(["list"]) == 1
     assert "group or others can write it" in capsys.readouterr().err
     assert tool.main(["clear"]) == 1 and len(list(directory.glob("*.catmap"))) == 2
-    assert tool.main(["--shared", "list"]) == 0
-    assert "2 entries" in capsys.readouterr().out
 
 
 def test_lists_a_fifo_or_symlink_entry_without_reading_it(filled_cache, capsys, tmp_path):
@@ -110,3 +107,16 @@ def test_lists_a_fifo_or_symlink_entry_without_reading_it(filled_cache, capsys, 
     tool.main(["clear", "--stale"])
     assert sorted(p.name.split("-")[0] for p in directory.glob("*.catmap")) == ["alpha", "beta"]
     assert (tmp_path / "alpha.json").exists()  # the link was removed, not its target
+
+
+def test_never_stops_on_a_planted_or_odd_file(filled_cache, capsys):
+    directory, _ = filled_cache
+    (directory / "garbage.catmap").write_bytes(b"CATMAPR1" + bytes(100))
+    (directory / "huge-header.catmap").write_bytes(b"CATMAPR1" + b"\xff" * 20 + bytes(10))
+    (directory / "dir.catmap").mkdir()
+    tool = _tool()
+    assert tool.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "5 entries" in out and out.count("invalid") == 3
+    assert tool.main(["clear"]) == 0
+    assert sorted(p.name for p in directory.glob("*.catmap")) == ["dir.catmap"]

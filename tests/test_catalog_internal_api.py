@@ -11,7 +11,7 @@ import pytest
 
 import catalog
 from catalog.annotation_errors import AnnotationFieldError, ParseDataInfoError
-from catalog.cache_config import cache_enabled, shared_enabled
+from catalog.storage.cache import cache_enabled
 from catalog.env_flags import OFF_VALUES, ON_VALUES, env_flag
 from catalog.errors import CatmapErrorWithFields, DatasetFileNotFoundError, missing_dependency
 from catalog.format_errors import (
@@ -88,10 +88,6 @@ def test_cache_switches_read_the_env_flag(monkeypatch):
     assert cache_enabled() is False
     monkeypatch.setenv("CATMAP_CACHE", "garbage")
     assert cache_enabled() is True
-    monkeypatch.setenv("CATMAP_CACHE_SHARED", "Yes")
-    assert shared_enabled() is True
-    monkeypatch.setenv("CATMAP_CACHE_SHARED", "garbage")
-    assert shared_enabled() is False
 
 
 def test_catalog_all_is_the_public_contract():
@@ -128,7 +124,7 @@ def test_internal_api_index_names_modules_that_exist():
     checked = 0
     for bullet in bullets:
         modules = [
-            importlib.import_module(m) for m in re.findall(r":mod:`(catalog\.[a-z_]+)`", bullet)
+            importlib.import_module(m) for m in re.findall(r":mod:`(catalog\.[a-z_.]+)`", bullet)
         ]
         assert modules, bullet
         for name in re.findall(r"``([A-Za-z_]+)``", bullet):

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils import data
 
-from catalog.serialized_list import SerializedList
+from catalog.storage.records import SerializedList
 from mappers.datasets import PicklableCallable, needs_by_value
 from mappers.datasets import DatasetFromList, MapDataset, MapIterableDataset, ToIterableDataset
 from mappers.errors import MapFuncPickleError, RefetchExhaustedError

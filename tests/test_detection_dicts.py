@@ -17,7 +17,8 @@ from catalog import (
     SerializedList,
     get_detection_dataset_dicts,
 )
-from catalog.detection_dicts import concat_serialized, format_class_histogram
+from catalog import concat_records as concat_serialized
+from catalog.detection_dicts import format_class_histogram
 
 
 def _anno(category: int, crowd: int = 0, keypoints: list | None = None) -> dict:
@@ -246,7 +247,7 @@ def _rank_loads_two_datasets(rank: int, world: int) -> dict:
         "ids": [result[i]["image_id"] for i in (0, 1, 35_999, 36_000, -1)],
         "grown": grown,
         "buffers": int(a.buffer.nbytes + b.buffer.nbytes),
-        "base_inodes": [b._shared_owner.inode for b in getattr(result, "bases", ())],
+        "base_inodes": [b.owner.inode for b in getattr(result, "bases", ())],
         "memfds": sorted(memfds),
     }
 

@@ -1,4 +1,4 @@
-"""Tests of catalog.disk_cache: keys, invalidation, corruption, racing builders, switches."""
+"""Tests of catalog.storage.cache: keys, invalidation, corruption, racing builders, switches."""
 
 from __future__ import annotations
 
@@ -14,22 +14,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import catalog.cache_config as cache_config
+import catalog.storage.cache as cache_config
 from catalog import CacheError, SerializedList
-from catalog.disk_cache import (
+from catalog.storage.cache import (
     CACHE_SUFFIX,
     CacheCorruptError,
     CacheCorruptWarning,
     CacheKey,
     CacheSkippedWarning,
     DiskCache,
-    MappedFile,
     load_with_cache,
-    map_serialized,
-    remap_file,
-    write_serialized,
 )
-from catalog.entry_loading import load_records_and_metadata
+from catalog.storage.records_file import MappedFile, open_entry, remap
+from catalog.storage.records_file import write_records as write_serialized
 from tests.work_counting import WorkBudgetExceeded
 
 
@@ -46,6 +43,11 @@ def _records(n: int, tag: str = "a") -> list[dict]:
     ]
 
 
+def map_serialized(path, verify: bool = True):
+    mapped = MappedFile(open_entry(path), str(path), verify=verify, path=str(path))
+    return mapped.records(mapped.header["name"]), mapped.header
+
+
 class CountingBuilder:
     """A loader that reads a JSON list of records and counts how often it ran."""
 
@@ -54,9 +56,9 @@ class CountingBuilder:
         self.calls = 0
         self.extra = extra if extra is not None else {"metadata": {"id_map": {1: 0, 7: 1}}}
 
-    def __call__(self) -> tuple[list[dict], dict]:
+    def __call__(self) -> tuple[SerializedList, dict]:
         self.calls += 1
-        return json.loads(self.source.read_text()), self.extra
+        return SerializedList(json.loads(self.source.read_text())), self.extra
 
 
 @pytest.fixture
@@ -90,7 +92,7 @@ def test_second_load_comes_from_the_mapped_cache(cache_env, source):
     assert first.to_list() == second.to_list() == _records(5)
     # the extra data keeps its Python types (int dict keys survive)
     assert extra1 == extra2 == {"metadata": {"id_map": {1: 0, 7: 1}}}
-    assert isinstance(getattr(second, "_shared_owner", None), MappedFile)
+    assert isinstance(second.owner, MappedFile)
     assert not second.buffer.flags.writeable
     np.testing.assert_array_equal(second.columns.heights, [10, 11, 12, 13, 14])
     np.testing.assert_array_equal(second.columns.category_ids, [0, 1, 2, 0, 1])
@@ -139,7 +141,7 @@ def test_loader_options_and_version_are_part_of_the_key(cache_env, source):
     assert builder.calls == 2
     key = CacheKey.build("toy", [source], loader="x", options={"root": "a"})
     other_version = CacheKey(key.name, key.loader, key.sources, key.options, version="0.0.0")
-    assert key.digest() != other_version.digest()
+    assert key.file_name() != other_version.file_name()
     assert key.sources[0][0] == str(source.resolve())
 
 
@@ -193,7 +195,7 @@ def test_map_serialized_reports_the_reason(tmp_path):
     with open(path, "wb") as out:
         write_serialized(out, SerializedList(_records(4)))
     _corrupt_payload(path)
-    with pytest.raises(CacheCorruptError, match="payload checksum"):
+    with pytest.raises(CacheCorruptError, match="checksum mismatch"):
         map_serialized(path)
     _truncate(path)
     with pytest.raises(CacheCorruptError, match="truncated or overwritten"):
@@ -214,12 +216,10 @@ def test_empty_dataset_round_trips(tmp_path):
 
 def test_cache_can_be_turned_off_globally_and_per_call(cache_env, source, monkeypatch):
     builder = CountingBuilder(source)
-    _load(source, builder, enabled=False)
-    _load(source, builder, enabled=False)
-    assert builder.calls == 2 and _cache_files(cache_env) == []
     monkeypatch.setenv("CATMAP_CACHE", "0")
+    _load(source, builder)
     records, extra = _load(source, builder)
-    assert builder.calls == 3 and _cache_files(cache_env) == []
+    assert builder.calls == 2 and _cache_files(cache_env) == []
     assert records.to_list() == _records(5) and extra == builder.extra
 
 
@@ -254,7 +254,7 @@ def test_source_changed_while_loading_is_not_cached(cache_env, source):
         records = json.loads(source.read_text())
         stat = source.stat()
         os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
-        return records, {}
+        return SerializedList(records), {}
 
     records, _ = _load(source, build)
     assert len(records) == 5 and _cache_files(cache_env) == []
@@ -268,7 +268,7 @@ def _race_worker(args: tuple[str, str, str]) -> list[dict]:
         with open(runs, "a") as f:  # one line per run of the loader
             f.write(f"{os.getpid()}\n")
         time.sleep(0.3)  # the others arrive while this one builds
-        return json.loads(Path(source).read_text()), {"pid": os.getpid()}
+        return SerializedList(json.loads(Path(source).read_text())), {"pid": os.getpid()}
 
     records, _ = load_with_cache("toy", [source], build, loader="json-list")
     return records.to_list()
@@ -290,23 +290,7 @@ def test_racing_processes_build_once_and_all_get_the_entry(cache_env, source, tm
 
 def _read_in_child(payload: bytes) -> list[dict]:
     records = pickle.loads(payload)
-    return [records[0], records[-1], len(records), type(records._shared_owner).__name__]
-
-
-def test_entry_removed_by_another_process_right_after_writing_still_loads(
-    cache_env, source, monkeypatch
-):
-    # Another process may remove the fresh file (as a stale version) before it is mapped.
-    real_remove_stale = DiskCache._remove_stale
-
-    def remove_stale_then_lose_the_file(self, key, keep):
-        real_remove_stale(self, key, keep)
-        keep.unlink()
-
-    monkeypatch.setattr(DiskCache, "_remove_stale", remove_stale_then_lose_the_file)
-    builder = CountingBuilder(source)
-    records, extra = _load(source, builder)
-    assert records.to_list() == _records(5) and extra == builder.extra
+    return [records[0], records[-1], len(records), type(records.owner).__name__]
 
 
 def test_spawn_workers_remap_the_file_instead_of_copying(cache_env, source):
@@ -328,21 +312,12 @@ def test_remap_by_path_refuses_a_different_file(tmp_path):
     path = tmp_path / "x.catmap"
     with open(path, "wb") as out:
         write_serialized(out, SerializedList(_records(4)))
-    records, header = map_serialized(path)
-    stat = path.stat()
+    records, _ = map_serialized(path)
+    owner = records.owner
     with open(path, "wb") as out:
         write_serialized(out, SerializedList(_records(6)))
-    with pytest.raises(CacheError, match="replaced by a different file"):
-        remap_file(
-            -1,
-            -1,
-            stat.st_dev,
-            stat.st_ino,
-            str(path),
-            header["payload_crc32"],
-            stat.st_size,
-            "toy",
-        )
+    with pytest.raises(CacheError, match="replaced by another file"):
+        remap(-1, -1, owner.device, owner.inode, str(path), owner.size, owner.crc, name="toy")
 
 
 def test_disk_cache_lists_and_clears_entries(cache_env, source, tmp_path):
@@ -364,19 +339,10 @@ def test_disk_cache_lists_and_clears_entries(cache_env, source, tmp_path):
     assert len(cache.clear()) == 1 and cache.entries() == []
 
 
-class _Entry:
-    """Duck-typed DatasetEntry (the catalog's registration record)."""
-
-    def __init__(self, name, func, source_files, cache_key, options=None):
-        self.name = name
-        self.func = func
-        self.source_files = tuple(source_files)
-        self.cache_key = cache_key
-        self.options = options or {}
-
-
-def test_load_records_and_metadata_restores_the_metadata_the_loader_set(cache_env, source):
-    from catalog import MetadataCatalog
+def test_the_catalog_caches_file_backed_entries_with_the_metadata_the_loader_set(
+    cache_env, source
+):
+    from catalog import DatasetCatalog, MetadataCatalog
 
     name = "disk_cache_test_meta"
     calls = []
@@ -386,31 +352,23 @@ def test_load_records_and_metadata_restores_the_metadata_the_loader_set(cache_en
         MetadataCatalog.get(name).set(thing_classes=["a", "b"], id_map={3: 0, 9: 1})
         return json.loads(source.read_text())
 
-    def run(entry):
-        return SerializedList(entry.func(), name=entry.name)
+    def fresh(**options):  # as in a new process
+        DatasetCatalog.pop(name, None)
+        MetadataCatalog.remove(name)
+        DatasetCatalog.register(
+            name, loader, source_files=[source], cache_key={"loader": "test"}, options=options
+        )
+        return DatasetCatalog.get(name)
 
-    entry = _Entry(name, loader, [source], {"loader": "test", "opt": 1})
-    try:
-        records, metadata = load_records_and_metadata(entry, run)
-        assert metadata == {"thing_classes": ["a", "b"], "id_map": {3: 0, 9: 1}}
-        MetadataCatalog.remove(name)
-        records2, _ = load_records_and_metadata(entry, run)
-        assert len(calls) == 1
-        assert records2.to_list() == records.to_list() == _records(5)
-        assert MetadataCatalog.get(name).id_map == {3: 0, 9: 1}
-        # cache=False on the registration: the loader runs again
-        entry.options["cache"] = False
-        MetadataCatalog.remove(name)
-        load_records_and_metadata(entry, run)
-        assert len(calls) == 2
-        # plain functions (no cache key) are never cached
-        plain = _Entry(name + "_plain", lambda: [{"x": 1}], [source], None)
-        load_records_and_metadata(plain, run)
-        assert {e.name for e in DiskCache().entries()} == {name}
-    finally:
-        for n in (name, name + "_plain"):
-            if n in MetadataCatalog:
-                MetadataCatalog.remove(n)
+    assert fresh().to_list() == _records(5)
+    assert fresh().to_list() == _records(5) and len(calls) == 1
+    assert MetadataCatalog.get(name).id_map == {3: 0, 9: 1}
+    fresh(cache=False)  # cache=False on the registration: the loader runs again
+    assert len(calls) == 2
+    # plain functions (no cache key) are never cached
+    DatasetCatalog.register(name + "_plain", lambda: [{"x": 1}], source_files=[source])
+    DatasetCatalog.get(name + "_plain")
+    assert {e.name for e in DiskCache().entries()} == {name}
 
 
 # ---------------------------------------------------------------------------------------
@@ -454,7 +412,7 @@ def test_register_coco_instances_uses_the_cache_and_restores_metadata(
     second = DatasetCatalog.get("dc_coco")
     assert len(calls) == 1
     assert second.to_list() == first and first[0]["file_name"] == "/img/a.jpg"
-    assert isinstance(getattr(second, "_shared_owner", None), MappedFile)
+    assert isinstance(second.owner, MappedFile)
     meta = MetadataCatalog.get("dc_coco")
     assert meta.thing_classes == ["cat", "dog"]
     assert meta.thing_dataset_id_to_contiguous_id == {2: 0, 9: 1}
@@ -533,7 +491,7 @@ def _stuck_builder_child(cache_dir: str, source: str, marks: str) -> None:
         else:
             (marks_dir / "not_released").touch()
         (marks_dir / "built").touch()
-        return json.loads(Path(source).read_text()), {"pid": os.getpid()}
+        return SerializedList(json.loads(Path(source).read_text())), {"pid": os.getpid()}
 
     load_with_cache("toy", [source], build, loader="json-list")
 

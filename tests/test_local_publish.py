@@ -1,4 +1,4 @@
-"""Tests of catalog.local_publish: one owner per file descriptor, the real error surfaces.
+"""Tests of catalog.storage.sharing (publish / attach): one owner per file descriptor, the real error surfaces.
 
 A failure inside publish_records used to come out as ``OSError: [Errno 9] Bad file descriptor``
 (the memory file's descriptor was closed by map_serialized and then again by publish_records),
@@ -13,10 +13,10 @@ import os
 
 import pytest
 
-import catalog.local_publish as local_publish
+import catalog.storage.sharing as local_publish
 from catalog import SerializedList, SharedAttachError
-from catalog.disk_cache import CacheCorruptError
-from catalog.local_publish import attach_records, publish_records
+from catalog.storage.records_file import CacheCorruptError
+from catalog.storage.sharing import attach_records, publish_records
 
 pytestmark = pytest.mark.skipif(
     not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc/self/fd"
@@ -40,13 +40,11 @@ def _catmap_shm_files() -> set[str]:
     return {name for name in os.listdir("/dev/shm") if name.startswith("catmap-")}
 
 
-@pytest.fixture(params=["memfd", "file"])
-def transport(request, monkeypatch):
-    if request.param == "file":
-        monkeypatch.setattr(local_publish, "_memfd_usable", lambda: False)
-    elif not local_publish._memfd_usable():
+@pytest.fixture
+def transport():
+    if not local_publish._memfd_usable():
         pytest.skip("memfd is not available here")
-    return request.param
+    return "memfd"
 
 
 def _check_no_leak(before_fds: set[str], before_shm: set[str]) -> None:
@@ -60,7 +58,7 @@ def test_a_write_failure_surfaces_as_itself(transport, monkeypatch):
         out.write(b"partial")
         raise ValueError("no space left while writing the records of 'toy'")
 
-    monkeypatch.setattr(local_publish, "write_serialized", fail)
+    monkeypatch.setattr(local_publish, "write_records", fail)
     before_fds, before_shm = _open_fds(), _catmap_shm_files()
     with pytest.raises(ValueError, match="no space left while writing the records of 'toy'"):
         publish_records(_records(3))
@@ -68,14 +66,14 @@ def test_a_write_failure_surfaces_as_itself(transport, monkeypatch):
 
 
 def test_a_mapping_failure_surfaces_as_itself_not_as_ebadf(transport, monkeypatch):
-    """map_serialized takes the descriptor and closes it when mapping fails; publishing must
-    not close it a second time (that raised EBADF and hid this error)."""
+    """A mapping failure leaves the descriptor to publishing, which closes it once (a second
+    close raised EBADF and hid this error)."""
 
     def truncated(out, records, **kwargs):
         out.write(b"short")  # not a catmap records file: mapping it fails
         return 5
 
-    monkeypatch.setattr(local_publish, "write_serialized", truncated)
+    monkeypatch.setattr(local_publish, "write_records", truncated)
     before_fds, before_shm = _open_fds(), _catmap_shm_files()
     with pytest.raises(CacheCorruptError, match="too short") as excinfo:
         publish_records(_records(3))
@@ -84,47 +82,24 @@ def test_a_mapping_failure_surfaces_as_itself_not_as_ebadf(transport, monkeypatc
     _check_no_leak(before_fds, before_shm)
 
 
-def test_a_sealing_failure_surfaces_as_itself(monkeypatch):
-    if not local_publish._memfd_usable():
-        pytest.skip("memfd is not available here")
-
-    def fail(fd: int) -> None:
-        os.fstat(fd)  # the descriptor is still open here
-        raise PermissionError("sealing refused by the security policy")
-
-    monkeypatch.setattr(local_publish, "_seal", fail)
-    before = _open_fds()
-    with pytest.raises(PermissionError, match="sealing refused"):
-        publish_records(_records(2))
-    assert _open_fds() <= before
-
-
 def test_the_published_list_owns_its_descriptors_and_releases_them(transport):
     before = _open_fds()
-    mapped, descriptor, to_unlink = publish_records(_records(4))
-    try:
-        # the published descriptor (plus the mmap module's own duplicate) stays open while
-        # the list lives
-        assert str(descriptor["fd"]) in _open_fds() - before
-        assert mapped.to_list() == _records(4).to_list()
-    finally:
-        if to_unlink is not None:
-            local_publish.unlink_quietly(to_unlink)
+    mapped, descriptor = publish_records(_records(4))
+    # the published descriptor (plus the mmap module's own duplicate) stays open while
+    # the list lives
+    assert str(descriptor["fd"]) in _open_fds() - before
+    assert mapped.to_list() == _records(4).to_list()
     del mapped
     assert _open_fds() <= before
 
 
 def test_attaching_to_a_list_with_a_different_length_fails_without_a_leak(transport):
-    mapped, descriptor, to_unlink = publish_records(_records(3))
-    try:
-        before = _open_fds()
-        with pytest.raises(OSError, match="mapped 3 records but the publisher has 4"):
-            attach_records(dict(descriptor, num_records=4), "toy")
-        assert _open_fds() <= before
-        assert attach_records(descriptor, "toy").to_list() == mapped.to_list()
-    finally:
-        if to_unlink is not None:
-            local_publish.unlink_quietly(to_unlink)
+    mapped, descriptor = publish_records(_records(3))
+    before = _open_fds()
+    with pytest.raises(OSError, match="mapped 3 records but the publisher has 4"):
+        attach_records(dict(descriptor, num_records=4), "toy")
+    assert _open_fds() <= before
+    assert attach_records(descriptor, "toy").to_list() == mapped.to_list()
 
 
 @pytest.mark.parametrize(
@@ -132,7 +107,7 @@ def test_attaching_to_a_list_with_a_different_length_fails_without_a_leak(transp
     [None, {"transport": "memfd"}, {"pid": "12"}, {"fd": True}, {"size": 1.5}, {"path": 3}],
 )
 def test_a_malformed_descriptor_is_a_typed_error(broken):
-    mapped, descriptor, _ = publish_records(_records(1))
+    mapped, descriptor = publish_records(_records(1))
     bad = None if broken is None else {**descriptor, **broken}
     if broken == {"transport": "memfd"}:
         bad = {"transport": "memfd"}  # every other field missing

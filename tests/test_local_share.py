@@ -1,4 +1,4 @@
-"""Tests of catalog.local_share: one loader run per machine, shared records, typed failures.
+"""Tests of catalog.storage.sharing: one loader run per machine, shared records, typed failures.
 
 Spawning ranks costs seconds (each imports torch), so one 4-rank job runs every scenario in
 turn (``_all_scenarios``) and the tests below check its per-rank results.
@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from catalog import SerializedList
-from catalog.disk_cache import MappedFile
-from catalog.local_share import local_group, publish_records, share_across_local_ranks
+from catalog.storage.records_file import MappedFile
+from catalog.storage.sharing import local_group, publish_records, share_across_local_ranks
 from tests.dist_helpers import run_distributed
 
 WORLD = 4
@@ -50,7 +50,7 @@ def _counting_build(marker_dir: Path, name: str, n: int = 7):
 
 def _share_once(rank: int, root: Path) -> dict:
     records, extra = share_across_local_ranks("toy", _counting_build(root / "once", "toy"))
-    owner = getattr(records, "_shared_owner", None)
+    owner = records.owner
     return {
         "records": records.to_list(),
         "widths": records.columns.widths.tolist(),
@@ -90,15 +90,15 @@ def _names_differ(rank: int, root: Path) -> tuple[str, str]:
 
 
 def _attach_fails_on_rank_2(rank: int, root: Path) -> tuple[str, str]:
-    import catalog.local_publish as local_publish
+    import catalog.storage.sharing as sharing
 
-    original = local_publish.remap_file
+    original = sharing.remap
 
     def refuse(*args, **kwargs):
         raise PermissionError("[Errno 13] Permission denied")
 
     if rank == 2:
-        local_publish.remap_file = refuse
+        sharing.remap = refuse
     try:
         return _caught(
             lambda: share_across_local_ranks(
@@ -106,25 +106,20 @@ def _attach_fails_on_rank_2(rank: int, root: Path) -> tuple[str, str]:
             )
         )
     finally:
-        local_publish.remap_file = original
+        sharing.remap = original
 
 
-def _file_transport(rank: int, root: Path) -> dict:
-    """Sharing where memfd is unavailable: a file in /dev/shm, unlinked once all attached."""
-    import catalog.local_publish as local_publish
+def _no_memfd(rank: int, root: Path) -> list[dict]:
+    """Where memfd is unavailable (not Linux), every rank builds its own records."""
+    import catalog.storage.sharing as sharing
 
-    original = local_publish._memfd_usable
-    local_publish._memfd_usable = lambda: False
+    original = sharing._memfd_usable
+    sharing._memfd_usable = lambda: False
     try:
         records, _ = share_across_local_ranks("toy", _counting_build(root / "file", "toy", n=5))
     finally:
-        local_publish._memfd_usable = original
-    owner = getattr(records, "_shared_owner", None)
-    return {
-        "records": records.to_list(),
-        "path": getattr(owner, "path", None),
-        "left": sorted(_shm_entries()),
-    }
+        sharing._memfd_usable = original
+    return records.to_list()
 
 
 def _identity(batch):
@@ -141,7 +136,7 @@ class _OwnerProbe(torch.utils.data.Dataset):
         return len(self.records)
 
     def __getitem__(self, index: int) -> tuple[dict, str]:
-        owner = getattr(self.records, "_shared_owner", None)
+        owner = self.records.owner
         return self.records[index], type(owner).__name__
 
 
@@ -198,7 +193,7 @@ def _catalog_get(rank: int, root: Path, cache: bool) -> dict:
         again = DatasetCatalog.get(name)  # loaded once per process: no second collective
     finally:
         coco.load_coco_json = original
-    owner = getattr(records, "_shared_owner", None)
+    owner = records.owner
     return {
         "records": records.to_list(),
         "same_object": again is records,
@@ -218,7 +213,7 @@ def _all_scenarios(rank: int, world_size: int, root: str) -> dict:
         "names_differ": _names_differ(rank, root_path),
         "attach_fails": _attach_fails_on_rank_2(rank, root_path),
         "workers": _dataloader_workers(rank, root_path),
-        "file_transport": _file_transport(rank, root_path),
+        "no_memfd": _no_memfd(rank, root_path),
         "catalog_cached": _catalog_get(rank, root_path, True),
         "catalog_uncached": _catalog_get(rank, root_path, False),
     }
@@ -256,8 +251,8 @@ def test_without_distributed_it_just_builds():
 
 def test_publish_records_moves_them_into_an_anonymous_memory_file():
     before = _shm_entries()
-    records, descriptor, to_unlink = publish_records(SerializedList(_records(3), name="toy"))
-    assert descriptor["transport"] == "memfd" and to_unlink is None
+    records, descriptor = publish_records(SerializedList(_records(3), name="toy"))
+    assert descriptor["path"] is None and records.owner.path is None
     assert records.to_list() == _records(3)
     assert _shm_entries() == before
 
@@ -282,14 +277,9 @@ def test_nothing_is_left_in_dev_shm(job):
 
 
 @pytest.mark.distributed
-def test_without_memfd_a_shm_file_is_used_and_unlinked_after_attaching(job):
-    assert sorted(os.listdir(job["root"] / "file")) == ["rank0"]
-    results = [r["file_transport"] for r in job["results"]]
-    (path,) = {r["path"] for r in results}
-    assert path.startswith(("/dev/shm/catmap-", "/tmp/catmap-"))
-    assert all(r["records"] == _records(5) for r in results)
-    assert not os.path.exists(path)
-    assert Path(path).name not in results[0]["left"]  # the leader unlinked it before returning
+def test_without_memfd_every_rank_builds(job):
+    assert sorted(os.listdir(job["root"] / "file")) == [f"rank{r}" for r in range(WORLD)]
+    assert all(r["no_memfd"] == _records(5) for r in job["results"])
 
 
 @pytest.mark.distributed

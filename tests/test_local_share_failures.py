@@ -22,13 +22,13 @@ import pytest
 import torch
 
 from catalog import SerializedList, SharedAttachError
-from catalog.local_handshake import (
+from catalog.storage.sharing import (
     describe_suspects,
     process_gone,
     rank_settings,
     settings_disagreements,
+    share_across_local_ranks,
 )
-from catalog.local_share import share_across_local_ranks
 from tests.dist_helpers import run_distributed
 
 WORLD = 3
@@ -144,7 +144,7 @@ def _cache_off_on_rank_2(rank: int) -> tuple[str, str]:
 
 
 def _version_differs_on_rank_0(rank: int) -> tuple[str, str]:
-    import catalog.local_handshake as handshake
+    import catalog.storage.sharing as handshake
 
     original = handshake._CATMAP_VERSION
     if rank == 0:

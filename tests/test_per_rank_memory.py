@@ -13,7 +13,6 @@ import tracemalloc
 
 import numpy as np
 
-from catalog.annotation_columns import AnnotationColumns
 from samplers import GroupedBatchSampler, TrainingSampler
 from samplers.state_fields import array_digest
 
@@ -67,14 +66,3 @@ def test_array_digest_hashes_in_chunks_with_the_same_result():
     assert array_digest([], "<i8") == array_digest(np.zeros(0), "<i8")
     # an int64 copy of a million ids would be 8 MB (plus its bytes: 16 MB)
     assert _peak_bytes(lambda: array_digest(ids, "<i8")) < 2**20
-
-
-def test_annotation_columns_check_offsets_without_per_record_temporaries():
-    n = 1_000_000
-    zeros = np.zeros(n + 1, dtype=np.int64)
-    kinds = np.zeros(n, dtype=np.uint8)
-    blob = np.zeros(4, dtype=np.uint8)
-    arrays = (kinds, kinds, zeros, np.zeros(0, np.int32), zeros, np.zeros(0, np.int32), blob)
-    AnnotationColumns(*arrays)
-    # a bool per record at most (1 MB); np.diff would add an int64 per record (8 MB)
-    assert _peak_bytes(lambda: AnnotationColumns(*arrays)) < 2 * n

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from torch.utils.data import Subset
 
-from catalog.serialized_list import SerializedList
+from catalog.storage.records import SerializedList
 from mappers.datasets import DatasetFromList, MapDataset
 from mappers.datasets import HasRecords, records_of
 from samplers import TrainingSampler, build_batch_data_loader, build_detection_train_loader

@@ -13,8 +13,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from catalog import SerializedList
-from catalog.local_publish import publish_records
-from catalog.record_views import SerializedListView, concat_records
+from catalog.storage.records import SerializedListView, concat_records
+from catalog.storage.sharing import publish_records
 
 
 def _records(n: int, start: int = 0, pad: int = 0) -> list[dict]:
@@ -57,8 +57,6 @@ def test_subset_slice_and_filter_are_views_of_the_same_buffer():
         assert _ids(view) == ids and [view[k]["i"] for k in range(len(view))] == ids
         assert view[-1]["i"] == ids[-1]
         _check_columns(view)
-        # the record bytes are read from the base's buffer itself
-        assert np.shares_memory(np.frombuffer(view._record_bytes(0), np.uint8), sl.buffer)
 
 
 def test_views_of_views_compose_and_keep_the_original_base():
@@ -90,7 +88,7 @@ def test_concat_joins_bases_once_and_without_an_index():
     a, b = SerializedList(_records(3)), SerializedList(_records(4, start=3))
     joined = concat_records([a, SerializedList([]), b], name="ab")
     assert isinstance(joined, SerializedListView)
-    assert joined.bases == (a, b) and joined.index_nbytes == 0
+    assert joined.bases == (a, b) and joined.nbytes == a.nbytes + b.nbytes
     assert _ids(joined) == list(range(7)) and joined[4]["i"] == 4 and joined.name == "ab"
     _check_columns(joined)
     mixed = concat_records([b.subset([3, 0]), a, joined.subset([6, 0])])
@@ -108,18 +106,14 @@ def test_compact_copy_and_plain_pickle_are_self_contained():
         assert type(copy) is SerializedList
         assert _ids(copy) == [5, 1, 9] and copy.to_list() == view.to_list()
         assert not np.shares_memory(copy.buffer, sl.buffer)
-    assert view.buffer.tobytes() == view.compact().buffer.tobytes()
     assert "SerializedListView" in repr(view)
 
 
 def test_views_are_not_constructed_directly():
     with pytest.raises(TypeError, match="subset"):
         SerializedListView([{"a": 1}])
-    sl = SerializedList(_records(2))
-    with pytest.raises(TypeError, match="plain SerializedLists"):
-        SerializedListView.over((sl.subset([0]),), None)
     with pytest.raises(IndexError):
-        SerializedListView.over((sl,), np.array([2]))
+        SerializedListView._over((SerializedList(_records(2)),), np.array([2]), None)
 
 
 def _forking_dumps(obj) -> bytes:
@@ -133,7 +127,7 @@ def test_views_pickle_to_processes_by_reference_to_the_mapped_base():
     large = SerializedList(_records(2_000, pad=2_000))
     sizes = []
     for sl in (small, large):
-        mapped, _, _ = publish_records(sl)  # a memory file, as DatasetCatalog.get under ranks
+        mapped, _ = publish_records(sl)  # a memory file, as DatasetCatalog.get under ranks
         view = concat_records([mapped.subset(np.arange(0, 2_000, 3)), mapped.subset([1])])
         data = _forking_dumps(view)
         sizes.append(len(data))
@@ -141,10 +135,10 @@ def test_views_pickle_to_processes_by_reference_to_the_mapped_base():
 
         clone = ForkingPickler.loads(data)
         assert _ids(clone) == _ids(view)
-        owner, clone_owner = mapped._shared_owner, clone.bases[0]._shared_owner
+        owner, clone_owner = mapped.owner, clone.bases[0].owner
         # the same memory file, mapped again: not a copy of its bytes
         assert (clone_owner.device, clone_owner.inode) == (owner.device, owner.inode)
-    assert sizes[0] < 8_000 and sizes[1] < 8_000, sizes  # the index went to shared memory
+    assert sizes[0] < 8_000 and sizes[1] < 8_000, sizes  # the index, not the records
     assert abs(sizes[0] - sizes[1]) < 512, sizes  # independent of the records' bytes
 
 
@@ -153,9 +147,9 @@ def test_views_share_a_private_base_once_through_shared_memory():
     view = sl.subset(list(range(0, 50, 2)))
     data = _forking_dumps(view)
     assert len(data) < 4_000 < sl.buffer.nbytes
-    assert sl._shared_owner is not None  # the base itself moved once into shared memory
+    assert sl.owner is not None  # the base itself moved once into shared memory
     again = _forking_dumps(view.subset([0]))
-    assert len(again) < 4_000 and sl._shared_owner.tensors[0].is_shared()
+    assert len(again) < 4_000 and sl.owner.tensors[0].is_shared()
 
 
 class _Probe(Dataset):
@@ -168,7 +162,7 @@ class _Probe(Dataset):
         return len(self.records)
 
     def __getitem__(self, index: int) -> dict:
-        owners = [b._shared_owner for b in self.records.bases]
+        owners = [b.owner for b in self.records.bases]
         return {
             "i": self.records[index]["i"],
             "view": type(self.records).__name__,
@@ -187,7 +181,7 @@ def _collate(batch):
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_views_work_in_dataloader_workers(context):
-    mapped, _, _ = publish_records(SerializedList(_records(10), name="a"))
+    mapped, _ = publish_records(SerializedList(_records(10), name="a"))
     private = SerializedList(_records(6, start=10), name="b")
     view = concat_records([mapped.subset([9, 3, 0]), private.subset([5, 0])], name="ab")
     loader = DataLoader(
@@ -201,21 +195,12 @@ def test_views_work_in_dataloader_workers(context):
     assert [item["i"] for item in items] == [9, 3, 0, 15, 10]
     assert {item["view"] for item in items} == {"SerializedListView"}
     assert all(item["pid"] != os.getpid() for item in items)
-    inode = mapped._shared_owner.inode
+    inode = mapped.owner.inode
     for item in items:
         assert item["inodes"][0] == inode  # the very memory file, inherited or re-mapped
     if context == "spawn":
         # the private base moved once into shared memory, which workers attach to
         assert all(item["tensors_shared"][1] for item in items)
-        assert private._shared_owner is not None
+        assert private.owner is not None
     else:
-        assert private._shared_owner is None  # fork: inherited, nothing moved
-
-
-def test_torch_shared_index_survives_the_round_trip():
-    sl = SerializedList(_records(100))
-    view = sl.subset(np.tile(np.arange(100), 200))  # 80 kB index: shared, not pickled
-    view.share_memory()
-    assert isinstance(view._index_owner, torch.Tensor) and view._index_owner.is_shared()
-    assert _ids(view)[:3] == [0, 1, 2] and len(view) == 20_000
-    assert view.index.dtype == np.int32  # 4 bytes per record below 2**31 records
+        assert private.owner is None  # fork: inherited, nothing moved

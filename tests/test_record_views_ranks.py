@@ -52,7 +52,7 @@ def _rank_filters_two_datasets(rank: int, world: int) -> dict:
         "index_nbytes": view.index_nbytes,
         "grown": grown,
         "ids": [view[k]["image_id"] for k in _POSITIONS],
-        "inodes": [base._shared_owner.inode for base in view.bases],
+        "inodes": [base.owner.inode for base in view.bases],
         "same_bases": [x is y for x, y in zip(view.bases, (a, b), strict=True)],
     }
 

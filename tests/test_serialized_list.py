@@ -41,9 +41,7 @@ def test_len_index_negative_and_iteration():
     assert sl[np.int64(2)]["i"] == 2
     assert _ids(sl) == [0, 1, 2, 3, 4]
     assert sl.to_list() == _records(5)
-    assert sl.nbytes == (
-        sl.buffer.nbytes + sl.ends.nbytes + sl.columns.nbytes + sl.annotation_columns.nbytes
-    )
+    assert sl.nbytes == sl.buffer.nbytes + sl.ends.nbytes + sl.columns.nbytes
     assert "toy" in repr(sl)
 
 
@@ -98,13 +96,11 @@ def test_buffer_is_read_only():
         sl.columns.heights[0] = 5
 
 
-def test_non_dict_items_are_stored_as_given():
-    # detectron2's DatasetFromList serializes any picklable item (issue 11, item 3); this
-    # used to raise TypeError.
+def test_non_dict_items_are_stored_as_data():
+    # any data item is stored (issue 11, item 3); a tuple comes back as a list
     items = [{"a": 1, "height": 3}, (1, "x"), [3], "s", None, {"annotations": "odd"}]
     sl = SerializedList(items, name="mixed")
-    assert sl.to_list() == items
-    assert [type(x) for x in sl] == [type(x) for x in items]
+    assert sl.to_list() == [items[0], [1, "x"], *items[2:]]
     assert sl.columns.heights.tolist() == [3, -1, -1, -1, -1, -1]
     assert sl.columns.num_annotations().tolist() == [0] * 6
 
@@ -242,7 +238,7 @@ def test_copy_constructor_and_pickle_roundtrip():
 
 
 def test_progress_bar_and_size_logged(capsys, caplog):
-    with caplog.at_level(logging.DEBUG, logger="catalog.serialized_list"):
+    with caplog.at_level(logging.DEBUG, logger="catalog.storage.records"):
         SerializedList(_records(50), name="bar", progress=True)
     assert "serializing bar" in capsys.readouterr().err
     assert any("MiB" in r.getMessage() and "bar" in r.getMessage() for r in caplog.records)
@@ -264,7 +260,7 @@ class _Probe(Dataset):
         return len(self.records)
 
     def __getitem__(self, index: int) -> dict:
-        owner = self.records._shared_owner
+        owner = self.records.owner
         shared = owner is not None and all(t.is_shared() for t in owner.tensors)
         info = torch.utils.data.get_worker_info()
         return {
@@ -295,22 +291,49 @@ def test_dataloader_workers_share_the_buffer(context):
         i % 4 for i in range(12)
     ]
     if context == "fork":
-        assert sl._shared_owner is None  # fork: pages inherited, nothing copied or moved
+        assert sl.owner is None  # fork: pages inherited, nothing copied or moved
     else:
         # spawn / forkserver: the buffer was moved once into shared memory, which the
         # workers attach to instead of unpickling a private copy.
         assert all(item["shared"] for item in items)
-        assert sl._shared_owner is not None and all(t.is_shared() for t in sl._shared_owner.tensors)
+        assert sl.owner is not None and all(t.is_shared() for t in sl.owner.tensors)
 
 
 @pytest.mark.parametrize("annotations", [7, 2.5, None, "ab", {"category_id": 1}, True])
-@pytest.mark.parametrize("columnar", [False, True])
-def test_records_whose_annotations_are_not_a_list_are_stored_as_they_are(annotations, columnar):
+def test_records_whose_annotations_are_not_a_list_are_stored_as_they_are(annotations):
     # Was: an int or float "annotations" value raised a bare TypeError while the sampler
     # columns were filled. Such a record has no annotations for the columns, and reads back.
     records = [{"height": 2, "annotations": annotations}, {"annotations": [{"category_id": 4}]}]
-    data = SerializedList(records, columnar=columnar)
+    data = SerializedList(records)
     assert data.to_list() == records
     assert data.columns.category_ids.tolist() == [4]
     assert data.columns.category_offsets.tolist() == [0, 0, 1]
     assert data.columns.heights.tolist() == [2, -1]
+
+
+def test_numpy_fields_round_trip_and_other_objects_are_a_typed_error():
+    from catalog import BoxMode, RecordFormatError
+
+    proposals = np.arange(8, dtype=np.float32).reshape(2, 4)
+    records = [{"proposal_boxes": proposals, "ids": np.int64(3), "mode": BoxMode.XYWH_ABS}]
+    back = SerializedList(records)[0]
+    assert back["proposal_boxes"].dtype == np.float32
+    assert np.array_equal(back["proposal_boxes"], proposals)
+    assert back["ids"] == 3 and back["mode"] == BoxMode.XYWH_ABS == 1
+    back["proposal_boxes"][0, 0] = 9  # a writable array of its own
+    with pytest.raises(RecordFormatError, match=r"'objs', record 1, key \['annotations'\]\[0\]"):
+        SerializedList([{}, {"annotations": [object()]}], name="objs")
+    with pytest.raises(RecordFormatError, match="dtype"):
+        SerializedList([{"x": np.array(["a"])}])
+
+
+def test_decoding_refuses_unknown_extensions_and_malformed_arrays():
+    import msgspec
+
+    from catalog.storage.records import decode
+
+    with pytest.raises(ValueError):
+        decode(msgspec.msgpack.encode(msgspec.msgpack.Ext(7, b"")))
+    bad = msgspec.msgpack.encode(["|O", [1], b"12345678"])
+    with pytest.raises(ValueError):
+        decode(msgspec.msgpack.encode(msgspec.msgpack.Ext(1, bad)))

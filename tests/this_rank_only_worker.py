@@ -1,7 +1,7 @@
 """A rank function for tests/test_lightning.py (kept apart so spawned ranks import no Lightning).
 
 Lightning's ``prepare_data`` pattern: rank 0 loads a dataset alone inside
-``catalog.local_share.this_rank_only()`` while rank 1 waits in a barrier; then every rank gets
+``catalog.storage.sharing.this_rank_only()`` while rank 1 waits in a barrier; then every rank gets
 the dataset, shared across the local ranks.
 """
 
@@ -20,7 +20,7 @@ def prepare_then_share(rank: int, world_size: int) -> tuple[int, int, bool]:
     import torch.distributed as dist
 
     from catalog import DatasetCatalog
-    from catalog.local_share import this_rank_only
+    from catalog.storage.sharing import this_rank_only
 
     DatasetCatalog.register("prepare_toy", toy_records)
     prepared = -1

@@ -1,4 +1,4 @@
-"""What a cache hit costs: the entry's MAC check and the source file's content digest.
+"""What a cache hit costs: the entry's checksum and the source file's content digest.
 
 Usage:
     python tools/bench_cache.py                 # a ~300 MB entry and a 300 MB source file
@@ -6,10 +6,10 @@ Usage:
 
 Prints, best of ``--repeat`` runs (files in the page cache):
 
-- ``store``: writing and signing (HMAC-SHA256) the entry;
-- ``hit``: ``DiskCache.load``: open, HMAC-SHA256 of the whole entry, map, header;
-- ``hmac_sha256`` / ``crc32_payload``: the MAC alone, and the payload CRC-32 that a hit
-  checked before the MAC replaced it, each on a fresh mapping of the entry;
+- ``store``: writing the entry (data-only records, CRC-32 computed while writing);
+- ``hit``: ``DiskCache.load``: open, header, CRC-32 of the whole entry, map;
+- ``crc32_entry`` / ``blake2b_entry``: the CRC-32 alone, and a blake2b digest for
+  comparison, each on a fresh mapping of the entry;
 - ``digest_*``: a streaming hash of the source file in 4 MiB chunks (zlib.crc32, which the
   key uses, blake2b, sha256), and ``key_build``: ``CacheKey.build`` on it.
 """
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import hmac
 import mmap
 import os
 import sys
@@ -29,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from catalog import SerializedList
-from catalog.disk_cache import CacheKey, DiskCache, load_secret
+from catalog.storage.cache import CacheKey, DiskCache
 from tools._bench_common import HelpFormatter, add_json_argument, write_json_results
 
 __all__ = ["main"]
@@ -89,7 +88,6 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="catmap-bench-cache-") as tmp:
         root = Path(tmp)
-        os.environ.setdefault("CATMAP_CACHE_KEY_FILE", str(root / "cache.key"))
         source = root / "source.bin"
         block = os.urandom(2**20)
         with open(source, "wb") as f:
@@ -108,13 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         entry = cache.path_of(key)
         results["entry_mb"] = entry.stat().st_size / 1e6
         results["hit"] = _best(lambda: cache.load(key), args.repeat)
-        secret = load_secret()
-        results["hmac_sha256"] = _best(
-            lambda: _on_fresh_map(entry, lambda v: hmac.new(secret, v, hashlib.sha256).digest()),
-            args.repeat,
+        results["crc32_entry"] = _best(
+            lambda: _on_fresh_map(entry, lambda v: zlib.crc32(v[28:])), args.repeat
         )
-        results["crc32_payload"] = _best(
-            lambda: _on_fresh_map(entry, lambda v: zlib.crc32(v[4096:])), args.repeat
+        results["blake2b_entry"] = _best(
+            lambda: _on_fresh_map(entry, lambda v: hashlib.blake2b(v[28:]).digest()), args.repeat
         )
         results["source_mb"] = source.stat().st_size / 1e6
         results["digest_crc32"] = _best(lambda: _crc_file(source), args.repeat)

@@ -202,9 +202,8 @@ def _read_every_record(layout: str, dataset: Any) -> int:
 
 def _touch_arrays(records: Any) -> int:
     """Read one byte of every page of a SerializedList's arrays (no copy)."""
-    buffer, ends, columns, annotations = records.storage()
     total = 0
-    for array in (buffer, ends, *columns.arrays(), *annotations.arrays()):
+    for array in (records.buffer, records.ends, *records.columns.arrays()):
         raw = np.frombuffer(memoryview(array).cast("B"), dtype=np.uint8) if array.size else None
         if raw is not None:
             total += int(raw[::4096].sum())

@@ -4,12 +4,11 @@ Builds N synthetic detectron2 records (about 7 annotations each, every one with 
 polygon) and measures, for each way of holding them, in one run:
 
 * build seconds: from the in-memory list of dicts to the structure (``serialized_list``:
-  the default, every record pickled whole; ``serialized_columnar``: ``columnar=True``,
-  annotation numbers in exact columns, about half the bytes);
+  every record encoded data-only with msgpack);
 * bytes: the serialized buffer (plus offsets and columns), or for the plain list the memory
   its Python objects take (USS growth while generating them);
 * ``pickle_each``: only ``pickle.dumps`` of every record into a list of bytes, the floor of
-  any build that pickles records one by one (mmengine's, and catmap's default);
+  any build that pickles records one by one (mmengine's);
 * median get latency: ``structure[i]`` for random i (mmengine: ``get_data_info(i)``);
 * summed PSS and USS of the main process plus 4 DataLoader workers (fork) after one pass
   over all records, and the same for 5 idle interpreters (an empty dataset) as reference.
@@ -54,7 +53,6 @@ logger = logging.getLogger(__name__)
 APPROACHES = (
     "idle",
     "serialized_list",
-    "serialized_columnar",
     "mmengine",
     "pickle_each",
     "plain_list",
@@ -200,10 +198,9 @@ def _run_child(kind: str, n: int, workers: int, gets: int, batch_size: int) -> d
     records = list(synthetic_records(n))
     list_bytes = _uss() - uss_before
     out: dict[str, Any] = {"kind": kind, "n": n}
-    if kind in ("serialized_list", "serialized_columnar"):
-        columnar = kind == "serialized_columnar"
+    if kind == "serialized_list":
         start = time.perf_counter()
-        data = SerializedList(records, name="bench", progress=False, columnar=columnar)
+        data = SerializedList(records, name="bench", progress=False)
         out["build_seconds"] = time.perf_counter() - start
         out["bytes"] = data.nbytes
         start = time.perf_counter()
@@ -317,14 +314,6 @@ def _report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str
                 f"pickling each record alone takes {floor['build_seconds']:.2f} s: a build that "
                 "pickles records one by one is at most "
                 f"{mm['build_seconds'] / floor['build_seconds']:.2f}x faster than mmengine's"
-            )
-        columnar = results.get("serialized_columnar")
-        if columnar:
-            lines.append(
-                "SerializedList(columnar=True), annotation numbers as columns: build speed-up "
-                f"vs mmengine {mm['build_seconds'] / columnar['build_seconds']:.2f}x, buffer / "
-                f"mmengine's {columnar['bytes'] / mm['bytes']:.2f}, median get / mmengine's "
-                f"{columnar['median_get_ns'] / mm['median_get_ns']:.2f}"
             )
     elif ours:
         lines.append("mmengine not installed: its row and ratios are skipped")

@@ -6,17 +6,15 @@ Usage:
     python tools/cache.py clear --stale           # only entries that can no longer be used
     python tools/cache.py clear --name coco_train # only one dataset's entries
     python tools/cache.py --dir /scratch/catmap list
-    python tools/cache.py --shared --dir /team/cache list   # a shared (team) cache
 
 The directory is ``$CATMAP_CACHE_DIR`` (default ``~/.cache/catmap``) unless ``--dir`` is given.
 An entry is *stale* when a source file changed or vanished, it was written by another catmap
 version, or its header is unreadable; stale entries are never served.
 
-The tool follows the cache's rules: it reads only entry headers (never pickled data), opens
-them without following symlinks or blocking on FIFOs, refuses a directory that another user
-owns or that group or others can write (exit status 1, with the reason) unless ``--shared``
-(or ``CATMAP_CACHE_SHARED=1``) is given, and in a shared cache clears only this user's
-entries.
+The tool follows the cache's rules: it reads only entry headers (data-only), opens them
+without following symlinks or blocking on FIFOs, lists an odd or planted file with the reason
+instead of stopping, and refuses a directory that another user owns or that group or others
+can write (exit status 1, with the reason). The shared team cache mode is removed.
 """
 
 from __future__ import annotations
@@ -26,7 +24,8 @@ import datetime
 import logging
 import sys
 
-from catalog.disk_cache import CacheEntry, CacheError, DiskCache
+from catalog.errors import CacheError
+from catalog.storage.cache import CacheEntry, DiskCache
 from tools._bench_common import HelpFormatter
 
 __all__ = ["format_entries", "main"]
@@ -83,12 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dir", help="cache directory (default: $CATMAP_CACHE_DIR or ~/.cache/catmap)"
     )
-    parser.add_argument(
-        "--shared",
-        action="store_true",
-        default=None,
-        help="accept a directory of other users (a team cache; default: $CATMAP_CACHE_SHARED)",
-    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="list the entries")
     clear = sub.add_parser("clear", help="delete entries")
@@ -97,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        cache = DiskCache(args.dir, shared=args.shared)
+        cache = DiskCache(args.dir)
         if args.command == "list":
             entries = cache.entries()
             print(f"cache directory: {cache.directory}")

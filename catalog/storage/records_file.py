@@ -1,0 +1,311 @@
+"""The records file: a SerializedList in one file (a cache entry, or another rank's memory
+file), memory-mapped back so every process shares the same pages.
+
+Layout (little-endian)::
+
+    0   magic b"CATMAPR1", u64 header length, u64 payload length, u32 CRC-32 of the rest
+    28  header: msgpack (data-only) dict: name, num_records, key, extra, created, arrays
+    ... zero padding to 4096 bytes, then the payload: the record buffer, its offsets and the
+        five column arrays, each on a 64-byte boundary
+
+The CRC-32 covers header, padding and payload: a torn or partial file fails it and is
+rebuilt (it guards against accidents, not against someone who can write the file: the cache
+directory is private). Files are never truncated in place (replaced by rename, removed by
+unlink), so a mapping never faults, except if this very user truncates an entry by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import stat as stat_module
+import struct
+import time
+import zlib
+from collections.abc import Mapping
+from typing import Any, BinaryIO
+
+import msgspec
+import numpy as np
+
+from ..errors import CacheError
+from ..version import __version__
+from .records import RecordColumns, SerializedList, decode, encode
+
+__all__ = [
+    "CacheCorruptError",
+    "FileRemapper",
+    "MappedFile",
+    "UnsafeEntryError",
+    "open_entry",
+    "read_header",
+    "write_records",
+]
+
+logger = logging.getLogger(__name__)
+
+_MAGIC = b"CATMAPR1"
+_PREAMBLE = struct.Struct("<8sQQI")
+_PAYLOAD_ALIGN = 4096
+_ARRAY_ALIGN = 64
+_MAX_HEADER = 64 * 2**20
+_ARRAYS = {
+    "buffer": np.dtype("<u1"),
+    "ends": np.dtype("<i8"),
+    "heights": np.dtype("<i4"),
+    "widths": np.dtype("<i4"),
+    "category_ids": np.dtype("<i4"),
+    "iscrowd": np.dtype("<u1"),
+    "category_offsets": np.dtype("<i8"),
+}
+_SAFE_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class CacheCorruptError(CacheError):
+    """A records file failed its checks (truncated, wrong checksum, malformed header)."""
+
+
+class UnsafeEntryError(CacheError):
+    """A cache path is not a regular file of this user that others cannot write (a FIFO,
+    symlink, directory, another user's file): it is not read."""
+
+
+def _align(value: int, alignment: int) -> int:
+    return -(-value // alignment) * alignment
+
+
+def write_records(
+    out: BinaryIO,
+    records: SerializedList,
+    *,
+    key: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> int:
+    """Write ``records`` and the data-only ``extra`` dict to a seekable binary file; returns
+    the bytes written (TypeError when ``key`` or ``extra`` is not data).
+
+    Example:
+        >>> import io
+        >>> buf = io.BytesIO(); n = write_records(buf, SerializedList([{"a": 1}]))
+        >>> n == len(buf.getvalue())
+        True
+    """
+    arrays = [records.buffer, records.ends, *records.columns.arrays()]
+    table, offset = [], 0
+    for name, arr in zip(_ARRAYS, arrays, strict=True):
+        offset = _align(offset, _ARRAY_ALIGN)
+        table.append([name, offset, int(arr.size)])
+        offset += int(arr.nbytes)
+    header = encode({
+        "name": (key or {}).get("name", records.name), "num_records": len(records),
+        "key": dict(key or {}),
+        "extra": dict(extra or {}), "created": time.time(), "version": __version__,
+        "arrays": table,
+    })  # fmt: skip
+    start = _align(_PREAMBLE.size + len(header), _PAYLOAD_ALIGN)
+    out.write(bytes(_PREAMBLE.size))
+    crc = 0
+    position = _PREAMBLE.size
+    for piece_offset, piece in [(_PREAMBLE.size, header)] + [
+        (start + spec[1], memoryview(np.ascontiguousarray(arr, _ARRAYS[spec[0]])).cast("B"))
+        for spec, arr in zip(table, arrays, strict=True)
+    ]:
+        for chunk in (bytes(piece_offset - position), piece):
+            out.write(chunk)
+            crc = zlib.crc32(chunk, crc)
+        position = piece_offset + len(piece)
+    out.seek(0)
+    out.write(_PREAMBLE.pack(_MAGIC, len(header), position - start, crc))
+    out.seek(0, os.SEEK_END)
+    return position
+
+
+def read_header(fd: int, where: str) -> tuple[dict[str, Any], int, int, int]:
+    """``(header, payload start, payload length, stored CRC-32)`` of the file behind ``fd``,
+    payload unread (CacheCorruptError: not a records file, wrong size, malformed header)."""
+    size = os.fstat(fd).st_size
+    head = os.pread(fd, _PREAMBLE.size, 0)
+    if len(head) < _PREAMBLE.size:
+        raise CacheCorruptError(f"{where}: {size} bytes, too short for a catmap records file")
+    magic, header_len, payload_len, crc = _PREAMBLE.unpack(head)
+    if magic != _MAGIC:
+        raise CacheCorruptError(f"{where}: not a catmap records file (magic {magic!r})")
+    start = _align(_PREAMBLE.size + header_len, _PAYLOAD_ALIGN)
+    if header_len > _MAX_HEADER or size != start + payload_len:
+        raise CacheCorruptError(
+            f"{where}: the file is {size} bytes but its preamble says {start + payload_len} "
+            "(truncated or overwritten)"
+        )
+    try:
+        header = decode(os.pread(fd, header_len, _PREAMBLE.size))
+    except (msgspec.DecodeError, ValueError, TypeError) as exc:
+        raise CacheCorruptError(f"{where}: malformed header ({exc})") from exc
+    if not isinstance(header, dict) or not isinstance(header.get("extra"), dict):
+        raise CacheCorruptError(f"{where}: malformed header")
+    return header, start, payload_len, crc
+
+
+def open_entry(name: str | os.PathLike[str], *, dir_fd: int | None = None) -> int:
+    """Open a records file without following a symlink or blocking; anything but a regular
+    file of this user that others cannot write raises :class:`UnsafeEntryError`.
+
+    Example:
+        >>> import os, tempfile
+        >>> d = tempfile.mkdtemp(); os.mkfifo(os.path.join(d, "f"))
+        >>> open_entry(os.path.join(d, "f"))
+        Traceback (most recent call last):
+        catalog.storage.records_file.UnsafeEntryError: ... is not a regular file; not read
+    """
+    where = os.fspath(name)
+    try:
+        fd = os.open(name, _SAFE_OPEN, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: a symlink
+            raise UnsafeEntryError(f"{where} is a symbolic link; not followed") from exc
+        raise
+    st = os.fstat(fd)
+    problem = None
+    if not stat_module.S_ISREG(st.st_mode):
+        problem = "is not a regular file"
+    elif st.st_uid != os.getuid():
+        problem = f"belongs to uid {st.st_uid}, not to this user"
+    elif st.st_mode & 0o022:
+        problem = f"has mode {st.st_mode & 0o777:o}: group or others can write it"
+    if problem is not None:
+        os.close(fd)
+        raise UnsafeEntryError(f"{where} {problem}; not read")
+    return fd
+
+
+class MappedFile:
+    """An open, read-only mapping of a records file: the owner of the records' arrays.
+
+    Takes over ``fd`` only when the constructor returns (when it raises, the caller still
+    owns it) and keeps it open, so other processes of the machine can map the same file
+    through ``/proc/<pid>/fd/<fd>``.
+
+    Example:
+        >>> import os, tempfile
+        >>> p = os.path.join(tempfile.mkdtemp(), "x.catmap")
+        >>> with open(p, "wb") as f: _ = write_records(f, SerializedList([{"a": 1}]))
+        >>> m = MappedFile(os.open(p, os.O_RDONLY), p, verify=True); m.records("x")[0]
+        {'a': 1}
+    """
+
+    fd: int = -1
+
+    def __init__(self, fd: int, where: str, *, verify: bool, path: str | None = None) -> None:
+        header, start, payload_len, crc = read_header(fd, where)
+        st = os.fstat(fd)
+        mapping = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
+        try:
+            if verify and zlib.crc32(memoryview(mapping)[_PREAMBLE.size :]) != crc:
+                raise CacheCorruptError(f"{where}: checksum mismatch (a torn or damaged file)")
+            self.arrays = self._arrays(mapping, header, start, payload_len, where)
+        except BaseException:
+            mapping.close()
+            raise
+        self.header, self.where, self.path = header, where, path
+        self.size, self.device, self.inode, self.crc = st.st_size, st.st_dev, st.st_ino, crc
+        self._mmap = mapping
+        self.fd = fd
+
+    @staticmethod
+    def _arrays(
+        mapping: mmap.mmap, header: dict[str, Any], start: int, payload_len: int, where: str
+    ) -> dict[str, np.ndarray]:
+        table = header.get("arrays")
+        if not isinstance(table, list) or [
+            spec[0] if isinstance(spec, list) and len(spec) == 3 else None for spec in table
+        ] != list(_ARRAYS):
+            raise CacheCorruptError(f"{where}: malformed array table")
+        for name, offset, count in table:  # all checked before any array holds the mapping
+            if not (type(offset) is int and type(count) is int and offset >= 0 and count >= 0
+                    and offset + count * _ARRAYS[name].itemsize <= payload_len):  # fmt: skip
+                raise CacheCorruptError(f"{where}: malformed array table entry {name!r}")
+        return {
+            name: np.frombuffer(mapping, dtype=_ARRAYS[name], count=count, offset=start + offset)
+            for name, offset, count in table
+        }
+
+    def records(self, name: str | None) -> SerializedList:
+        """The records, backed by the mapping; spawn workers re-map the same file."""
+        a = self.arrays
+        try:
+            columns = RecordColumns(
+                a["heights"], a["widths"], a["category_ids"], a["iscrowd"], a["category_offsets"]
+            )
+            return SerializedList.from_arrays(
+                a["buffer"], a["ends"], columns, name=name, reopen=FileRemapper(self, name),
+                owner=self,
+            )  # fmt: skip
+        except ValueError as exc:
+            raise CacheCorruptError(f"{self.where}: inconsistent arrays ({exc})") from exc
+
+    def __del__(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:  # pragma: no cover - interpreter shutdown
+                pass
+
+
+class FileRemapper:
+    """A picklable callable mapping the same file in another process of this machine:
+    through ``/proc/<pid>/fd/<fd>`` (checked by device and inode), else by path (a cache
+    entry, checked by size and checksum)."""
+
+    def __init__(self, owner: MappedFile | None, name: str | None, remote: tuple | None = None):
+        self._owner, self._name = owner, name
+        if remote is None and owner is not None:
+            remote = (os.getpid(), owner.fd, owner.device, owner.inode, owner.path,
+                      owner.size, owner.crc)  # fmt: skip
+        self._remote = remote
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FileRemapper, (None, self._name, self._remote))
+
+    def __call__(self) -> SerializedList:
+        if self._owner is not None:
+            return self._owner.records(self._name)
+        return remap(*self._remote, name=self._name)  # type: ignore[misc]
+
+
+def remap(
+    pid: int, fd: int, device: int, inode: int, path: str | None, size: int, crc: int,
+    *, name: str | None,
+) -> SerializedList:  # fmt: skip
+    """Map the records file process ``pid`` holds open as ``fd`` (see FileRemapper);
+    CacheError when neither the descriptor nor the path gives the same file."""
+    proc = f"/proc/{pid}/fd/{fd}"
+    tried = []
+    try:
+        new_fd = os.open(proc, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        st = os.fstat(new_fd)
+        if (st.st_dev, st.st_ino) == (device, inode):
+            return _map_or_close(new_fd, proc, verify=False, path=path).records(name)
+        os.close(new_fd)
+        tried.append(f"{proc} is another file")
+    except OSError as exc:
+        tried.append(f"{proc}: {exc}")
+    if path is not None:
+        try:
+            new_fd = open_entry(path)
+        except OSError as exc:
+            tried.append(f"{path}: {exc}")
+        else:
+            mapped = _map_or_close(new_fd, path, verify=True, path=path)
+            if (mapped.size, mapped.crc) == (size, crc):
+                return mapped.records(name)
+            tried.append(f"{path} was replaced by another file")
+    raise CacheError(f"cannot re-map the records of {name!r}: " + "; ".join(tried))
+
+
+def _map_or_close(fd: int, where: str, **kwargs: Any) -> MappedFile:
+    try:
+        return MappedFile(fd, where, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
