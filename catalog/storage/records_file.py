@@ -16,6 +16,7 @@ unlink), so a mapping never faults, except if this very user truncates an entry 
 
 from __future__ import annotations
 
+import functools
 import logging
 import mmap
 import os
@@ -35,7 +36,6 @@ from .records import RecordColumns, SerializedList, decode, encode
 
 __all__ = [
     "CacheCorruptError",
-    "FileRemapper",
     "MappedFile",
     "UnsafeEntryError",
     "open_entry",
@@ -230,15 +230,17 @@ class MappedFile:
         }
 
     def records(self, name: str | None) -> SerializedList:
-        """The records, backed by the mapping; spawn workers re-map the same file."""
+        """The records, backed by the mapping; spawn workers re-map the same file (through
+        ``/proc/<pid>/fd/<fd>``, else by path) instead of receiving a copy."""
         a = self.arrays
         try:
             columns = RecordColumns(
                 a["heights"], a["widths"], a["category_ids"], a["iscrowd"], a["category_offsets"]
             )
             return SerializedList.from_arrays(
-                a["buffer"], a["ends"], columns, name=name, reopen=FileRemapper(self, name),
-                owner=self,
+                a["buffer"], a["ends"], columns, name=name, owner=self, reopen=functools.partial(
+                    remap, os.getpid(), self.fd, self.device, self.inode, self.path, self.size,
+                    self.crc, name=name),
             )  # fmt: skip
         except ValueError as exc:
             raise CacheCorruptError(f"{self.where}: inconsistent arrays ({exc})") from exc
@@ -252,33 +254,13 @@ class MappedFile:
                 pass
 
 
-class FileRemapper:
-    """A picklable callable mapping the same file in another process of this machine:
-    through ``/proc/<pid>/fd/<fd>`` (checked by device and inode), else by path (a cache
-    entry, checked by size and checksum)."""
-
-    def __init__(self, owner: MappedFile | None, name: str | None, remote: tuple | None = None):
-        self._owner, self._name = owner, name
-        if remote is None and owner is not None:
-            remote = (os.getpid(), owner.fd, owner.device, owner.inode, owner.path,
-                      owner.size, owner.crc)  # fmt: skip
-        self._remote = remote
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (FileRemapper, (None, self._name, self._remote))
-
-    def __call__(self) -> SerializedList:
-        if self._owner is not None:
-            return self._owner.records(self._name)
-        return remap(*self._remote, name=self._name)  # type: ignore[misc]
-
-
 def remap(
     pid: int, fd: int, device: int, inode: int, path: str | None, size: int, crc: int,
     *, name: str | None,
 ) -> SerializedList:  # fmt: skip
-    """Map the records file process ``pid`` holds open as ``fd`` (see FileRemapper);
-    CacheError when neither the descriptor nor the path gives the same file."""
+    """Map the records file process ``pid`` holds open as ``fd`` (checked by device and
+    inode), else the file at ``path`` (checked by size and checksum); CacheError when neither
+    gives the same file."""
     proc = f"/proc/{pid}/fd/{fd}"
     tried = []
     try:
