@@ -48,9 +48,14 @@ from catalog.config_values import is_config_container, plain_container, plain_na
 from catalog.errors import missing_dependency
 from catalog.local_share import this_rank_only
 
+from catalog import DatasetCatalog
+from catalog.detection_dicts import get_detection_dataset_dicts
+
+from .build import build_detection_test_loader, build_detection_train_loader
 from .distributed import get_rank, get_world_size
 from .errors import NotResumableError, SamplerStateError
-from .state_fields import check_int
+from .registry import build_train_sampler
+from .state import check_int
 
 try:
     from lightning.pytorch import LightningDataModule
@@ -183,24 +188,20 @@ class CatmapDataModule(LightningDataModule):
     def prepare_data(self) -> None:
         """Load the file-backed datasets once on this rank, filling the on-disk cache, without
         any collective (Lightning runs this on local rank 0 only)."""
-        from catalog import DatasetCatalog
 
         for name in self._names():
             if name in DatasetCatalog and DatasetCatalog.entry(name).source_files:
                 DatasetCatalog.get(name)  # inside this_rank_only (see __init_subclass__)
 
     def _build_train_loader(self) -> Any:
-        from .loader import build_detection_train_loader
 
         dataset = self.train_dataset
         sampler = self.sampler
         if sampler is not None:
             if isinstance(dataset, str) or self._names():
-                from catalog.detection_dicts import get_detection_dataset_dicts
 
                 dataset = get_detection_dataset_dicts(self._names())
             if isinstance(sampler, (str, Mapping)):
-                from .registry import build_train_sampler
 
                 sampler = build_train_sampler(sampler, dataset)
             elif callable(sampler):
@@ -241,7 +242,6 @@ class CatmapDataModule(LightningDataModule):
         empty list when no ``val_dataset`` was given."""
         if self.val_dataset is None:
             return []
-        from .loader import build_detection_test_loader
 
         return build_detection_test_loader(
             self.val_dataset, mapper=self.val_mapper, batch_size=self.val_batch_size

@@ -32,11 +32,14 @@ from catalog.validation import (
     validator,
 )
 
-from .concat import ConcatSampler
 from .errors import SamplerConfigError
-from .random_subset import RandomSubsetTrainingSampler
-from .repeat_factor import RepeatFactorTrainingSampler, repeat_factors_from_category_frequency
-from .training import TrainingSampler
+from .stream import (
+    ConcatSampler,
+    RandomSubsetTrainingSampler,
+    RepeatFactorTrainingSampler,
+    TrainingSampler,
+    repeat_factors_from_category_frequency,
+)
 
 __all__ = [
     "SAMPLERS",

@@ -35,9 +35,9 @@ from typing import Any
 from catalog.errors import missing_dependency
 
 from .errors import SamplerStateError
-from .sample_seed import SampleSeededDataset, sample_seed
-from .state_fields import MAX_SEED, check_int
-from .worker_seed import WorkerSeeder
+from .build import trivial_batch_collator
+from .loader import ResumableLoader, SampleSeededDataset, WorkerSeeder, sample_seed
+from .state import MAX_SEED, check_int
 
 __all__ = [
     "MapKeys",
@@ -166,9 +166,6 @@ def to_stateful_dataloader(
         stateful.load_state_dict(state)        # in the resumed run, before iter()
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
-
-    from .loader import trivial_batch_collator
-    from .resumable_loader import ResumableLoader
 
     if not isinstance(loader, ResumableLoader) or not loader.sample_seeds:
         raise TypeError(

@@ -33,9 +33,9 @@ from torch.utils.data import Sampler, get_worker_info
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_batch
 
 from catalog.validation import check_float
+from mappers.random_state import sample_seed
 
 from .errors import SamplerConfigError
-from .sample_seed import sample_seed
 from .slab_pool import (
     DEFAULT_SLAB_BYTES,
     ReceivedBatch,

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from samplers.keyed_permutation import KeyedPermutation, keyed_uniform, round_keys
-from samplers.pass_order import ComposedOrder, ExpandedOrder, PermutedOrder, RangeOrder
+from samplers.order import KeyedPermutation, keyed_uniform, round_keys
+from samplers.order import ComposedOrder, ExpandedOrder, PermutedOrder, RangeOrder
 
 SMALL = sorted(
     set(range(1, 130))

@@ -15,7 +15,7 @@ import numpy as np
 
 from catalog.annotation_columns import AnnotationColumns
 from samplers import GroupedBatchSampler, TrainingSampler
-from samplers.state_fields import array_digest
+from samplers.state import array_digest
 
 
 def _peak_bytes(fn) -> int:

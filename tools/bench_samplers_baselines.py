@@ -19,8 +19,8 @@ import torch
 
 from catalog.seeding import numpy_generator
 from samplers import TrainingSampler
-from samplers.keyed_permutation import KeyedPermutation, keyed_bits53
-from samplers.pass_order import ExpandedOrder, PermutedOrder
+from samplers.order import KeyedPermutation, keyed_bits53
+from samplers.order import ExpandedOrder, PermutedOrder
 from samplers.stream import CHUNK
 
 __all__ = [
