@@ -8,8 +8,6 @@ region: the gt boxes of a whole batch are one ``N x 4`` block with per-sample ro
 The main process rebuilds every array as a view of the arena (no copy). Anything else
 (strings, ints, tensor subclasses, objects) stays in the skeleton and is pickled as usual.
 
-Tensors keep their strides where their memory is dense in some dimension order (the CHW view
-of an HWC image that ``DatasetMapper`` returns comes back as the same CHW view of HWC bytes).
 
 Example:
     >>> import numpy as np, torch
@@ -60,7 +58,8 @@ _DTYPE_NAMES = {dtype: name for name, dtype in _TORCH_DTYPES.items()}
 class _Ref:
     """Stands in the skeleton for one array: ``kind`` ("t" torch / "n" numpy), dtype name,
     shape, strides (in elements) and offset in the arena (in elements for torch, bytes for
-    numpy)."""
+    numpy).
+    """
 
     kind: str
     dtype: str
@@ -80,7 +79,8 @@ class _InstancesNode:
 @value_class
 class _StructureNode:
     """Stands in the skeleton for a structure (``Boxes``, ``BitMasks``, ``PolygonMasks`` ...):
-    its class and its attributes, packed like a dict; rebuilt without calling the constructor."""
+    its class and its attributes, packed like a dict; rebuilt without calling the constructor.
+    """
 
     cls: type
     state: dict[str, Any]
@@ -90,11 +90,7 @@ _STRUCTURES = frozenset(TRANSPORTABLE_STRUCTURES)
 
 
 class Region(NamedTuple):
-    """One byte range of the arena: ``rows`` arrays stacked along dimension 0 (worker side).
-
-    ``kind`` is ``"t"`` (torch) or ``"n"`` (numpy); ``shape`` the stacked shape in memory
-    order; ``rows`` the dim-0 size of each array (None: one array, the whole region).
-    """
+    """One byte range of the arena: ``rows`` arrays stacked along dimension 0 (worker side)."""
 
     offset: int
     nbytes: int
@@ -210,12 +206,7 @@ class _Planner:
 
 
 def plan_batch(batch: Any) -> BatchPlan:
-    """Find the arrays of ``batch`` and lay them out in an arena.
-
-    Returns:
-        A :class:`BatchPlan`; ``nbytes`` is the arena size needed (a multiple of
-        ``ALIGNMENT``).
-    """
+    """Find the arrays of ``batch`` and lay them out in an arena."""
     planner = _Planner()
     skeleton = planner.walk(batch, (), 0)
     regions: list[Region] = []
@@ -244,7 +235,8 @@ def plan_batch(batch: Any) -> BatchPlan:
 
 def write_batch(plan: BatchPlan, arena: torch.Tensor, arena_np: np.ndarray) -> None:
     """Copy the arrays of ``plan`` into ``arena`` (a uint8 tensor) / ``arena_np`` (the same
-    bytes as a numpy uint8 array), at the regions' offsets."""
+    bytes as a numpy uint8 array), at the regions' offsets.
+    """
     for region, sources in zip(plan.regions, plan.sources, strict=True):
         start, stop = region.offset, region.offset + region.nbytes
         if region.kind == "t":
@@ -316,9 +308,5 @@ def _fill(node: Any, views: _Views) -> Any:
 def unpack_batch(skeleton: Any, base: np.ndarray) -> Any:
     """Rebuild a batch from its skeleton, every array a view of ``base``, a uint8 array of
     at least the plan's ``nbytes`` (a multiple of ``ALIGNMENT``) bytes.
-
-    Each torch tensor keeps ``base`` alive through ``torch.from_numpy``; each numpy array is a
-    view whose ``.base`` is ``base``. A weak reference to ``base`` therefore dies exactly when
-    nothing of the batch is referenced any more.
     """
     return _fill(skeleton, _Views(base))

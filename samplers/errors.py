@@ -26,9 +26,6 @@ class SamplerError(CatmapError):
 class SamplerErrorWithFields(SamplerError, CatmapErrorWithFields):
     """A SamplerError with keyword fields (:class:`catalog.errors.CatmapErrorWithFields`).
 
-    A subclass names its fields in ``field_names``: they are its keyword arguments, each
-    None by default; the message stays the only positional argument, as torch's worker
-    re-raise (``cls(message)``) needs.
 
     Example:
         >>> err = LoaderTimeoutError("no batch in 5 s", worker_id=1, timeout=5.0)
@@ -43,16 +40,13 @@ class SamplerStateError(SamplerError, ValueError):
 
 
 class ReshardError(SamplerStateError):
-    """A state saved with one rank / world size cannot be continued with another.
-
-    Raised only where the saved state holds per-rank data (e.g. the indices a
-    ``GroupedBatchSampler`` has drawn but not yet batched); plain sampler states re-shard.
-    """
+    """A state saved with one rank / world size cannot be continued with another."""
 
 
 class SamplerConfigError(SamplerError, ValueError, TypeError):
     """A sampler chosen by name from a config has an unknown option or an option of a wrong
-    type or value. It is both a ``ValueError`` and a ``TypeError``."""
+    type or value. It is both a ``ValueError`` and a ``TypeError``.
+    """
 
 
 class NotResumableError(SamplerError, TypeError):
@@ -60,21 +54,12 @@ class NotResumableError(SamplerError, TypeError):
 
 
 class StateMismatchError(SamplerStateError, SamplerErrorWithFields):
-    """A saved state was made by a differently configured sampler or loader.
-
-    ``key`` names the field that differs (e.g. ``"repeat_factors"``, ``"batch_size"``);
-    ``saved`` and ``current`` hold short descriptions of both sides. ``load_state_dict(...,
-    strict=False)`` loads the state anyway.
-    """
+    """A saved state was made by a differently configured sampler or loader."""
 
     field_names = ("key", "saved", "current")
 
 
 class LoaderTimeoutError(SamplerErrorWithFields, TimeoutError):
-    """A loader worker produced nothing within the loader's ``timeout``.
-
-    ``worker_id`` and ``index`` name the worker and the dataset index it was working on,
-    where known; ``timeout`` is the limit in seconds.
-    """
+    """A loader worker produced nothing within the loader's ``timeout``."""
 
     field_names = ("worker_id", "index", "timeout")

@@ -1,5 +1,6 @@
 """Choosing a training sampler by name from a config (a name, a dict or a YAML mapping).
 
+
 Example YAML::
 
     sampler:
@@ -104,7 +105,8 @@ class TrainingSamplerOptions(_BuiltFromSize):
 @attrs.define(kw_only=True, frozen=True)
 class RandomSubsetTrainingSamplerOptions(_BuiltFromSize):
     """Options of ``RandomSubsetTrainingSampler``: ``subset_ratio`` (required, in (0, 1]),
-    ``shuffle``, ``seed_shuffle``, ``seed_subset``."""
+    ``shuffle``, ``seed_shuffle``, ``seed_subset``.
+    """
 
     SAMPLER = RandomSubsetTrainingSampler
     subset_ratio: float = attrs.field(validator=_subset_ratio)
@@ -118,7 +120,8 @@ class RandomSubsetTrainingSamplerOptions(_BuiltFromSize):
 class RepeatFactorTrainingSamplerOptions:
     """Options of ``RepeatFactorTrainingSampler``: exactly one of ``repeat_threshold`` (factors
     from category frequency, with ``sqrt``) and ``times`` (one constant factor, as
-    RepeatDataset); ``shuffle``, ``seed``."""
+    RepeatDataset); ``shuffle``, ``seed``.
+    """
 
     repeat_threshold: float | None = attrs.field(
         default=None, validator=_optional_positive_number
@@ -164,7 +167,8 @@ def _optional_part_configs(instance: Any, attribute: attrs.Attribute, value: Any
 class ConcatSamplerOptions:
     """Options of ``ConcatSampler``: ``sizes`` (required, records of each part, summing to the
     dataset length), ``weights``, ``samplers`` (one sampler config or null per part, built on
-    that part's records), ``shuffle``, ``seed``."""
+    that part's records), ``shuffle``, ``seed``.
+    """
 
     sizes: list[int] = attrs.field(validator=_sizes)
     weights: list[float] | None = attrs.field(default=None, validator=_optional_weights)
@@ -284,22 +288,6 @@ def build_train_sampler(
 ) -> Sampler:
     """Build the training sampler a config names.
 
-    Args:
-        cfg: a registered name, or a mapping with ``name`` (or ``type``) and the options, e.g.
-            ``{"name": "RepeatFactorTrainingSampler", "repeat_threshold": 0.001}`` (what
-            ``yaml.safe_load`` gives for the YAML form).
-        dataset_dicts: the training records (a SerializedList from the catalog or a list).
-        rank, world_size: default from torch.distributed.
-
-    Returns:
-        The sampler.
-
-    Raises:
-        catalog.RegistryKeyError: (a KeyError) the name is not registered; the message lists
-            the registered names.
-        SamplerConfigError: (a ValueError and TypeError) an unknown option, a missing required
-            option, or an option of the wrong type or value; the message names the sampler and
-            the option.
 
     Example:
         >>> s = build_train_sampler({"name": "TrainingSampler", "seed": 3}, [{}] * 5,

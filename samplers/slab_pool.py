@@ -13,6 +13,7 @@ pickled way. Slabs are sparse files: memory is used only up to the largest batch
 a batch larger than a slab grows it (``ftruncate``; the main process maps the larger file
 once).
 
+
 Example:
     >>> pool = SlabPool(2, slab_bytes=1 << 20)
     >>> ticket = pool.assign(generation=1)
@@ -102,7 +103,8 @@ def _receive(token: str, slab: int, serial: int, nbytes: int, skeleton: Any) -> 
 
 class ReceivedBatch:
     """A handle that arrived in the main process. :meth:`unpack` gives the batch; a handle
-    dropped without unpacking (a prefetched batch nobody asked for) frees its slab."""
+    dropped without unpacking (a prefetched batch nobody asked for) frees its slab.
+    """
 
     __slots__ = ("pool", "handle", "__weakref__")
 
@@ -111,11 +113,7 @@ class ReceivedBatch:
         self.handle = handle
 
     def unpack(self) -> Any:
-        """The batch, every array a view of the slab (no copy).
-
-        Raises:
-            TransportError: the handle was unpacked before, or its slab was reclaimed.
-        """
+        """The batch, every array a view of the slab (no copy)."""
         pool, handle = self.pool, self.handle
         if pool is None:
             raise TransportError(f"batch in slab {handle.slab} was already unpacked")
@@ -162,7 +160,8 @@ class SlabWriter:
 
     def write(self, ticket: Ticket | None, batch: Any) -> Any:
         """Write ``batch`` into the ticket's slab and return its :class:`SlabBatch`; without a
-        ticket, or for a batch larger than ``MAX_SLAB_BYTES``, return ``batch`` itself."""
+        ticket, or for a batch larger than ``MAX_SLAB_BYTES``, return ``batch`` itself.
+        """
         if ticket is None:
             return batch
         plan = plan_batch(batch)
@@ -182,20 +181,7 @@ def _open_writer(token: str, dupfds: list[Any]) -> SlabWriter:
 
 
 class SlabPool:
-    """``num_slabs`` shared slabs of ``slab_bytes`` (virtual) each; see the module docstring.
-
-    Args:
-        num_slabs: how many batches can be in flight or held at once before batches fall
-            back to pickling.
-        slab_bytes: initial (sparse) size of each slab; grows per slab when a batch needs it.
-        pin_memory: register each slab's used range with CUDA once (``cudaHostRegister``), so
-            batches are in pinned memory without a per-batch copy. Without CUDA a warning is
-            given and nothing is pinned.
-
-    Raises:
-        TransportError: this platform has no ``memfd_create``.
-        ValueError: ``num_slabs`` < 1 or ``slab_bytes`` < one page.
-    """
+    """``num_slabs`` shared slabs of ``slab_bytes`` (virtual) each; see the module docstring."""
 
     def __init__(self, num_slabs: int, *, slab_bytes: int = DEFAULT_SLAB_BYTES,
                  pin_memory: bool = False) -> None:
@@ -256,7 +242,8 @@ class SlabPool:
 
     def assign(self, generation: int) -> Ticket | None:
         """A free slab for the next batch of iterator ``generation``, or None (the batch then
-        travels pickled)."""
+        travels pickled).
+        """
         with self._lock:
             if self._closed or not self._free:
                 self.fallbacks += 1
@@ -293,7 +280,8 @@ class SlabPool:
 
     def reclaim(self, generation: int) -> int:
         """Free the slabs assigned in ``generation`` whose batch never arrived; call only once
-        the workers of that generation are dead. Returns how many were freed."""
+        the workers of that generation are dead. Returns how many were freed.
+        """
         freed = 0
         with self._lock:
             for slab, state in enumerate(self._state):
@@ -366,7 +354,8 @@ class SlabPool:
 
     def close(self) -> None:
         """Close the pool: free slabs are unmapped now, held ones when their batch dies. The
-        shared files disappear once the workers have exited too."""
+        shared files disappear once the workers have exited too.
+        """
         with self._lock:
             if self._closed:
                 return

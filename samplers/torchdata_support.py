@@ -8,16 +8,6 @@ pixels after a restore differ from the uninterrupted run. The glue here sends ev
 its sample seed, ``sample_seed(seed, global stream position)`` (:mod:`mappers.random_state`),
 exactly as :class:`samplers.ResumableLoader` does:
 
-* :class:`SeededBatchSampler` wraps a catmap batch sampler (``ResumableBatchSampler``,
-  ``GroupedBatchSampler``) and yields batches of ``(index, sample seed)`` keys; it is
-  ``Stateful`` (its state is the wrapped sampler's plus the seed).
-* :func:`to_stateful_dataloader` turns a loader built by ``build_detection_train_loader`` /
-  ``build_batch_data_loader`` into a ``StatefulDataLoader`` over the same records, mapper,
-  sampler and seed: it yields the same batches as the catmap loader, for any ``num_workers``,
-  and after ``load_state_dict`` the batches the uninterrupted run would have yielded.
-* :class:`SampleKeysNode` is the same key stream as a ``torchdata.nodes`` source node (one
-  item per batch, resumable through ``state_dict`` / ``reset``), and :class:`MapKeys` maps a
-  batch of keys (picklable, for ``ParallelMapper`` with thread or process workers).
 
 Example:
     >>> from samplers import TrainingSampler, ResumableBatchSampler
@@ -58,14 +48,6 @@ class SeededBatchSampler:
     """Batches of ``(index, sample_seed(seed, global position))`` keys from a catmap batch
     sampler, for a dataset wrapped in :class:`samplers.SampleSeededDataset`.
 
-    Args:
-        batch_sampler: a batch sampler with ``iter_with_positions()`` (the catmap
-            ``ResumableBatchSampler`` and ``GroupedBatchSampler``).
-        seed: the seed the sample seeds derive from (the sampler's seed keeps the batches
-            equal to ``build_detection_train_loader``'s).
-
-    Raises:
-        TypeError: the batch sampler has no ``iter_with_positions``.
 
     Example:
         >>> from samplers import TrainingSampler, ResumableBatchSampler
@@ -101,13 +83,7 @@ class SeededBatchSampler:
         return {"batch_sampler": self.batch_sampler.state_dict(), "seed": self.seed}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue after the batches drawn when ``state_dict`` was saved.
-
-        Raises:
-            SamplerStateError: the state is not a dict with ``batch_sampler`` and ``seed``, or
-                its seed is out of range (nothing changes then).
-            StateMismatchError / SamplerStateError: raised by the wrapped batch sampler.
-        """
+        """Continue after the batches drawn when ``state_dict`` was saved."""
         if not isinstance(state_dict, dict) or sorted(state_dict) != sorted(_STATE_KEYS):
             keys = sorted(map(str, state_dict)) if isinstance(state_dict, dict) else None
             raise SamplerStateError(
@@ -134,29 +110,6 @@ def to_stateful_dataloader(
 ) -> Any:
     """A torchdata ``StatefulDataLoader`` yielding the batches of a catmap training loader.
 
-    The dataset, batch sampler and seed are taken from ``loader`` (a
-    :class:`samplers.ResumableLoader` from ``build_detection_train_loader`` or
-    ``build_batch_data_loader``); each sample is mapped inside its own
-    ``sample_scope(sample_seed(seed, position))``, so the batches equal the catmap loader's
-    for any ``num_workers`` and continue exactly after ``load_state_dict``. The
-    ``StatefulDataLoader`` then owns the batch sampler: iterate one of the two loaders, not
-    both.
-
-    Args:
-        loader: a catmap training loader (with sample seeds).
-        num_workers: DataLoader workers (default: the catmap loader's).
-        prefetch_factor, persistent_workers, multiprocessing_context: DataLoader options.
-        snapshot_every_n_steps: how often workers' states are snapshotted (1: every batch,
-            so a restore never replays batches).
-        collate_fn: default ``trivial_batch_collator`` (batches are lists of samples).
-
-    Returns:
-        A ``torchdata.stateful_dataloader.StatefulDataLoader``; workers are seeded with
-        :class:`samplers.WorkerSeeder` from (seed, rank, worker id).
-
-    Raises:
-        TypeError: ``loader`` is not a catmap loader with sample seeds (e.g. the test loader).
-        ModuleNotFoundError: torchdata is not installed (``pip install "catmap[torchdata]"``).
 
     Example::
 
@@ -196,13 +149,6 @@ class MapKeys:
     """Map a batch of ``(index, sample seed)`` keys with a dataset (a picklable ``map_fn`` for
     ``torchdata.nodes.ParallelMapper``).
 
-    Args:
-        dataset: a map-style dataset (e.g. a ``MapDataset``); each key is mapped inside its
-            sample's ``sample_scope`` (:class:`samplers.SampleSeededDataset`).
-        seed_globals: also seed ``random`` / ``numpy.random`` / torch's CPU generator for each
-            sample (for mappers drawing from them). These are per process: with
-            ``ParallelMapper(method="thread")`` pass False (catmap's own augmentations stay
-            exact per sample; the global generators would be shared by the threads).
 
     Example:
         >>> MapKeys(list(range(10)))([(3, 0), (4, 1)])
@@ -225,15 +171,6 @@ class SampleKeysNode(BaseNode):  # type: ignore[misc]
     """A ``torchdata.nodes`` source of key batches: one item per batch of
     ``(index, sample seed)`` keys from a catmap batch sampler.
 
-    ``state_dict()`` is the batch sampler's state after the last batch this node yielded;
-    ``reset(state)`` continues from there, ``reset(None)`` from where the batch sampler
-    was when the node was built. Map the batches with :class:`MapKeys` (in a
-    ``ParallelMapper``, threads or processes) for samples that do not depend on the
-    worker or on a restore.
-
-    Args:
-        batch_sampler: a catmap batch sampler (``iter_with_positions``).
-        seed: the seed of the sample seeds.
 
     Example::
 

@@ -9,10 +9,6 @@ file descriptor, maps it and unmaps it page by page when it is freed: 850-1,000 
 main-process CPU per 640x480-ish image, which caps a loader near 1,000 images/s whatever the
 number of workers. ``transport="dataloader"`` keeps that path.
 
-Both transports run the samples through :class:`WorkerDataset`, which records the dataset
-index each worker maps (:class:`~samplers.worker_errors.ProgressBoard`) and sends exceptions
-whole, and both turn torch's timeout and dead-worker errors into typed ones
-(:func:`~samplers.worker_errors.convert_loader_error`).
 
 Example:
     >>> resolve_transport("auto", num_workers=0)
@@ -69,15 +65,7 @@ _SPARE_SLABS = 4
 
 
 def resolve_transport(transport: Any, num_workers: int) -> str:
-    """``"slab"`` or ``"dataloader"`` for a loader option value.
-
-    ``"auto"`` is ``"slab"`` with workers where the platform supports it; ``"slab"`` without
-    workers (batches are made in the main process, nothing travels) is ``"dataloader"``.
-
-    Raises:
-        SamplerConfigError: an unknown value, or ``"slab"`` on a platform without
-            ``memfd_create``.
-    """
+    """``"slab"`` or ``"dataloader"`` for a loader option value."""
     if transport not in TRANSPORTS:
         raise SamplerConfigError(
             f"loader: transport must be one of {TRANSPORTS}, got {transport!r}"
@@ -96,9 +84,6 @@ def resolve_transport(transport: Any, num_workers: int) -> str:
 def check_timeout(timeout: Any, num_workers: int) -> float:
     """The loader timeout in seconds: None gives :data:`DEFAULT_TIMEOUT` with workers (0
     without); 0 waits forever.
-
-    Raises:
-        SamplerConfigError: not a number >= 0.
     """
     if timeout is None:
         return DEFAULT_TIMEOUT if num_workers > 0 else 0.0
@@ -110,6 +95,7 @@ def check_timeout(timeout: Any, num_workers: int) -> float:
 
 class ChainedWorkerInit:
     """A picklable ``worker_init_fn``: catmap's seeding first, then the user's function.
+
 
     Example:
         >>> calls = []
@@ -153,10 +139,6 @@ class WorkerDataset:
     slab ticket), records progress, and turns an exception into a :class:`WorkerFailure`.
     An ``(index, position, seed)`` key becomes ``(index, sample_seed(seed, position))``
     here, so the main process does not derive the sample seeds.
-
-    Args:
-        dataset: the map-style dataset the loader reads.
-        board: the workers' progress board (None: not recorded).
     """
 
     def __init__(self, dataset: Any, board: ProgressBoard | None) -> None:
@@ -196,11 +178,6 @@ class WorkerDataset:
 class TransportCollate:
     """The DataLoader ``collate_fn`` of both transports: collates with the user's function and,
     with a ticket, writes the batch into its slab.
-
-    Args:
-        collate_fn: the user's collate function.
-        writer: the worker side of the slab pool (None: the dataloader transport).
-        board: the progress board (reset to idle after each batch).
     """
 
     def __init__(self, collate_fn: Callable[[list[Any]], Any], writer: SlabWriter | None,
@@ -251,18 +228,7 @@ class TicketedBatchSampler(Sampler[list[Any]]):
 
 
 class LoaderTransport:
-    """Everything a loader with workers needs besides the DataLoader itself.
-
-    Args:
-        transport: ``"auto"``, ``"slab"`` or ``"dataloader"`` (see :func:`resolve_transport`).
-        num_workers, prefetch_factor, persistent_workers: the DataLoader's.
-        pin_memory: pin batches for CUDA: the slab transport pins each slab once; the
-            dataloader transport lets the DataLoader copy each batch into pinned memory.
-            Without CUDA torch (or the pool) warns and nothing is pinned.
-        timeout: seconds to wait for one batch (None: :data:`DEFAULT_TIMEOUT`; 0: forever).
-        slabs: slab count (default ``num_workers * prefetch_factor + 4``).
-        slab_bytes: initial (sparse) size of each slab.
-    """
+    """Everything a loader with workers needs besides the DataLoader itself."""
 
     def __init__(self, *, transport: Any = "auto", num_workers: int = 0,
                  prefetch_factor: int | None = None, persistent_workers: bool = False,
@@ -347,7 +313,8 @@ class LoaderTransport:
 
     def _finish(self, loader: Any, iterator: Any, generation: int, workers_failed: bool) -> None:
         """After an iterator ends: stop its workers (unless persistent and healthy) and free
-        the slabs of batches that never arrived."""
+        the slabs of batches that never arrived.
+        """
         if self.persistent_workers and not workers_failed:
             return
         shutdown = getattr(iterator, "_shutdown_workers", None)

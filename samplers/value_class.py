@@ -22,6 +22,7 @@ T = TypeVar("T")
 def value_class(cls: type[T]) -> type[T]:
     """A slotted dataclass of ``cls`` (``eq=False``) that pickles as ``(cls, field values)``.
 
+
     Example:
         >>> import copy
         >>> @value_class

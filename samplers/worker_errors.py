@@ -10,6 +10,7 @@
 * :func:`convert_loader_error` turns torch's ``RuntimeError`` for a timeout into
   ``samplers.errors.LoaderTimeoutError`` and for a dead worker into :class:`WorkerExitedError`.
 
+
 Example:
     >>> try:
     ...     raise KeyError("file_name")
@@ -47,11 +48,7 @@ __all__ = [
 
 
 class LoaderWorkerError(SamplerErrorWithFields, RuntimeError):
-    """An exception raised in a loader worker that could not be sent whole (not picklable).
-
-    ``exc_type`` is the original type's qualified name; the message holds its message and the
-    worker's traceback.
-    """
+    """An exception raised in a loader worker that could not be sent whole (not picklable)."""
 
     field_names = ("worker_id", "index", "exc_type")
 
@@ -61,11 +58,7 @@ class LoaderWorkerError(SamplerErrorWithFields, RuntimeError):
 
 
 class WorkerExitedError(SamplerErrorWithFields, RuntimeError):
-    """A loader worker process died (killed, out of memory, crashed in native code).
-
-    ``worker_id`` / ``pid`` name it and ``index`` is the dataset index it was mapping, where
-    known.
-    """
+    """A loader worker process died (killed, out of memory, crashed in native code)."""
 
     field_names = ("worker_id", "pid", "index")
 
@@ -81,14 +74,7 @@ def _where(worker_id: int | None, index: int | None) -> str:
 
 @value_class
 class WorkerFailure:
-    """An exception raised in a worker, on its way to the main process.
-
-    Args:
-        payload: the pickled exception, or None when it could not be pickled.
-        type_name, message, trace: its qualified type name, message and formatted traceback.
-        worker_id, index: where it happened (index None: outside any sample, e.g. collate).
-        ticket: the slab ticket of the batch (freed by the main process), or None.
-    """
+    """An exception raised in a worker, on its way to the main process."""
 
     payload: bytes | None
     type_name: str
@@ -133,6 +119,7 @@ class WorkerFailure:
 class ProgressBoard:
     """One int64 slot per worker in anonymous shared memory: the dataset index it maps now
     (-1: between batches).
+
 
     Example:
         >>> board = ProgressBoard(2)
@@ -190,14 +177,7 @@ def _waiting_for(iterator: Any) -> int | None:
 
 def convert_loader_error(exc: BaseException, iterator: Any, board: ProgressBoard | None,
                          timeout: float) -> BaseException | None:
-    """A typed error for torch's timeout / dead-worker ``RuntimeError``, else None.
-
-    Args:
-        exc: what the torch DataLoader iterator raised.
-        iterator: that iterator (its workers and pending tasks are read).
-        board: the workers' progress board.
-        timeout: the loader's timeout in seconds.
-    """
+    """A typed error for torch's timeout / dead-worker ``RuntimeError``, else None."""
     if not isinstance(exc, RuntimeError):
         return None
     message = str(exc)
