@@ -6,12 +6,10 @@ Read :mod:`samplers.build` first: it tells the loading story top to bottom.
 from .batching import (
     AspectRatioGroupedDataset,
     GroupedBatchSampler,
-    ImageSizeKeyError,
     ResumableBatchSampler,
     aspect_ratio_group_ids,
 )
 from .build import (
-    LoaderCallError,
     build_batch_data_loader,
     build_detection_test_loader,
     build_detection_train_loader,
@@ -20,28 +18,31 @@ from .build import (
 from .device import to_device
 from .distributed import get_rank, get_world_size, shared_random_seed
 from .errors import (
+    ImageSizeKeyError,
+    LoaderCallError,
     LoaderTimeoutError,
+    LoaderWorkerError,
     NotResumableError,
     ReshardError,
     SamplerConfigError,
     SamplerError,
     SamplerStateError,
     StateMismatchError,
+    SupersededIteratorError,
+    TransportError,
+    WorkerExitedError,
 )
 from .loader import ResumableLoader, SampleSeededDataset, WorkerSeeder, sample_seed, worker_init_reset_seed
 from .registry import SAMPLERS, build_train_sampler
-from .slab_pool import TransportError
 from .stream import (
     ConcatSampler,
     InferenceSampler,
     RandomSubsetTrainingSampler,
     RepeatFactorTrainingSampler,
     StreamSampler,
-    SupersededIteratorError,
     TrainingSampler,
     repeat_factors_from_category_frequency,
 )
-from .worker_errors import LoaderWorkerError, WorkerExitedError
 
 __all__ = [
     "AspectRatioGroupedDataset", "ConcatSampler", "GroupedBatchSampler", "ImageSizeKeyError",

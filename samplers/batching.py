@@ -18,7 +18,7 @@ from torch.utils.data import IterableDataset, Sampler
 from catalog.serialized_list import RecordColumns
 from catalog.validation import check_positive_size, is_int, is_number
 
-from .errors import NotResumableError, ReshardError, SamplerConfigError, SamplerError, SamplerStateError
+from .errors import ImageSizeKeyError, NotResumableError, ReshardError, SamplerConfigError, SamplerStateError
 from .state import (
     MAX_LIST,
     MAX_POSITION,
@@ -352,17 +352,6 @@ class GroupedBatchSampler(PositionedBatchSampler):
             raise SamplerStateError(f"{name}.load_state_dict: two pending indices share a global "
                                     "stream position")
         return pending
-
-
-class ImageSizeKeyError(SamplerError, KeyError):
-    """An item grouped by aspect ratio has no usable ``width`` / ``height``."""
-
-    def __init__(self, message: str, *, position: int | None = None, key: str = "") -> None:
-        super().__init__(message)
-        self.position, self.key = position, key
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
 
 
 class AspectRatioGroupedDataset(IterableDataset):

@@ -44,7 +44,7 @@ from mappers.record_source import records_of
 
 from .batching import AspectRatioGroupedDataset, GroupedBatchSampler, ResumableBatchSampler, aspect_ratio_group_ids, check_batch_size
 from .distributed import get_rank, get_world_size, shared_random_seed
-from .errors import SamplerConfigError
+from .errors import LoaderCallError, SamplerConfigError
 from .loader import ResumableLoader, WorkerSeeder, worker_init_reset_seed
 from .registry import build_train_sampler
 from .stream import InferenceSampler, RandomSubsetTrainingSampler, RepeatFactorTrainingSampler, TrainingSampler, repeat_factors_from_category_frequency
@@ -53,14 +53,6 @@ __all__ = ["LoaderCallError", "WorkerOptions", "build_batch_data_loader", "build
            "build_detection_train_loader", "trivial_batch_collator", "worker_init_reset_seed"]
 
 logger = logging.getLogger(__name__)
-
-
-class LoaderCallError(SamplerConfigError):
-    """A builder got a missing, unknown or malformed argument (``argument`` names it)."""
-
-    def __init__(self, message: str, *, argument: str = "") -> None:
-        super().__init__(message)
-        self.argument = argument
 
 
 def trivial_batch_collator(batch: list[Any]) -> list[Any]:

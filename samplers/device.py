@@ -32,7 +32,6 @@ def _move(value: Any, device: torch.device, non_blocking: bool, depth: int) -> A
 def to_device(batch: Any, device: str | torch.device, non_blocking: bool = True) -> Any:
     """Return ``batch`` with every tensor (also inside ``Instances``) moved to ``device``.
 
-
     Example:
         >>> batch = [{"image": torch.zeros(3, 2, 2), "image_id": 7}]
         >>> moved = to_device(batch, "cpu")

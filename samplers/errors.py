@@ -1,22 +1,9 @@
-"""Typed errors raised by the samplers package.
-
-Every message names the sampler and, where known, the state key, option or index involved.
-"""
+"""Typed errors of the samplers package; messages name the sampler, state key, option, worker
+or dataset index involved."""
 
 from __future__ import annotations
 
 from catalog.errors import CatmapError, CatmapErrorWithFields
-
-__all__ = [
-    "SamplerError",
-    "SamplerErrorWithFields",
-    "SamplerStateError",
-    "ReshardError",
-    "SamplerConfigError",
-    "NotResumableError",
-    "StateMismatchError",
-    "LoaderTimeoutError",
-]
 
 
 class SamplerError(CatmapError):
@@ -26,13 +13,11 @@ class SamplerError(CatmapError):
 class SamplerErrorWithFields(SamplerError, CatmapErrorWithFields):
     """A SamplerError with keyword fields (:class:`catalog.errors.CatmapErrorWithFields`).
 
-
     Example:
         >>> err = LoaderTimeoutError("no batch in 5 s", worker_id=1, timeout=5.0)
         >>> err.worker_id, err.index, err.timeout
         (1, None, 5.0)
     """
-
 
 
 class SamplerStateError(SamplerError, ValueError):
@@ -63,3 +48,50 @@ class LoaderTimeoutError(SamplerErrorWithFields, TimeoutError):
     """A loader worker produced nothing within the loader's ``timeout``."""
 
     field_names = ("worker_id", "index", "timeout")
+
+
+class SupersededIteratorError(SamplerError, RuntimeError):
+    """``next()`` on a sampler iterator after a newer ``iter()`` of the same sampler began."""
+
+
+class ImageSizeKeyError(SamplerError, KeyError):
+    """An item grouped by aspect ratio has no usable ``width`` / ``height``."""
+
+    def __init__(self, message: str, *, position: int | None = None, key: str = "") -> None:
+        super().__init__(message)
+        self.position, self.key = position, key
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class LoaderCallError(SamplerConfigError):
+    """A loader builder got a missing, unknown or malformed argument (``argument`` names it)."""
+
+    def __init__(self, message: str, *, argument: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+class TransportError(SamplerError, RuntimeError):
+    """A batch handle cannot be turned into a batch (its loader was closed, or it is stale)."""
+
+
+class LoaderWorkerError(SamplerErrorWithFields, RuntimeError):
+    """An exception raised in a loader worker that could not be sent whole (not picklable)."""
+
+    field_names = ("worker_id", "index", "exc_type")
+
+    def __init__(self, message: str, *, worker_id: int | None = None, index: int | None = None,
+                 exc_type: str | None = None) -> None:
+        super().__init__(message, worker_id=worker_id, index=index, exc_type=exc_type)
+
+
+class WorkerExitedError(SamplerErrorWithFields, RuntimeError):
+    """A loader worker process died (killed, out of memory, crashed in native code)."""
+
+    field_names = ("worker_id", "pid", "index")
+
+    def __init__(self, message: str, *, worker_id: int | None = None, pid: int | None = None,
+                 index: int | None = None) -> None:
+        super().__init__(message, worker_id=worker_id, pid=pid, index=index)

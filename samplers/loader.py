@@ -33,7 +33,7 @@ from mappers.opencv_threads import limit_opencv_threads
 from mappers.random_state import sample_scope, sample_seed, seed_generator, seed_global_rngs
 
 from .errors import NotResumableError
-from .slab_pool import DEFAULT_SLAB_BYTES
+from .slabs import DEFAULT_SLAB_BYTES
 from .state import (
     MAX_POSITION,
     MAX_SEED,

@@ -288,7 +288,6 @@ def build_train_sampler(
 ) -> Sampler:
     """Build the training sampler a config names.
 
-
     Example:
         >>> s = build_train_sampler({"name": "TrainingSampler", "seed": 3}, [{}] * 5,
         ...                         rank=0, world_size=1)

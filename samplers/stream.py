@@ -33,7 +33,7 @@ from catalog.serialized_list import RecordColumns
 from catalog.validation import check_float, check_int, check_list, check_positive_size, check_seed
 
 from .distributed import resolve_rank_and_world_size, shared_random_seed
-from .errors import SamplerConfigError, SamplerError, SamplerStateError, StateMismatchError
+from .errors import SamplerConfigError, SamplerStateError, StateMismatchError, SupersededIteratorError
 from .order import (
     MAX_FACTOR_SUM,
     ROUNDING,
@@ -66,10 +66,6 @@ logger = logging.getLogger(__name__)
 CHUNK = 8192
 #: The pass order algorithm, saved in every training sampler's fingerprint.
 ORDER = "keyed-feistel-1"
-
-
-class SupersededIteratorError(SamplerError, RuntimeError):
-    """``next()`` on a sampler iterator after a newer ``iter()`` of the same sampler began."""
 
 
 def _seed(seed: Any, name: str, owner: str) -> int:

@@ -48,7 +48,6 @@ class SeededBatchSampler:
     """Batches of ``(index, sample_seed(seed, global position))`` keys from a catmap batch
     sampler, for a dataset wrapped in :class:`samplers.SampleSeededDataset`.
 
-
     Example:
         >>> from samplers import TrainingSampler, ResumableBatchSampler
         >>> keys = SeededBatchSampler(ResumableBatchSampler(
@@ -110,7 +109,6 @@ def to_stateful_dataloader(
 ) -> Any:
     """A torchdata ``StatefulDataLoader`` yielding the batches of a catmap training loader.
 
-
     Example::
 
         loader = build_detection_train_loader("shapes", mapper=mapper, total_batch_size=4, seed=0)
@@ -149,7 +147,6 @@ class MapKeys:
     """Map a batch of ``(index, sample seed)`` keys with a dataset (a picklable ``map_fn`` for
     ``torchdata.nodes.ParallelMapper``).
 
-
     Example:
         >>> MapKeys(list(range(10)))([(3, 0), (4, 1)])
         [3, 4]
@@ -170,7 +167,6 @@ class MapKeys:
 class SampleKeysNode(BaseNode):  # type: ignore[misc]
     """A ``torchdata.nodes`` source of key batches: one item per batch of
     ``(index, sample seed)`` keys from a catmap batch sampler.
-
 
     Example::
 

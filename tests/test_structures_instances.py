@@ -17,7 +17,7 @@ from mappers import (
     filter_empty_instances,
 )
 from mappers import structures as S
-from samplers.batch_pack import plan_batch, unpack_batch, write_batch
+from samplers.slabs import plan_batch, unpack_batch, write_batch
 
 
 def _instances(n: int = 3) -> Instances:

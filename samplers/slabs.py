@@ -1,18 +1,12 @@
-"""A pool of shared-memory slabs that carry batches from loader workers to the main process.
+"""Shared-memory slabs: how a batch crosses from a worker to the training process.
 
-Each slab is an anonymous shared file (``memfd_create``: nothing in ``/dev/shm``, gone when the
-last process closes it) created once per loader, before the workers start, and mapped once
-in each process. The main process owns all bookkeeping: it *assigns* a free slab to each index
-batch it sends to a worker (a :class:`Ticket` travels with the indices), the worker writes the
-batch's arrays into that slab (:class:`SlabWriter`) and returns a small :class:`SlabBatch`
-handle, and the main process rebuilds the batch as views of its own mapping of the slab
-(:meth:`ReceivedBatch.unpack`). The slab goes back to the free list only when nothing
-references the batch any more (a ``weakref.finalize`` on the array every view hangs from); a
-batch the user keeps never changes. When no slab is free, the batch travels the ordinary,
-pickled way. Slabs are sparse files: memory is used only up to the largest batch written, and
-a batch larger than a slab grows it (``ftruncate``; the main process maps the larger file
-once).
-
+A worker packs a batch (any nesting of list / tuple / dict / ``Instances`` / structures around
+tensors and numpy arrays) into a slab: a *skeleton* (the structure with every array replaced by
+a small :class:`_Ref`) plus the arrays' bytes, arrays of one field across the samples sharing
+one region. The main process rebuilds every array as a view of its own mapping of the slab (no
+copy). A :class:`SlabPool` holds ``memfd`` slabs, each reused once nothing references the batch
+unpacked from it (a ``weakref.finalize`` on the array every view hangs from); without a free
+slab a batch travels pickled. Slabs are sparse files grown on demand.
 
 Example:
     >>> pool = SlabPool(2, slab_bytes=1 << 20)
@@ -28,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import mmap
 import os
@@ -35,21 +30,338 @@ import secrets
 import threading
 import warnings
 import weakref
+from collections.abc import Callable
 from multiprocessing import reduction
-from typing import Any
+from operator import attrgetter
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import torch
 
 from catalog.log_limits import warn_limited
 from catalog.validation import check_int
+from mappers.instances import Instances
+from mappers.structures import TRANSPORTABLE_STRUCTURES
 
-from .batch_pack import plan_batch, unpack_batch, write_batch
-from .errors import SamplerError
-from .value_class import value_class
+from .errors import TransportError
 
-__all__ = ["ReceivedBatch", "SlabBatch", "SlabPool", "SlabWriter", "Ticket", "TransportError"]
+T = TypeVar("T")
 
+
+def value_class(cls: type[T]) -> type[T]:
+    """A slotted dataclass of ``cls`` (``eq=False``) that pickles as ``(cls, field values)``.
+
+    Example:
+        >>> import copy
+        >>> @value_class
+        ... class Point:
+        ...     x: int
+        ...     y: int = 0
+        >>> Point(1, 2).__reduce__()[1], copy.copy(Point(1, 2))
+        ((1, 2), Point(x=1, y=2))
+        >>> Point.__slots__, Point(1) == Point(1)
+        (('x', 'y'), False)
+    """
+    own_reduce = "__reduce__" in cls.__dict__
+    made: Any = dataclasses.dataclass(slots=True, eq=False)(cls)
+    if not own_reduce:
+        made.__reduce__ = _field_reduce(made, tuple(f.name for f in dataclasses.fields(made)))
+    return made
+
+
+def _field_reduce(cls: type, names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    if not names:
+        raise TypeError(f"value_class {cls.__name__} has no fields")
+    values = attrgetter(*names)  # a tuple for two names or more (C speed: per array, per batch)
+    single = len(names) == 1
+
+    def __reduce__(self: Any) -> tuple[Any, ...]:
+        got = values(self)
+        return (cls, (got,) if single else got)
+
+    return __reduce__
+
+
+# ---------------------------------------------------------------- packing a batch
+#: Byte alignment of every region in the arena (a cache line; any dtype views cleanly).
+ALIGNMENT = 64
+#: Nesting deeper than this is left to pickling.
+_MAX_DEPTH = 24
+#: numpy dtype kinds packed (bool, signed, unsigned, float, complex).
+_NUMPY_KINDS = frozenset("biufc")
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    str(d): d
+    for d in (
+        torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+        torch.float16, torch.bfloat16, torch.float32, torch.float64,
+        torch.complex64, torch.complex128, torch.uint16, torch.uint32, torch.uint64,
+    )
+}
+
+
+#: One name object per dtype, so that pickle writes each name once per batch (memo).
+_DTYPE_NAMES = {dtype: name for name, dtype in _TORCH_DTYPES.items()}
+
+
+@value_class
+class _Ref:
+    """Stands in the skeleton for one array: ``kind`` ("t" torch / "n" numpy), dtype name,
+    shape, strides (in elements) and offset in the arena (in elements for torch, bytes for
+    numpy).
+    """
+
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int = 0
+
+
+@value_class
+class _InstancesNode:
+    """Stands in the skeleton for an ``Instances`` (its fields packed like any dict)."""
+
+    image_size: tuple[int, int]
+    fields: dict[str, Any]
+
+
+@value_class
+class _StructureNode:
+    """Stands in the skeleton for a structure (``Boxes``, ``BitMasks``, ``PolygonMasks`` ...):
+    its class and its attributes, packed like a dict; rebuilt without calling the constructor.
+    """
+
+    cls: type
+    state: dict[str, Any]
+
+
+_STRUCTURES = frozenset(TRANSPORTABLE_STRUCTURES)
+
+
+class Region(NamedTuple):
+    """One byte range of the arena: ``rows`` arrays stacked along dimension 0 (worker side)."""
+
+    offset: int
+    nbytes: int
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    rows: tuple[int, ...] | None
+
+
+class BatchPlan(NamedTuple):
+    """What :func:`plan_batch` found: the skeleton, the regions, the arrays to copy in."""
+
+    skeleton: Any
+    regions: list[Region]
+    sources: list[list[Any]]
+    nbytes: int
+
+
+def _tensor_layout(value: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...] | None]:
+    """(a contiguous tensor in memory order, the permutation back to ``value``'s order)."""
+    if value.is_contiguous():
+        return value, None
+    order = sorted(range(value.dim()), key=lambda d: (-value.stride(d), d))
+    permuted = value.permute(order)
+    if not permuted.is_contiguous():
+        return value.contiguous(), None
+    inverse = [0] * len(order)
+    for position, dim in enumerate(order):
+        inverse[dim] = position
+    return permuted, tuple(inverse)
+
+
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+class _Planner:
+    """Collects arrays into regions while copying the structure into a skeleton."""
+
+    def __init__(self) -> None:
+        self.groups: dict[Any, int] = {}
+        # per region: [kind, dtype, itemsize, memory shape of the first array, refs, sources]
+        self.regions: list[list[Any]] = []
+
+    def add(self, key: Any, kind: str, dtype: str, itemsize: int, array: Any,
+            perm: tuple[int, ...] | None) -> _Ref:
+        region = self.groups.get(key) if key is not None else None
+        if region is None:
+            region = len(self.regions)
+            if key is not None:
+                self.groups[key] = region
+            self.regions.append([kind, dtype, itemsize, tuple(array.shape), [], []])
+        shape = tuple(array.shape)
+        stride = _c_strides(shape)
+        if perm is not None:
+            shape = tuple(shape[p] for p in perm)
+            stride = tuple(stride[p] for p in perm)
+        ref = _Ref(kind, dtype, shape, stride)
+        self.regions[region][4].append(ref)
+        self.regions[region][5].append(array)
+        return ref
+
+    def walk(self, value: Any, path: tuple[Any, ...], depth: int) -> Any:
+        kind = type(value)
+        if kind is torch.Tensor:
+            name = _DTYPE_NAMES.get(value.dtype)
+            if (name is None or value.layout != torch.strided or value.device.type != "cpu"
+                    or value.requires_grad):
+                return value
+            data, perm = _tensor_layout(value)
+            key = (path, "t", data.dtype, tuple(data.shape[1:])) if perm is None else None
+            if data.dim() == 0:
+                key = None
+            return self.add(key, "t", name, data.element_size(), data, perm)
+        if kind is np.ndarray:
+            if value.dtype.kind not in _NUMPY_KINDS or not value.dtype.isnative:
+                return value
+            data = value if value.flags.c_contiguous else value.copy(order="C")
+            key = (path, "n", data.dtype.str, data.shape[1:]) if data.ndim else None
+            return self.add(key, "n", data.dtype.str, data.dtype.itemsize, data, None)
+        if depth >= _MAX_DEPTH:
+            return value
+        if kind is list:
+            return [self.walk(v, path, depth + 1) for v in value]
+        if kind is dict:
+            return {k: self.walk(v, (*path, k), depth + 1) for k, v in value.items()}
+        if kind is tuple:
+            return tuple(self.walk(v, path, depth + 1) for v in value)
+        if kind is Instances:
+            fields = {
+                name: self.walk(v, (*path, "<instances>", name), depth + 1)
+                for name, v in value.get_fields().items()
+            }
+            return _InstancesNode(value.image_size, fields)
+        if kind in _STRUCTURES:
+            state = {
+                name: self.walk(v, (*path, kind.__name__, name), depth + 1)
+                for name, v in vars(value).items()
+            }
+            return _StructureNode(kind, state)
+        return value
+
+
+def plan_batch(batch: Any) -> BatchPlan:
+    """Find the arrays of ``batch`` and lay them out in an arena."""
+    planner = _Planner()
+    skeleton = planner.walk(batch, (), 0)
+    regions: list[Region] = []
+    sources_of: list[list[Any]] = []
+    offset = 0
+    for kind, dtype, itemsize, first_shape, refs, sources in planner.regions:
+        if len(sources) == 1:
+            shape, rows = first_shape, None
+        else:
+            rows = tuple(int(source.shape[0]) for source in sources)
+            shape = (sum(rows), *first_shape[1:])
+        row_elements = _numel(first_shape[1:])
+        row = 0
+        for ref, source in zip(refs, sources, strict=True):
+            if kind == "t":
+                ref.offset = offset // itemsize + row * row_elements
+            else:
+                ref.offset = offset + row * row_elements * itemsize
+            row += int(source.shape[0]) if source.ndim else 1
+        nbytes = _numel(shape) * itemsize
+        regions.append(Region(offset, nbytes, kind, dtype, tuple(shape), rows))
+        sources_of.append(sources)
+        offset += -(-nbytes // ALIGNMENT) * ALIGNMENT
+    return BatchPlan(skeleton, regions, sources_of, offset)
+
+
+def write_batch(plan: BatchPlan, arena: torch.Tensor, arena_np: np.ndarray) -> None:
+    """Copy the arrays of ``plan`` into ``arena`` (a uint8 tensor) / ``arena_np`` (the same
+    bytes as a numpy uint8 array), at the regions' offsets.
+    """
+    for region, sources in zip(plan.regions, plan.sources, strict=True):
+        start, stop = region.offset, region.offset + region.nbytes
+        if region.kind == "t":
+            target = arena[start:stop].view(_TORCH_DTYPES[region.dtype]).view(region.shape)
+        else:
+            target = arena_np[start:stop].view(region.dtype).reshape(region.shape)
+        if region.rows is None:
+            _copy(target, sources[0])
+            continue
+        row = 0
+        for source, rows in zip(sources, region.rows, strict=True):
+            _copy(target[row:row + rows], source)
+            row += rows
+
+
+def _copy(target: Any, source: Any) -> None:
+    if isinstance(target, torch.Tensor):
+        target.copy_(source)
+    else:
+        np.copyto(target, source)
+
+
+class _Views:
+    """Per-batch typed views of the arena, made once per dtype."""
+
+    __slots__ = ("base", "base_t", "typed")
+
+    def __init__(self, base: np.ndarray) -> None:
+        self.base = base
+        self.base_t = torch.from_numpy(base)
+        self.typed: dict[str, torch.Tensor] = {"torch.uint8": self.base_t}
+
+    def tensor(self, ref: _Ref) -> Any:
+        if ref.kind == "n":
+            dtype = np.dtype(ref.dtype)
+            stop = ref.offset + _numel(ref.shape) * dtype.itemsize
+            return self.base[ref.offset:stop].view(dtype).reshape(ref.shape)
+        if not self.base.size:  # an empty batch arena: only empty tensors refer to it
+            return torch.empty(ref.shape, dtype=_TORCH_DTYPES[ref.dtype])
+        typed = self.typed.get(ref.dtype)
+        if typed is None:
+            typed = self.typed[ref.dtype] = self.base_t.view(_TORCH_DTYPES[ref.dtype])
+        return typed.as_strided(ref.shape, ref.stride, ref.offset)
+
+
+def _fill(node: Any, views: _Views) -> Any:
+    kind = type(node)
+    if kind is _Ref:
+        return views.tensor(node)
+    if kind is list:
+        return [_fill(v, views) for v in node]
+    if kind is dict:
+        return {k: _fill(v, views) for k, v in node.items()}
+    if kind is tuple:
+        return tuple(_fill(v, views) for v in node)
+    if kind is _InstancesNode:
+        instances = Instances(node.image_size)
+        fields = instances.get_fields()
+        for name, value in node.fields.items():
+            fields[name] = _fill(value, views)
+        return instances
+    if kind is _StructureNode and node.cls in _STRUCTURES:
+        structure = node.cls.__new__(node.cls)
+        structure.__dict__.update({k: _fill(v, views) for k, v in node.state.items()})
+        return structure
+    return node
+
+
+def unpack_batch(skeleton: Any, base: np.ndarray) -> Any:
+    """Rebuild a batch from its skeleton, every array a view of ``base``, a uint8 array of
+    at least the plan's ``nbytes`` (a multiple of ``ALIGNMENT``) bytes.
+    """
+    return _fill(skeleton, _Views(base))
+
+
+# ---------------------------------------------------------------- the slab pool
 logger = logging.getLogger(__name__)
 
 #: Default (virtual, sparse) size of a slab; a larger batch grows its slab.
@@ -61,10 +373,6 @@ _FREE, _ASSIGNED, _RECEIVED = 0, 1, 2
 
 #: Pools of this process by token, so that a handle unpickled here finds its pool.
 _POOLS: weakref.WeakValueDictionary[str, SlabPool] = weakref.WeakValueDictionary()
-
-
-class TransportError(SamplerError, RuntimeError):
-    """A batch handle cannot be turned into a batch (its loader was closed, or it is stale)."""
 
 
 def transport_supported() -> bool:
