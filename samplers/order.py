@@ -152,6 +152,9 @@ class KeyedPermutation(PassOrder):
             outside = outside[walked >= limit]
         return x.astype(np.int64).reshape(pos.shape)
 
+    def to_array(self) -> np.ndarray:
+        return self.at(np.arange(self._size, dtype=np.int64))
+
     def __getitem__(self, position: int) -> int:
         index = operator.index(position)
         return self.item(index + self._size if index < 0 else index)
