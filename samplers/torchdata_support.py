@@ -6,8 +6,9 @@ is *how* each sample is augmented: a plain map-style dataset draws its augmentat
 ``MapDataset``'s replacements for records the mapper rejected) from per-worker generators, so
 pixels after a restore differ from the uninterrupted run. The glue here sends every index with
 its sample seed, ``sample_seed(seed, global stream position)`` (:mod:`mappers.random_state`),
-exactly as :class:`samplers.ResumableLoader` does:
-
+exactly as :class:`samplers.ResumableLoader` does: :class:`SeededBatchSampler` (Stateful key
+batches), :func:`to_stateful_dataloader`, and for ``torchdata.nodes`` :class:`SampleKeysNode`
+(the key source) with :class:`MapKeys` (a picklable ``map_fn``).
 
 Example:
     >>> from samplers import TrainingSampler, ResumableBatchSampler
@@ -24,25 +25,16 @@ from typing import Any
 
 from catalog.errors import missing_dependency
 
-from .errors import SamplerStateError
 from .build import trivial_batch_collator
 from .loader import ResumableLoader, SampleSeededDataset, WorkerSeeder, sample_seed
-from .state import MAX_SEED, check_int
+from .state import MAX_SEED, check_int, check_state, make_state
 
-__all__ = [
-    "MapKeys",
-    "SampleKeysNode",
-    "SeededBatchSampler",
-    "to_stateful_dataloader",
-]
+__all__ = ["MapKeys", "SampleKeysNode", "SeededBatchSampler", "to_stateful_dataloader"]
 
 try:
     from torchdata.nodes import BaseNode
 except ImportError:  # the optional extra
     raise missing_dependency("torchdata", "torchdata", "samplers.torchdata_support") from None
-
-_STATE_KEYS = ("batch_sampler", "seed")
-
 
 class SeededBatchSampler:
     """Batches of ``(index, sample_seed(seed, global position))`` keys from a catmap batch
@@ -61,11 +53,9 @@ class SeededBatchSampler:
 
     def __init__(self, batch_sampler: Any, *, seed: int) -> None:
         if not callable(getattr(batch_sampler, "iter_with_positions", None)):
-            raise TypeError(
-                f"SeededBatchSampler needs a batch sampler with iter_with_positions() "
-                f"(ResumableBatchSampler, GroupedBatchSampler); {type(batch_sampler).__name__} "
-                "has none"
-            )
+            raise TypeError(f"SeededBatchSampler needs a batch sampler with iter_with_positions() "
+                            f"(ResumableBatchSampler, GroupedBatchSampler); "
+                            f"{type(batch_sampler).__name__} has none")
         self.batch_sampler = batch_sampler
         self.seed = check_int(seed, "seed", "SeededBatchSampler", 0, MAX_SEED)
 
@@ -79,34 +69,24 @@ class SeededBatchSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """The wrapped batch sampler's state (after the last batch drawn) and the seed."""
-        return {"batch_sampler": self.batch_sampler.state_dict(), "seed": self.seed}
+        return make_state("SeededBatchSampler", batch_sampler=self.batch_sampler.state_dict(),
+                          seed=self.seed)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue after the batches drawn when ``state_dict`` was saved."""
-        if not isinstance(state_dict, dict) or sorted(state_dict) != sorted(_STATE_KEYS):
-            keys = sorted(map(str, state_dict)) if isinstance(state_dict, dict) else None
-            raise SamplerStateError(
-                f"SeededBatchSampler: a state is a dict with keys {list(_STATE_KEYS)}, got "
-                f"{type(state_dict).__name__} with keys {keys}"
-            )
-        seed = check_int(state_dict["seed"], "seed", "SeededBatchSampler", 0, MAX_SEED)
-        self.batch_sampler.load_state_dict(state_dict["batch_sampler"])
+        """Continue after the batches drawn when ``state_dict`` was saved (checked first)."""
+        state = check_state(state_dict, "SeededBatchSampler", ["batch_sampler", "seed"])
+        seed = check_int(state["seed"], "seed", "SeededBatchSampler", 0, MAX_SEED)
+        self.batch_sampler.load_state_dict(state["batch_sampler"])
         self.seed = seed
 
     def __repr__(self) -> str:
         return f"SeededBatchSampler({self.batch_sampler!r}, seed={self.seed})"
 
 
-def to_stateful_dataloader(
-    loader: Any,
-    *,
-    num_workers: int | None = None,
-    prefetch_factor: int | None = None,
-    persistent_workers: bool = False,
-    multiprocessing_context: Any = None,
-    snapshot_every_n_steps: int = 1,
-    collate_fn: Callable[[list[Any]], Any] | None = None,
-) -> Any:
+def to_stateful_dataloader(loader: Any, *, num_workers: int | None = None,
+                           prefetch_factor: int | None = None, persistent_workers: bool = False,
+                           multiprocessing_context: Any = None, snapshot_every_n_steps: int = 1,
+                           collate_fn: Callable[[list[Any]], Any] | None = None) -> Any:
     """A torchdata ``StatefulDataLoader`` yielding the batches of a catmap training loader.
 
     Example::
@@ -119,25 +99,20 @@ def to_stateful_dataloader(
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     if not isinstance(loader, ResumableLoader) or not loader.sample_seeds:
-        raise TypeError(
-            "to_stateful_dataloader needs a catmap training loader with sample seeds "
-            "(build_detection_train_loader / build_batch_data_loader over a catmap sampler), "
-            f"got {type(loader).__name__}"
-        )
+        raise TypeError("to_stateful_dataloader needs a catmap training loader with sample seeds "
+                        "(build_detection_train_loader / build_batch_data_loader over a catmap "
+                        f"sampler), got {type(loader).__name__}")
     workers = loader.loader.num_workers if num_workers is None else num_workers
     rank = getattr(getattr(loader.batch_sampler, "sampler", None), "rank", 0)
     kwargs: dict[str, Any] = {
         "batch_sampler": SeededBatchSampler(loader.batch_sampler, seed=loader.seed),
-        "num_workers": workers,
-        "collate_fn": collate_fn if collate_fn is not None else trivial_batch_collator,
+        "num_workers": workers, "collate_fn": collate_fn or trivial_batch_collator,
         "worker_init_fn": WorkerSeeder(loader.seed, rank if isinstance(rank, int) else 0),
         "snapshot_every_n_steps": snapshot_every_n_steps,
     }
     if workers > 0:
-        kwargs.update(
-            persistent_workers=persistent_workers,
-            multiprocessing_context=multiprocessing_context,
-        )
+        kwargs.update(persistent_workers=persistent_workers,
+                      multiprocessing_context=multiprocessing_context)
         if prefetch_factor is not None:
             kwargs["prefetch_factor"] = prefetch_factor
     return StatefulDataLoader(SampleSeededDataset(loader.dataset), **kwargs)
