@@ -4,44 +4,24 @@ Read :mod:`samplers.build` first: it tells the loading story top to bottom.
 """
 
 from .batching import (
-    AspectRatioGroupedDataset,
-    GroupedBatchSampler,
-    ResumableBatchSampler,
-    aspect_ratio_group_ids,
+    AspectRatioGroupedDataset, GroupedBatchSampler, ResumableBatchSampler, aspect_ratio_group_ids,
 )
 from .build import (
-    build_batch_data_loader,
-    build_detection_test_loader,
-    build_detection_train_loader,
+    build_batch_data_loader, build_detection_test_loader, build_detection_train_loader,
     trivial_batch_collator,
 )
 from .device import to_device
 from .distributed import get_rank, get_world_size, shared_random_seed
 from .errors import (
-    ImageSizeKeyError,
-    LoaderCallError,
-    LoaderTimeoutError,
-    LoaderWorkerError,
-    NotResumableError,
-    ReshardError,
-    SamplerConfigError,
-    SamplerError,
-    SamplerStateError,
-    StateMismatchError,
-    SupersededIteratorError,
-    TransportError,
-    WorkerExitedError,
+    ImageSizeKeyError, LoaderCallError, LoaderTimeoutError, LoaderWorkerError, NotResumableError,
+    ReshardError, SamplerConfigError, SamplerError, SamplerStateError, StateMismatchError,
+    SupersededIteratorError, TransportError, WorkerExitedError,
 )
 from .loader import ResumableLoader, SampleSeededDataset, WorkerSeeder, sample_seed, worker_init_reset_seed
 from .registry import SAMPLERS, build_train_sampler
 from .stream import (
-    ConcatSampler,
-    InferenceSampler,
-    RandomSubsetTrainingSampler,
-    RepeatFactorTrainingSampler,
-    StreamSampler,
-    TrainingSampler,
-    repeat_factors_from_category_frequency,
+    ConcatSampler, InferenceSampler, RandomSubsetTrainingSampler, RepeatFactorTrainingSampler,
+    StreamSampler, TrainingSampler, repeat_factors_from_category_frequency,
 )
 
 __all__ = [

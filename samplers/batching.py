@@ -20,17 +20,8 @@ from catalog.validation import check_positive_size, is_int, is_number
 
 from .errors import ImageSizeKeyError, NotResumableError, ReshardError, SamplerConfigError, SamplerStateError
 from .state import (
-    MAX_LIST,
-    MAX_POSITION,
-    Notes,
-    array_digest,
-    check_config,
-    check_int,
-    check_int_list,
-    check_state,
-    is_stateful,
-    make_state,
-    prepare_nested_load,
+    MAX_LIST, MAX_POSITION, Notes, array_digest, check_config, check_int, check_int_list,
+    check_state, is_stateful, make_state, prepare_nested_load,
 )
 
 logger = logging.getLogger(__name__)

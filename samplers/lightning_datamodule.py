@@ -96,18 +96,10 @@ class CatmapDataModule(LightningDataModule):
             cls.prepare_data = _on_this_rank_only(own)  # type: ignore[method-assign]
 
     def __init__(
-        self,
-        train_dataset: Any,
-        *,
-        mapper: Callable[[Any], Any] | None,
-        total_batch_size: int,
-        seed: int | None = 0,
-        sampler: Any = None,
-        num_workers: int = 0,
-        aspect_ratio_grouping: bool = True,
-        loader_options: Mapping[str, Any] | None = None,
-        val_dataset: Any = None,
-        val_mapper: Callable[[Any], Any] | None = None,
+        self, train_dataset: Any, *, mapper: Callable[[Any], Any] | None, total_batch_size: int,
+        seed: int | None = 0, sampler: Any = None, num_workers: int = 0,
+        aspect_ratio_grouping: bool = True, loader_options: Mapping[str, Any] | None = None,
+        val_dataset: Any = None, val_mapper: Callable[[Any], Any] | None = None,
         val_batch_size: int = 1,
     ) -> None:
         super().__init__()
@@ -160,14 +152,9 @@ class CatmapDataModule(LightningDataModule):
                 sampler = sampler(dataset)
         options = dict(self.loader_options)
         return build_detection_train_loader(
-            dataset,
-            mapper=self.mapper,
-            sampler=sampler,
-            total_batch_size=self.total_batch_size,
-            aspect_ratio_grouping=self.aspect_ratio_grouping,
-            num_workers=self.num_workers,
-            seed=self.seed,
-            **options,
+            dataset, mapper=self.mapper, sampler=sampler, total_batch_size=self.total_batch_size,
+            aspect_ratio_grouping=self.aspect_ratio_grouping, num_workers=self.num_workers,
+            seed=self.seed, **options,
         )
 
     def train_dataloader(self) -> Any:

@@ -35,14 +35,7 @@ from mappers.random_state import sample_scope, sample_seed, seed_generator, seed
 from .errors import NotResumableError
 from .slabs import DEFAULT_SLAB_BYTES
 from .state import (
-    MAX_POSITION,
-    MAX_SEED,
-    Notes,
-    check_config,
-    check_int,
-    check_state,
-    is_stateful,
-    make_state,
+    MAX_POSITION, MAX_SEED, Notes, check_config, check_int, check_state, is_stateful, make_state,
     prepare_nested_load,
 )
 from .transport import ChainedWorkerInit, LoaderTransport

@@ -25,29 +25,18 @@ from torch.utils.data import Sampler
 from catalog.config_values import plain_container
 from catalog.registry import Registry
 from catalog.validation import (
-    check_bool,
-    check_float,
-    check_list,
-    check_positive_size,
-    check_seed,
-    validator,
+    check_bool, check_float, check_list, check_positive_size, check_seed, validator,
 )
 
 from .errors import SamplerConfigError
 from .stream import (
-    ConcatSampler,
-    RandomSubsetTrainingSampler,
-    RepeatFactorTrainingSampler,
-    TrainingSampler,
+    ConcatSampler, RandomSubsetTrainingSampler, RepeatFactorTrainingSampler, TrainingSampler,
     repeat_factors_from_category_frequency,
 )
 
 __all__ = [
-    "SAMPLERS",
-    "build_train_sampler",
-    "TrainingSamplerOptions",
-    "RandomSubsetTrainingSamplerOptions",
-    "RepeatFactorTrainingSamplerOptions",
+    "SAMPLERS", "build_train_sampler", "TrainingSamplerOptions",
+    "RandomSubsetTrainingSamplerOptions", "RepeatFactorTrainingSamplerOptions",
     "ConcatSamplerOptions",
 ]
 
@@ -67,12 +56,7 @@ _sizes = validator(
     check_list, check=check_positive_size, what="ints", element="of part", error=SamplerConfigError
 )
 _optional_weights = validator(
-    check_list,
-    check=check_float,
-    what="numbers",
-    element="of part",
-    above=0,
-    optional=True,
+    check_list, check=check_float, what="numbers", element="of part", above=0, optional=True,
     error=SamplerConfigError,
 )
 
@@ -123,9 +107,7 @@ class RepeatFactorTrainingSamplerOptions:
     RepeatDataset); ``shuffle``, ``seed``.
     """
 
-    repeat_threshold: float | None = attrs.field(
-        default=None, validator=_optional_positive_number
-    )
+    repeat_threshold: float | None = attrs.field(default=None, validator=_optional_positive_number)
     times: float | None = attrs.field(default=None, validator=_optional_positive_number)
     sqrt: bool = attrs.field(default=True, validator=_boolean)
     shuffle: bool = attrs.field(default=True, validator=_boolean)
@@ -202,13 +184,8 @@ class ConcatSamplerOptions:
                 )
         try:
             return ConcatSampler(
-                self.sizes,
-                weights=self.weights,
-                samplers=parts,
-                shuffle=self.shuffle,
-                seed=self.seed,
-                rank=rank,
-                world_size=world_size,
+                self.sizes, weights=self.weights, samplers=parts, shuffle=self.shuffle,
+                seed=self.seed, rank=rank, world_size=world_size,
             )
         except (TypeError, ValueError) as exc:
             raise SamplerConfigError(str(exc)) from exc
@@ -280,10 +257,7 @@ def _build_from_callable(name: str, entry: Any, options: dict[str, Any], dataset
 
 
 def build_train_sampler(
-    cfg: str | Mapping[str, Any],
-    dataset_dicts: Sequence[Any],
-    *,
-    rank: int | None = None,
+    cfg: str | Mapping[str, Any], dataset_dicts: Sequence[Any], *, rank: int | None = None,
     world_size: int | None = None,
 ) -> Sampler:
     """Build the training sampler a config names.

@@ -637,8 +637,7 @@ class SlabPool:
         result = torch.cuda.cudart().cudaHostRegister(pointer, size, 0)
         code = int(getattr(result, "value", result))
         if code != 0:
-            warnings.warn(f"cudaHostRegister failed ({code}); batches are not pinned",
-                          stacklevel=2)
+            warnings.warn(f"cudaHostRegister failed ({code}); batches are not pinned",stacklevel=2)
             self.pin_memory = False
             return
         self._pinned[slab] = (pointer, size)

@@ -35,29 +35,12 @@ from catalog.validation import check_float, check_int, check_list, check_positiv
 from .distributed import resolve_rank_and_world_size, shared_random_seed
 from .errors import SamplerConfigError, SamplerStateError, StateMismatchError, SupersededIteratorError
 from .order import (
-    MAX_FACTOR_SUM,
-    ROUNDING,
-    ArrayOrder,
-    ComposedOrder,
-    ConcatOrder,
-    KeyedPermutation,
-    PassOrder,
-    RangeOrder,
-    RoundedOrder,
-    SystematicRounding,
-    cursor_after,
+    MAX_FACTOR_SUM, ROUNDING, ArrayOrder, ComposedOrder, ConcatOrder, KeyedPermutation, PassOrder,
+    RangeOrder, RoundedOrder, SystematicRounding, cursor_after,
 )
 from .state import (
-    MAX_PASS,
-    MAX_POSITION,
-    MAX_SEED,
-    MAX_WORLD_SIZE,
-    Notes,
-    array_digest,
-    check_config,
-    check_int as check_state_int,
-    check_state,
-    make_state,
+    MAX_PASS, MAX_POSITION, MAX_SEED, MAX_WORLD_SIZE, Notes, array_digest, check_config,
+    check_int as check_state_int, check_state, make_state,
 )
 
 logger = logging.getLogger(__name__)

@@ -43,13 +43,7 @@ from mappers.random_state import sample_seed
 
 from .errors import LoaderTimeoutError, LoaderWorkerError, SamplerConfigError, TransportError, WorkerExitedError
 from .slabs import (
-    DEFAULT_SLAB_BYTES,
-    ReceivedBatch,
-    SlabBatch,
-    SlabPool,
-    SlabWriter,
-    Ticket,
-    transport_supported,
+    DEFAULT_SLAB_BYTES, ReceivedBatch, SlabBatch, SlabPool, SlabWriter, Ticket, transport_supported,
     value_class,
 )
 
@@ -395,11 +389,9 @@ class LoaderTransport:
             batch_sampler = self._sampler
         writer = self.pool.writer() if self.pool is not None else None
         return {
-            "dataset": WorkerDataset(dataset, self.board),
-            "batch_sampler": batch_sampler,
+            "dataset": WorkerDataset(dataset, self.board), "batch_sampler": batch_sampler,
             "collate_fn": TransportCollate(collate_fn, writer, self.board),
-            "pin_memory": self.pin_memory and self.pool is None,
-            "timeout": self.timeout,
+            "pin_memory": self.pin_memory and self.pool is None, "timeout": self.timeout,
         }
 
     def iterate(self, loader: Any) -> Iterator[Any]:
