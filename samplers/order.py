@@ -139,10 +139,8 @@ class KeyedPermutation(PassOrder):
     def at(self, positions: Any) -> np.ndarray:
         pos = np.asarray(positions, dtype=np.int64)
         if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= self._size):
-            raise IndexError(
-                f"KeyedPermutation: positions must lie in [0, {self._size}), got "
-                f"[{int(pos.min())}, {int(pos.max())}]"
-            )
+            raise IndexError(f"KeyedPermutation: positions must lie in [0, {self._size}), got "
+                             f"[{int(pos.min())}, {int(pos.max())}]")
         x = self._encrypt(pos.astype(np.uint64).ravel())
         limit = np.uint64(self._size)
         outside = np.flatnonzero(x >= limit)

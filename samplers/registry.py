@@ -34,11 +34,9 @@ from .stream import (
     repeat_factors_from_category_frequency,
 )
 
-__all__ = [
-    "SAMPLERS", "build_train_sampler", "TrainingSamplerOptions",
-    "RandomSubsetTrainingSamplerOptions", "RepeatFactorTrainingSamplerOptions",
-    "ConcatSamplerOptions",
-]
+__all__ = ["SAMPLERS", "build_train_sampler", "TrainingSamplerOptions",
+           "RandomSubsetTrainingSamplerOptions", "RepeatFactorTrainingSamplerOptions",
+           "ConcatSamplerOptions"]
 
 logger = logging.getLogger(__name__)
 
@@ -177,11 +175,9 @@ class ConcatSamplerOptions:
             for size, part_cfg in zip(self.sizes, self.samplers, strict=True):
                 part_dicts = dataset_dicts[start : start + size]
                 start += size
-                parts.append(
-                    None
-                    if part_cfg is None
-                    else build_train_sampler(part_cfg, part_dicts, rank=0, world_size=1)
-                )
+                parts.append(None
+                             if part_cfg is None
+                             else build_train_sampler(part_cfg, part_dicts, rank=0, world_size=1))
         try:
             return ConcatSampler(
                 self.sizes, weights=self.weights, samplers=parts, shuffle=self.shuffle,

@@ -91,11 +91,9 @@ _MAX_DEPTH = 24
 _NUMPY_KINDS = frozenset("biufc")
 _TORCH_DTYPES: dict[str, torch.dtype] = {
     str(d): d
-    for d in (
-        torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-        torch.float16, torch.bfloat16, torch.float32, torch.float64,
-        torch.complex64, torch.complex128, torch.uint16, torch.uint32, torch.uint64,
-    )
+    for d in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+              torch.float16, torch.bfloat16, torch.float32, torch.float64,
+              torch.complex64, torch.complex128, torch.uint16, torch.uint32, torch.uint64)
 }
 
 
@@ -240,16 +238,12 @@ class _Planner:
         if kind is tuple:
             return tuple(self.walk(v, path, depth + 1) for v in value)
         if kind is Instances:
-            fields = {
-                name: self.walk(v, (*path, "<instances>", name), depth + 1)
-                for name, v in value.get_fields().items()
-            }
+            fields = {name: self.walk(v, (*path, "<instances>", name), depth + 1)
+                      for name, v in value.get_fields().items()}
             return _InstancesNode(value.image_size, fields)
         if kind in _STRUCTURES:
-            state = {
-                name: self.walk(v, (*path, kind.__name__, name), depth + 1)
-                for name, v in vars(value).items()
-            }
+            state = {name: self.walk(v, (*path, kind.__name__, name), depth + 1)
+                     for name, v in vars(value).items()}
             return _StructureNode(kind, state)
         return value
 

@@ -388,11 +388,9 @@ class LoaderTransport:
             self._sampler = TicketedBatchSampler(batch_sampler, self.pool)
             batch_sampler = self._sampler
         writer = self.pool.writer() if self.pool is not None else None
-        return {
-            "dataset": WorkerDataset(dataset, self.board), "batch_sampler": batch_sampler,
-            "collate_fn": TransportCollate(collate_fn, writer, self.board),
-            "pin_memory": self.pin_memory and self.pool is None, "timeout": self.timeout,
-        }
+        return {"dataset": WorkerDataset(dataset, self.board), "batch_sampler": batch_sampler,
+                "collate_fn": TransportCollate(collate_fn, writer, self.board),
+                "pin_memory": self.pin_memory and self.pool is None, "timeout": self.timeout}
 
     def iterate(self, loader: Any) -> Iterator[Any]:
         """Batches of ``loader`` (the DataLoader built with :meth:`dataloader_kwargs`)."""
