@@ -394,7 +394,9 @@ def build_detection_train_loader(dataset: Any, *, mapper: Callable[[Any], Any] |
     elif aspect_ratio_grouping:
         logger.warning("build_detection_train_loader: %s names no records (see mappers.record_source); "
                        "batches are not grouped by aspect ratio", type(dataset).__name__)
-    return build_batch_data_loader(mapped, sampler, total_batch_size, group_ids=group_ids, **options.as_kwargs())
+    # the undecorated builder: the options are already bound
+    return build_batch_data_loader.__wrapped__(mapped, sampler, total_batch_size, group_ids=group_ids,
+                                               options=options)
 
 
 @_builder(inference_loader_from_config)

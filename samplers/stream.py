@@ -70,8 +70,8 @@ class StreamSampler(Sampler[int]):
 
     def __init__(self, *, seed: int | None, rank: int | None, world_size: int | None) -> None:
         owner = type(self).__name__
-        self._rank, self._world_size = resolve_rank_and_world_size(rank, world_size, owner)
-        self._seed = _seed(seed, "seed", owner)
+        self.rank, self.world_size = resolve_rank_and_world_size(rank, world_size, owner)
+        self.seed = _seed(seed, "seed", owner)
         self._cursor_pass = self._cursor_offset = 0
         self._orders: dict[int, PassOrder] = {}
         self._chunk: tuple[Iterator[int], int, int, int] | None = None  # iterator, len, pass, offset
@@ -104,18 +104,6 @@ class StreamSampler(Sampler[int]):
 
     # -------------------------------------------------------------- properties
     @property
-    def seed(self) -> int:
-        return self._seed
-
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def world_size(self) -> int:
-        return self._world_size
-
-    @property
     def position(self) -> tuple[int, int]:
         """The cursor ``(pass, offset)``: rank 0's next global position."""
         self._sync_cursor()
@@ -123,7 +111,7 @@ class StreamSampler(Sampler[int]):
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(dataset_size={getattr(self, 'dataset_size', None)}, "
-                f"seed={self._seed}, rank={self._rank}, world_size={self._world_size})")
+                f"seed={self.seed}, rank={self.rank}, world_size={self.world_size})")
 
     # -------------------------------------------------------------- passes and cursor
     def _order(self, pass_index: int) -> PassOrder:
@@ -140,7 +128,7 @@ class StreamSampler(Sampler[int]):
         if self._chunk is not None:
             iterator, length, pass_index, offset = self._chunk
             consumed = length - operator.length_hint(iterator)
-            self._cursor_pass, self._cursor_offset = pass_index, offset + consumed * self._world_size
+            self._cursor_pass, self._cursor_offset = pass_index, offset + consumed * self.world_size
 
     def _normalize_cursor(self) -> None:
         """Move the cursor forward until its offset lies inside its pass."""
@@ -170,7 +158,7 @@ class StreamSampler(Sampler[int]):
         return self._generate(self._generation)
 
     def _generate(self, generation: int) -> Iterator[int]:
-        rank, world = self._rank, self._world_size
+        rank, world = self.rank, self.world_size
         while True:
             if generation != self._generation:
                 self._superseded()
@@ -217,8 +205,8 @@ class StreamSampler(Sampler[int]):
         while offset >= len(self._order(pass_index)):
             offset -= len(self._order(pass_index))
             pass_index += 1
-        return make_state(type(self).__name__, seed=self._seed, pass_index=pass_index, offset=offset,
-                          world_size=self._world_size, config={"order": ORDER, **self._config()},
+        return make_state(type(self).__name__, seed=self.seed, pass_index=pass_index, offset=offset,
+                          world_size=self.world_size, config={"order": ORDER, **self._config()},
                           **self._extra_state(pass_index))
 
     def load_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
@@ -257,13 +245,13 @@ class StreamSampler(Sampler[int]):
         def commit() -> None:
             self._origin = None
             apply_extra()
-            self._seed = seed
+            self.seed = seed
             self._orders.clear()
             self._chunk = None
             self._cursor_pass, self._cursor_offset = pass_index, offset
-            if saved_world != self._world_size:
+            if saved_world != self.world_size:
                 logger.info("%s: state of world size %d continues over %d ranks", name,
-                            saved_world, self._world_size)
+                            saved_world, self.world_size)
 
         return commit
 
@@ -291,14 +279,14 @@ class TrainingSampler(StreamSampler):
     def _make_pass(self, pass_index: int) -> PassOrder:
         if not self._shuffle:
             return RangeOrder(self._size)
-        return KeyedPermutation(self._size, "shuffle", self._seed, pass_index)
+        return KeyedPermutation(self._size, "shuffle", self.seed, pass_index)
 
     def _config(self) -> dict[str, Any]:
         return {"size": self._size, "shuffle": self._shuffle}
 
     def __repr__(self) -> str:
-        return (f"TrainingSampler(size={self._size}, shuffle={self._shuffle}, seed={self._seed}, "
-                f"rank={self._rank}, world_size={self._world_size})")
+        return (f"TrainingSampler(size={self._size}, shuffle={self._shuffle}, seed={self.seed}, "
+                f"rank={self.rank}, world_size={self.world_size})")
 
 
 class RandomSubsetTrainingSampler(StreamSampler):
@@ -348,7 +336,7 @@ class RandomSubsetTrainingSampler(StreamSampler):
 
     def _make_pass(self, pass_index: int) -> PassOrder:
         k = self.constant_length
-        inner = KeyedPermutation(k, "shuffle", self._seed, pass_index) if self._shuffle else RangeOrder(k)
+        inner = KeyedPermutation(k, "shuffle", self.seed, pass_index) if self._shuffle else RangeOrder(k)
         return ComposedOrder(inner, self._subset)
 
     def _config(self) -> dict[str, Any]:
@@ -513,12 +501,12 @@ class RepeatFactorTrainingSampler(StreamSampler):
         """Copies of each record in pass ``pass_index`` (O(records))."""
         index = check_int(pass_index, "pass_index", minimum=0, maximum=MAX_PASS - 1,
                           where="RepeatFactorTrainingSampler.pass_counts")
-        return self._rounding.counts(self._rounding.offset(self._seed, index))
+        return self._rounding.counts(self._rounding.offset(self.seed, index))
 
     def _make_pass(self, pass_index: int) -> PassOrder:
-        offset = self._rounding.offset(self._seed, pass_index)
+        offset = self._rounding.offset(self.seed, pass_index)
         length = self._rounding.length(offset)
-        inner: PassOrder = (KeyedPermutation(length, "shuffle", self._seed, pass_index)
+        inner: PassOrder = (KeyedPermutation(length, "shuffle", self.seed, pass_index)
                             if self._shuffle and length else RangeOrder(length))
         return RoundedOrder(self._rounding, offset, inner)
 
@@ -571,7 +559,7 @@ class ConcatSampler(StreamSampler):
         for j, size in enumerate(self._sizes):
             part = samplers[j] if samplers is not None else None
             if part is None:
-                part = TrainingSampler(size, shuffle=shuffle, seed=derive_seed(self._seed, j),
+                part = TrainingSampler(size, shuffle=shuffle, seed=derive_seed(self.seed, j),
                                        rank=0, world_size=1)
             elif not isinstance(part, StreamSampler) or isinstance(part, ConcatSampler):
                 raise TypeError(f"ConcatSampler: sampler of part {j} must be a catmap training "
@@ -600,7 +588,7 @@ class ConcatSampler(StreamSampler):
         self._pass_starts[pass_index] = [part.state_dict() for part in self._parts]
         starts = [cursor_after(part, part.position, 0) for part in self._parts]
         order = ConcatOrder(self.constant_length, self._weights, self._parts, starts, self._starts,
-                            self._seed, pass_index)
+                            self.seed, pass_index)
         # each part continues, in the next pass, after the draws it gets in this one
         for part, start, count in zip(self._parts, starts, order.counts.tolist()):
             part._move_to(cursor_after(part, start, count))
@@ -639,7 +627,7 @@ class ConcatSampler(StreamSampler):
 
     def __repr__(self) -> str:
         return (f"ConcatSampler(sizes={self._sizes}, weights={np.round(self._weights, 4).tolist()}, "
-                f"seed={self._seed}, rank={self._rank}, world_size={self._world_size})")
+                f"seed={self.seed}, rank={self.rank}, world_size={self.world_size})")
 
 
 class InferenceSampler(Sampler[int]):
@@ -655,22 +643,14 @@ class InferenceSampler(Sampler[int]):
 
     def __init__(self, size: int, *, rank: int | None = None, world_size: int | None = None) -> None:
         self._size = check_positive_size(size, allow_zero=True, where="InferenceSampler")
-        self._rank, self._world_size = resolve_rank_and_world_size(rank, world_size, "InferenceSampler")
-        base, extra = divmod(self._size, self._world_size)
-        self._start = self._rank * base + min(self._rank, extra)
-        self._stop = self._start + base + (1 if self._rank < extra else 0)
+        self.rank, self.world_size = resolve_rank_and_world_size(rank, world_size, "InferenceSampler")
+        base, extra = divmod(self._size, self.world_size)
+        self._start = self.rank * base + min(self.rank, extra)
+        self._stop = self._start + base + (1 if self.rank < extra else 0)
 
     @property
     def dataset_size(self) -> int:
         return self._size
-
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def world_size(self) -> int:
-        return self._world_size
 
     def __iter__(self) -> Iterator[int]:
         return iter(range(self._start, self._stop))
@@ -679,5 +659,5 @@ class InferenceSampler(Sampler[int]):
         return self._stop - self._start
 
     def __repr__(self) -> str:
-        return (f"InferenceSampler(size={self._size}, rank={self._rank}, world_size="
-                f"{self._world_size}, shard=[{self._start}, {self._stop}))")
+        return (f"InferenceSampler(size={self._size}, rank={self.rank}, world_size="
+                f"{self.world_size}, shard=[{self._start}, {self._stop}))")
