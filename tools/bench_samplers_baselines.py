@@ -52,7 +52,7 @@ class PermutationTrainingSampler(TrainingSampler):
     each pass a materialized ``numpy`` permutation of ``(seed, pass)``."""
 
     def _make_pass(self, pass_index: int) -> np.ndarray:
-        return numpy_generator(self._seed, pass_index).permutation(self._size)
+        return numpy_generator(self.seed, pass_index).permutation(self._size)
 
 
 def baseline_state(items: int, position: int) -> dict[str, Any]:
