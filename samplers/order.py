@@ -4,7 +4,7 @@
   ``range(n)`` from ``(key, i)`` alone: a six-round Feistel network over an ``A x B`` rectangle
   (``A = ceil(sqrt(n))``) with cycle walking; round keys come from blake2b over ``(purpose, n,
   parts...)``. Not cryptographic; statistically close to a uniform permutation.
-* :class:`PassOrder` and its compositions (range, array, permuted, composed, expanded).
+* :class:`PassOrder` and its compositions (range, array, composed).
 * :class:`SystematicRounding`: repeat-factor passes whose length and positions are O(1) and
   O(log) per pass: one keyed offset ``u`` per pass decides every record's extra copy
   (``cum_s = I_s + floor((G_s + u) / 2**53)`` over a fixed keyed slot order), so each record's
@@ -60,11 +60,6 @@ def keyed_bits53(values: Any, purpose: str, *parts: int) -> np.ndarray:
     x ^= x >> _S31
     x >>= _S11
     return x
-
-
-def keyed_uniform(values: Any, purpose: str, *parts: int) -> np.ndarray:
-    """A keyed uniform float64 in ``[0, 1)`` per integer of ``values``."""
-    return keyed_bits53(values, purpose, *parts).astype(np.float64) * (1.0 / 2**53)
 
 
 class PassOrder:
@@ -192,11 +187,6 @@ class ArrayOrder(PassOrder):
         return self._array
 
 
-#: A permuted pass is the keyed permutation itself (kept as a name for readers and tests).
-def PermutedOrder(permutation: KeyedPermutation) -> PassOrder:  # noqa: N802
-    return permutation
-
-
 class ComposedOrder(PassOrder):
     """``outer.at(inner.at(positions))``: e.g. a shuffled pass over a subset."""
 
@@ -210,35 +200,6 @@ class ComposedOrder(PassOrder):
 
     def at(self, positions: np.ndarray) -> np.ndarray:
         return self._outer.at(self._inner.at(positions))
-
-
-class ExpandedOrder(PassOrder):
-    """Index ``i`` repeated ``counts[i]`` times (``cumulative`` = running counts), read in
-    ``inner``'s order of the expanded positions (a windowed binary search per position)."""
-
-    __slots__ = ("_cumulative", "_inner", "_coarse")
-
-    def __init__(self, cumulative: np.ndarray, inner: PassOrder) -> None:
-        self._cumulative, self._inner = cumulative, inner
-        starts = np.arange(0, (len(inner) // 64 + 2) * 64, 64, dtype=np.int64)
-        self._coarse = np.searchsorted(cumulative, starts, side="right")
-
-    def __len__(self) -> int:
-        return len(self._inner)
-
-    def at(self, positions: np.ndarray) -> np.ndarray:
-        expanded = self._inner.at(positions)
-        block = expanded // 64
-        low, high = self._coarse[block], self._coarse[block + 1]
-        while True:
-            open_ = low < high
-            if not open_.any():
-                return low.astype(np.int64)
-            mid = (low + high) >> 1
-            mid[~open_] = 0
-            right = (self._cumulative[mid] <= expanded) & open_
-            low = np.where(right, mid + 1, low)
-            high = np.where(right | ~open_, high, mid)
 
 
 # ---------------------------------------------------------------- repeat-factor rounding

@@ -13,7 +13,8 @@ import pytest
 
 from samplers import ConcatSampler, RepeatFactorTrainingSampler
 from samplers.order import KeyedPermutation
-from samplers.order import ExpandedOrder, PermutedOrder, RangeOrder
+from samplers.order import RangeOrder
+from tools.bench_samplers_baselines import ExpandedOrder
 from samplers.order import FRACTION_BITS, SystematicRounding
 
 SCALE = 2**FRACTION_BITS
