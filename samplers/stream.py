@@ -57,7 +57,8 @@ def _seed(seed: Any, name: str, owner: str) -> int:
 
 
 class StreamSampler(Sampler[int]):
-    """Base of the training samplers: cursor, sharding, iteration and state.
+    """Base of the training samplers: cursor, sharding, iteration and state. ``seed`` (shared by
+    all ranks; a loaded state's seed replaces it), ``rank`` and ``world_size`` are attributes.
 
     A subclass defines ``_make_pass(p)``, ``_config()`` and ``constant_length`` (the pass
     length when it does not depend on the pass, else None with ``_pass_length``); one that
@@ -87,7 +88,8 @@ class StreamSampler(Sampler[int]):
 
     def _pass_length(self, seed: int, pass_index: int) -> int:
         """A pass's length for ``seed``, without changing the sampler."""
-        assert self.constant_length is not None, "a varying pass length needs _pass_length"
+        if self.constant_length is None:
+            raise NotImplementedError(f"{type(self).__name__}: a varying pass length needs _pass_length")
         return self.constant_length
 
     def _extra_state(self, pass_index: int) -> dict[str, Any]:
