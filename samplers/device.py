@@ -32,19 +32,6 @@ def _move(value: Any, device: torch.device, non_blocking: bool, depth: int) -> A
 def to_device(batch: Any, device: str | torch.device, non_blocking: bool = True) -> Any:
     """Return ``batch`` with every tensor (also inside ``Instances``) moved to ``device``.
 
-    Lists, tuples and dicts are rebuilt; other values are kept as they are. With
-    ``pin_memory=True`` the slab transport hands out batches in pinned memory, so
-    ``non_blocking=True`` copies to a CUDA device overlap with compute (synchronize or use the
-    tensors on the same stream before changing them). Without CUDA the copy is synchronous.
-
-    Args:
-        batch: a loader batch (e.g. a list of dicts with ``"image"`` and ``"instances"``).
-        device: the target device (``"cuda"``, ``"cuda:1"``, ``"cpu"``, a ``torch.device``).
-        non_blocking: passed to ``Tensor.to``.
-
-    Returns:
-        The moved batch (tensors already on ``device`` are returned as they are).
-
     Example:
         >>> batch = [{"image": torch.zeros(3, 2, 2), "image_id": 7}]
         >>> moved = to_device(batch, "cpu")

@@ -1,22 +1,9 @@
-"""Typed errors raised by the samplers package.
-
-Every message names the sampler and, where known, the state key, option or index involved.
-"""
+"""Typed errors of the samplers package; messages name the sampler, state key, option, worker
+or dataset index involved."""
 
 from __future__ import annotations
 
 from catalog.errors import CatmapError, CatmapErrorWithFields
-
-__all__ = [
-    "SamplerError",
-    "SamplerErrorWithFields",
-    "SamplerStateError",
-    "ReshardError",
-    "SamplerConfigError",
-    "NotResumableError",
-    "StateMismatchError",
-    "LoaderTimeoutError",
-]
 
 
 class SamplerError(CatmapError):
@@ -26,10 +13,6 @@ class SamplerError(CatmapError):
 class SamplerErrorWithFields(SamplerError, CatmapErrorWithFields):
     """A SamplerError with keyword fields (:class:`catalog.errors.CatmapErrorWithFields`).
 
-    A subclass names its fields in ``field_names``: they are its keyword arguments, each
-    None by default; the message stays the only positional argument, as torch's worker
-    re-raise (``cls(message)``) needs.
-
     Example:
         >>> err = LoaderTimeoutError("no batch in 5 s", worker_id=1, timeout=5.0)
         >>> err.worker_id, err.index, err.timeout
@@ -37,22 +20,18 @@ class SamplerErrorWithFields(SamplerError, CatmapErrorWithFields):
     """
 
 
-
 class SamplerStateError(SamplerError, ValueError):
     """A state dict cannot be loaded: wrong sampler type, missing key, or a different dataset."""
 
 
 class ReshardError(SamplerStateError):
-    """A state saved with one rank / world size cannot be continued with another.
-
-    Raised only where the saved state holds per-rank data (e.g. the indices a
-    ``GroupedBatchSampler`` has drawn but not yet batched); plain sampler states re-shard.
-    """
+    """A state saved with one rank / world size cannot be continued with another."""
 
 
 class SamplerConfigError(SamplerError, ValueError, TypeError):
     """A sampler chosen by name from a config has an unknown option or an option of a wrong
-    type or value. It is both a ``ValueError`` and a ``TypeError``."""
+    type or value. It is both a ``ValueError`` and a ``TypeError``.
+    """
 
 
 class NotResumableError(SamplerError, TypeError):
@@ -60,21 +39,59 @@ class NotResumableError(SamplerError, TypeError):
 
 
 class StateMismatchError(SamplerStateError, SamplerErrorWithFields):
-    """A saved state was made by a differently configured sampler or loader.
-
-    ``key`` names the field that differs (e.g. ``"repeat_factors"``, ``"batch_size"``);
-    ``saved`` and ``current`` hold short descriptions of both sides. ``load_state_dict(...,
-    strict=False)`` loads the state anyway.
-    """
+    """A saved state was made by a differently configured sampler or loader."""
 
     field_names = ("key", "saved", "current")
 
 
 class LoaderTimeoutError(SamplerErrorWithFields, TimeoutError):
-    """A loader worker produced nothing within the loader's ``timeout``.
-
-    ``worker_id`` and ``index`` name the worker and the dataset index it was working on,
-    where known; ``timeout`` is the limit in seconds.
-    """
+    """A loader worker produced nothing within the loader's ``timeout``."""
 
     field_names = ("worker_id", "index", "timeout")
+
+
+class SupersededIteratorError(SamplerError, RuntimeError):
+    """``next()`` on a sampler iterator after a newer ``iter()`` of the same sampler began."""
+
+
+class ImageSizeKeyError(SamplerError, KeyError):
+    """An item grouped by aspect ratio has no usable ``width`` / ``height``."""
+
+    def __init__(self, message: str, *, position: int | None = None, key: str = "") -> None:
+        super().__init__(message)
+        self.position, self.key = position, key
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class LoaderCallError(SamplerConfigError):
+    """A loader builder got a missing, unknown or malformed argument (``argument`` names it)."""
+
+    def __init__(self, message: str, *, argument: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+class TransportError(SamplerError, RuntimeError):
+    """A batch handle cannot be turned into a batch (its loader was closed, or it is stale)."""
+
+
+class LoaderWorkerError(SamplerErrorWithFields, RuntimeError):
+    """An exception raised in a loader worker that could not be sent whole (not picklable)."""
+
+    field_names = ("worker_id", "index", "exc_type")
+
+    def __init__(self, message: str, *, worker_id: int | None = None, index: int | None = None,
+                 exc_type: str | None = None) -> None:
+        super().__init__(message, worker_id=worker_id, index=index, exc_type=exc_type)
+
+
+class WorkerExitedError(SamplerErrorWithFields, RuntimeError):
+    """A loader worker process died (killed, out of memory, crashed in native code)."""
+
+    field_names = ("worker_id", "pid", "index")
+
+    def __init__(self, message: str, *, worker_id: int | None = None, pid: int | None = None,
+                 index: int | None = None) -> None:
+        super().__init__(message, worker_id=worker_id, pid=pid, index=index)

@@ -1,31 +1,7 @@
 """A Lightning ``LightningDataModule`` over catmap datasets, resumable through checkpoints.
 
 :class:`CatmapDataModule` builds catmap's endless training loader (and optionally a test-style
-validation loader) inside Lightning, and saves the loader position in Lightning checkpoints:
-
-* **what was trained, not what was fetched.** Lightning fetches one batch ahead of the
-  training step (and a loader's workers further still). The saved position is the loader's
-  state after the last batch that reached a training step (counted in
-  ``on_before_batch_transfer``, which Lightning calls on the datamodule for every training
-  batch just before the step), so a resumed run starts with the first batch the interrupted
-  run never trained on. This holds for checkpoints saved by ``ModelCheckpoint`` during
-  training and by ``trainer.save_checkpoint`` after ``fit``.
-* **every rank's position.** Lightning writes rank 0's ``state_dict`` only; under
-  ``torch.distributed`` the datamodule gathers every rank's loader state into it (all ranks
-  call ``state_dict`` when a checkpoint is saved), and each rank loads its own. Resumed on
-  another world size, rank 0's state is re-sharded (``ResumableLoader.load_state_dict``;
-  aspect-ratio grouping keeps per-rank buffers and raises ``ReshardError`` then).
-* **prepare_data.** Lightning runs ``prepare_data`` on local rank 0 only while the other
-  ranks wait in a barrier, so a collective there hangs. ``prepare_data`` (also a subclass's
-  override) runs inside ``catalog.storage.sharing.this_rank_only()``: ``DatasetCatalog.get`` there
-  loads on that rank alone (filling the on-disk cache) and keeps nothing, and the datasets are
-  shared across local ranks as usual later, in ``train_dataloader``.
-
-Samplers are built in ``train_dataloader``, after Lightning started the process group, so
-they shard over the ranks. Batches are lists of mapped samples; ``Instances`` and tensors are
-moved to the device by Lightning.
-
-Install: ``pip install "catmap[lightning]"`` (``lightning`` >= 2.0).
+validation loader) inside Lightning, and saves the loader position in Lightning checkpoints.
 
 Example::
 
@@ -44,13 +20,19 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+import torch.distributed as dist
+
+from catalog import DatasetCatalog
 from catalog.config_values import is_config_container, plain_container, plain_names
+from catalog.detection_dicts import get_detection_dataset_dicts
 from catalog.errors import missing_dependency
 from catalog.storage.sharing import this_rank_only
 
+from .build import build_detection_test_loader, build_detection_train_loader
 from .distributed import get_rank, get_world_size
 from .errors import NotResumableError, SamplerStateError
-from .state_fields import check_int
+from .registry import build_train_sampler
+from .state import check_int
 
 try:
     from lightning.pytorch import LightningDataModule
@@ -66,14 +48,13 @@ _MAX_WORLD = 1 << 20
 
 
 def _dist() -> Any:
-    import torch.distributed as dist
-
     return dist if dist.is_available() and dist.is_initialized() else None
 
 
 class _TrainBatches:
     """The training iterable handed to Lightning: the loader's batches, with the loader state
-    after each delivered batch queued until Lightning trains on that batch."""
+    after each delivered batch queued until Lightning trains on that batch.
+    """
 
     def __init__(self, owner: CatmapDataModule, loader: Any) -> None:
         self.owner = owner
@@ -100,27 +81,6 @@ class _TrainBatches:
 class CatmapDataModule(LightningDataModule):
     """Training (and validation) batches of catmap datasets, resumable through checkpoints.
 
-    Args:
-        train_dataset: a registered dataset name, a list of names (any sequence, a
-            ``ListConfig`` too), a list of record dicts or a map-style Dataset.
-        mapper: ``record -> sample or None`` (see ``build_detection_train_loader``).
-        total_batch_size: the batch size summed over all ranks.
-        seed: seed of the sampler, the workers and every sample's augmentations; None draws
-            one shared by all ranks (it is saved in the checkpoint).
-        sampler: None (``TrainingSampler``), a sampler config for
-            ``samplers.build_train_sampler`` (a name or a mapping, e.g.
-            ``{"name": "RepeatFactorTrainingSampler", "repeat_threshold": 0.1}``) or a callable
-            ``records -> sampler`` run in ``train_dataloader`` on every rank.
-        num_workers: DataLoader workers of the training loader.
-        aspect_ratio_grouping: batch images of the same orientation together.
-        loader_options: more keyword arguments of ``build_detection_train_loader`` (e.g.
-            ``persistent_workers``, ``prefetch_factor``, ``transport``).
-        val_dataset, val_mapper, val_batch_size: an optional validation loader
-            (``build_detection_test_loader``: each record once over all ranks).
-
-    Raises:
-        TypeError / ValueError: a malformed argument (checked when the loaders are built).
-
     Example:
         >>> records = [{"file_name": f"{i}.jpg", "height": 4, "width": 6} for i in range(8)]
         >>> dm = CatmapDataModule(records, mapper=None, total_batch_size=2, seed=0)
@@ -136,18 +96,10 @@ class CatmapDataModule(LightningDataModule):
             cls.prepare_data = _on_this_rank_only(own)  # type: ignore[method-assign]
 
     def __init__(
-        self,
-        train_dataset: Any,
-        *,
-        mapper: Callable[[Any], Any] | None,
-        total_batch_size: int,
-        seed: int | None = 0,
-        sampler: Any = None,
-        num_workers: int = 0,
-        aspect_ratio_grouping: bool = True,
-        loader_options: Mapping[str, Any] | None = None,
-        val_dataset: Any = None,
-        val_mapper: Callable[[Any], Any] | None = None,
+        self, train_dataset: Any, *, mapper: Callable[[Any], Any] | None, total_batch_size: int,
+        seed: int | None = 0, sampler: Any = None, num_workers: int = 0,
+        aspect_ratio_grouping: bool = True, loader_options: Mapping[str, Any] | None = None,
+        val_dataset: Any = None, val_mapper: Callable[[Any], Any] | None = None,
         val_batch_size: int = 1,
     ) -> None:
         super().__init__()
@@ -182,39 +134,27 @@ class CatmapDataModule(LightningDataModule):
 
     def prepare_data(self) -> None:
         """Load the file-backed datasets once on this rank, filling the on-disk cache, without
-        any collective (Lightning runs this on local rank 0 only)."""
-        from catalog import DatasetCatalog
-
+        any collective (Lightning runs this on local rank 0 only).
+        """
         for name in self._names():
             if name in DatasetCatalog and DatasetCatalog.entry(name).source_files:
                 DatasetCatalog.get(name)  # inside this_rank_only (see __init_subclass__)
 
     def _build_train_loader(self) -> Any:
-        from .loader import build_detection_train_loader
-
         dataset = self.train_dataset
         sampler = self.sampler
         if sampler is not None:
             if isinstance(dataset, str) or self._names():
-                from catalog.detection_dicts import get_detection_dataset_dicts
-
                 dataset = get_detection_dataset_dicts(self._names())
             if isinstance(sampler, (str, Mapping)):
-                from .registry import build_train_sampler
-
                 sampler = build_train_sampler(sampler, dataset)
             elif callable(sampler):
                 sampler = sampler(dataset)
         options = dict(self.loader_options)
         return build_detection_train_loader(
-            dataset,
-            mapper=self.mapper,
-            sampler=sampler,
-            total_batch_size=self.total_batch_size,
-            aspect_ratio_grouping=self.aspect_ratio_grouping,
-            num_workers=self.num_workers,
-            seed=self.seed,
-            **options,
+            dataset, mapper=self.mapper, sampler=sampler, total_batch_size=self.total_batch_size,
+            aspect_ratio_grouping=self.aspect_ratio_grouping, num_workers=self.num_workers,
+            seed=self.seed, **options,
         )
 
     def train_dataloader(self) -> Any:
@@ -238,11 +178,10 @@ class CatmapDataModule(LightningDataModule):
 
     def val_dataloader(self) -> Any:
         """Each validation record once over all ranks (``build_detection_test_loader``); an
-        empty list when no ``val_dataset`` was given."""
+        empty list when no ``val_dataset`` was given.
+        """
         if self.val_dataset is None:
             return []
-        from .loader import build_detection_test_loader
-
         return build_detection_test_loader(
             self.val_dataset, mapper=self.val_mapper, batch_size=self.val_batch_size
         )
@@ -267,17 +206,13 @@ class CatmapDataModule(LightningDataModule):
         return None
 
     def state_dict(self) -> dict[str, Any]:
-        """Every rank's loader position after the batches its training steps consumed.
-
-        Under ``torch.distributed`` every rank must call this (Lightning does, when saving a
-        checkpoint): the ranks' states are gathered. Before any training batch: ``{}``.
-        """
+        """Every rank's loader position after the batches its training steps consumed."""
         mine = self._rank_state()
-        dist = _dist()
-        world = dist.get_world_size() if dist is not None else 1
+        group = _dist()
+        world = group.get_world_size() if group is not None else 1
         if world > 1:
             gathered: list[Any] = [None] * world
-            dist.all_gather_object(gathered, mine)
+            group.all_gather_object(gathered, mine)
         else:
             gathered = [mine]
         if all(state is None for state in gathered):
@@ -285,15 +220,7 @@ class CatmapDataModule(LightningDataModule):
         return {"format": _FORMAT, "world_size": world, "per_rank": gathered}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Resume from a state saved by :meth:`state_dict` (untrusted input: checked).
-
-        Each rank takes its own position when the world size is the one saved; otherwise
-        rank 0's position, re-sharded to this world size. The loader state itself is checked
-        and loaded by ``ResumableLoader.load_state_dict`` in ``train_dataloader``.
-
-        Raises:
-            SamplerStateError: the state is not one this class saved.
-        """
+        """Resume from a state saved by :meth:`state_dict` (untrusted input: checked)."""
         if not state_dict:
             return
         if not isinstance(state_dict, dict) or state_dict.get("format") != _FORMAT:

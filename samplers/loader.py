@@ -1,367 +1,291 @@
-"""Loader builders: join a dataset (catalog), a mapper (mappers) and a sampler into batches."""
+"""ResumableLoader: a DataLoader whose state counts the batches the caller received, and the
+seeding of samples and workers.
+
+The batch sampler runs in the main process; workers prefetch, so the loader queues the batch
+sampler's state after each index batch and keeps it until that batch is delivered:
+``state_dict()`` is the state after the last delivered batch for any ``num_workers``. Each
+index travels with its global stream position, and the worker maps the sample inside
+``mappers.random_state.sample_scope(sample_seed(seed, position))``: augmented batches are the
+same for any ``num_workers``, after a restore and on any world size.
+
+Why not torchdata's ``StatefulDataLoader`` as the base: its state is tied to ``num_workers``,
+resume is O(1) only with ``snapshot_every_n_steps=1``, it trusts (asserts) loaded states, and
+its worker loop is its own while the slab transport is built around torch's DataLoader
+(``tests/test_stateful_dataloader_limits.py`` keeps this observed). ``to_stateful_dataloader``
+bridges the two.
+"""
 
 from __future__ import annotations
 
+import collections
 import logging
-from collections.abc import Callable, Iterable
+import operator
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from torch.utils.data import BatchSampler, IterableDataset
+import torch
+from torch.utils.data import DataLoader, Sampler
 
-from catalog.log_limits import shared_counters
-from mappers.datasets import records_of
+from catalog import validation
+from catalog.seeding import derive_seed, torch_generator
+from mappers.image_io import limit_opencv_threads
+from mappers.random_state import sample_scope, sample_seed, seed_generator, seed_global_rngs
 
-from .aspect_ratio_grouped import build_iterable_loader
-from .batch import ResumableBatchSampler, check_batch_size
-from .distributed import get_rank, get_world_size, shared_random_seed
-from .grouped_batch import GroupedBatchSampler, aspect_ratio_group_ids
-from .inference import InferenceSampler
-from .loader_config import (
-    LoaderCallError,
-    configurable,
-    inference_loader_from_config,
-    train_loader_from_config,
+from .errors import NotResumableError
+from .slabs import DEFAULT_SLAB_BYTES
+from .state import (
+    MAX_POSITION, MAX_SEED, Notes, check_config, check_int, check_state, is_stateful, make_state,
+    prepare_nested_load,
 )
-from .loader_inputs import resolve_dataset
-from .resumable_loader import ResumableLoader
-from .stream import check_seed
-from .training import TrainingSampler
-from .worker_options import WorkerOptions, takes_worker_options
-from .worker_seed import worker_init_reset_seed
-
-__all__ = [
-    "build_batch_data_loader",
-    "build_detection_train_loader",
-    "build_detection_test_loader",
-    "trivial_batch_collator",
-    "worker_init_reset_seed",
-]
+from .transport import ChainedWorkerInit, LoaderTransport
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["ResumableLoader", "SampleSeededDataset", "WorkerSeeder", "sample_seed",
+           "seed_this_process", "worker_init_reset_seed"]
 
-def trivial_batch_collator(batch: list[Any]) -> list[Any]:
-    """A ``collate_fn`` that returns the batch as the list of samples it is.
+
+def seed_this_process(seed: int) -> None:
+    """Seed ``random``, numpy, torch (all devices) and the augmentation generator from one seed."""
+    seed_global_rngs(derive_seed(seed, 0), all_torch_devices=True)
+    seed_generator(derive_seed(seed, 3))
+
+
+def worker_init_reset_seed(worker_id: int) -> None:
+    """A ``worker_init_fn`` spreading the seed torch gave the worker to numpy, ``random`` and
+    the augmentation generator (the builders' loaders use :class:`WorkerSeeder` instead)."""
+    seed_this_process(derive_seed(torch.initial_seed(), worker_id))
+
+
+class WorkerSeeder:
+    """A picklable ``worker_init_fn`` seeding worker ``w`` from ``(seed, rank, w, pass_index)``;
+    it serves what runs outside a sample (samples are seeded by their own position).
 
     Example:
-        >>> trivial_batch_collator([{"a": 1}, {"a": 2}])
-        [{'a': 1}, {'a': 2}]
+        >>> WorkerSeeder(1, 0).worker_seed(0) != WorkerSeeder(1, 0).worker_seed(1)
+        True
     """
+
+    def __init__(self, seed: int, rank: int, pass_index: int = 0) -> None:
+        self.seed, self.rank, self.pass_index = int(seed), int(rank), int(pass_index)
+
+    def worker_seed(self, worker_id: int) -> int:
+        return derive_seed(self.seed, self.rank, worker_id, self.pass_index)
+
+    def __call__(self, worker_id: int) -> None:
+        seed_this_process(self.worker_seed(worker_id))
+
+    def __repr__(self) -> str:
+        return f"WorkerSeeder(seed={self.seed}, rank={self.rank}, pass_index={self.pass_index})"
+
+
+class SampleSeededDataset:
+    """``ds[(i, s)]`` is ``dataset[i]`` computed inside ``sample_scope(s)`` (the sample's own
+    randomness, also for ``random`` / numpy / torch with ``seed_globals``); an int key passes.
+
+    Example:
+        >>> from mappers.random_state import get_generator
+        >>> class Noisy:
+        ...     def __len__(self): return 3
+        ...     def __getitem__(self, index): return float(get_generator().random())
+        >>> ds = SampleSeededDataset(Noisy())
+        >>> ds[(0, 7)] == ds[(2, 7)] != ds[(0, 8)]
+        True
+    """
+
+    def __init__(self, dataset: Any, *, seed_globals: bool = True) -> None:
+        self.dataset = dataset
+        self.seed_globals = bool(seed_globals)
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: Any) -> Any:
+        if not isinstance(key, tuple):
+            return self.dataset[key]
+        if len(key) != 2:
+            raise TypeError(f"SampleSeededDataset: a key is an index or an (index, seed) pair, got {key!r}")
+        with sample_scope(operator.index(key[1]), seed_globals=self.seed_globals):
+            return self.dataset[operator.index(key[0])]
+
+    def __repr__(self) -> str:
+        return f"SampleSeededDataset({self.dataset!r})"
+
+
+class _TrackingBatchSampler(Sampler[list[Any]]):
+    """Passes batches through, queueing the inner batch sampler's state after each. With a
+    seed, indices go out as ``(index, position, seed)`` (workers derive the sample seed) or,
+    without workers, as ``(index, sample_seed(seed, position))``."""
+
+    def __init__(self, inner: Any, track: bool, seed: int | None, defer_seeds: bool) -> None:
+        self.inner, self.track, self.seed, self.defer_seeds = inner, track, seed, defer_seeds
+        self.pending: collections.deque[dict[str, Any]] = collections.deque()
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        seed = self.seed
+        if seed is None:
+            batches: Iterator[list[Any]] = iter(self.inner)
+        elif self.defer_seeds:
+            batches = ([(i, p, seed) for i, p in batch] for batch in self.inner.iter_with_positions())
+        else:
+            batches = ([(i, sample_seed(seed, p)) for i, p in batch]
+                       for batch in self.inner.iter_with_positions())
+        for batch in batches:
+            if self.track:
+                self.pending.append(self.inner.state_dict())
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+def _as_list(batch: list[Any]) -> list[Any]:
     return batch
 
 
-def _sampler_world_size(sampler: Any) -> tuple[int, int]:
-    world = getattr(sampler, "world_size", None)
-    rank = getattr(sampler, "rank", None)
-    return (
-        get_rank() if not isinstance(rank, int) else rank,
-        get_world_size() if not isinstance(world, int) else world,
-    )
+class ResumableLoader:
+    """Iterate batches of a map-style dataset; save and restore the position exactly.
 
-
-def _no_sampler(dataset: Any, sampler: Any, owner: str) -> None:
-    if sampler is not None:
-        raise LoaderCallError(
-            f"{owner}: sampler must be None for the IterableDataset {type(dataset).__name__} "
-            f"(it decides its own order), got {type(sampler).__name__}",
-            argument="sampler",
-        )
-
-
-def _per_rank_batch_size(total_batch_size: Any, world_size: int) -> int:
-    total = check_batch_size(total_batch_size, "build_batch_data_loader (total_batch_size)")
-    if total % world_size != 0:
-        raise ValueError(
-            f"total_batch_size {total} does not divide by the world size {world_size}; "
-            "each rank gets total_batch_size / world_size"
-        )
-    return total // world_size
-
-
-def _iterable_loader(
-    dataset: Any, batch_size: int, options: WorkerOptions, *, grouping: bool,
-    drop_last: bool, seed: int, rank: int,
-) -> Iterable[Any]:
-    """The batches of an IterableDataset (no sampler, not resumable), as detectron2 makes them."""
-    if options.num_workers > 0:
-        shared_counters()
-    return build_iterable_loader(
-        dataset,
-        batch_size,
-        aspect_ratio_grouping=grouping,
-        drop_last=drop_last,
-        num_workers=options.num_workers,
-        collate_fn=options.collate_fn,
-        seed=seed,
-        rank=rank,
-        pin_memory=options.pin_memory,
-        persistent_workers=options.persistent_workers and options.num_workers > 0,
-        prefetch_factor=options.prefetch_factor,
-        multiprocessing_context=options.multiprocessing_context,
-    )
-
-
-def _resumable_loader(
-    dataset: Any, batch_sampler: Any, options: WorkerOptions, **loader_kwargs: Any
-) -> ResumableLoader:
-    """A :class:`ResumableLoader` with the builders' options (``loader_kwargs``: seed, rank ...)."""
-    if options.num_workers > 0:
-        shared_counters()  # rate-limited warnings count across the workers (spawn included)
-    collate_fn = options.collate_fn
-    return ResumableLoader(
-        dataset,
-        batch_sampler,
-        num_workers=options.num_workers,
-        collate_fn=collate_fn if collate_fn is not None else trivial_batch_collator,
-        pin_memory=options.pin_memory,
-        persistent_workers=options.persistent_workers,
-        prefetch_factor=options.prefetch_factor,
-        multiprocessing_context=options.multiprocessing_context,
-        timeout=options.timeout,
-        worker_init_fn=options.worker_init_fn,
-        transport=options.transport,
-        **loader_kwargs,
-    )
-
-
-@takes_worker_options
-def build_batch_data_loader(
-    dataset: Any,
-    sampler: Any,
-    total_batch_size: int,
-    *,
-    aspect_ratio_grouping: bool = False,
-    drop_last: bool = True,
-    group_ids: Any = None,
-    options: WorkerOptions,
-) -> ResumableLoader | Iterable[Any]:
-    """Batches of ``total_batch_size / world_size`` samples per rank, resumable.
-
-    Also takes the :class:`~samplers.worker_options.WorkerOptions` fields as keywords.
-
-    Args:
-        dataset: a map-style dataset (usually a mapped one), or an ``IterableDataset``: then
-            ``sampler`` must be None and the batches come from a plain DataLoader (grouped by
-            :class:`~samplers.aspect_ratio_grouped.AspectRatioGroupedDataset` with
-            ``aspect_ratio_grouping``), as in detectron2; such a loader is not resumable.
-        sampler: yields dataset indices for this rank (a catmap training sampler for resume).
-        total_batch_size: the batch size summed over all ranks; must divide by world size.
-        aspect_ratio_grouping: batch records of the same orientation together; the groups come
-            from the records' width / height (the dataset's ``records``, see
-            :mod:`mappers.record_source`) or from ``group_ids``.
-        num_workers, persistent_workers, prefetch_factor: DataLoader options.
-        pin_memory: pin batches for CUDA; the slab transport pins each slab once instead of
-            copying every batch. Without CUDA: a warning, nothing pinned.
-        collate_fn: default :func:`trivial_batch_collator` (batches are lists).
-        drop_last: drop incomplete batches at the end of a finite sampler.
-        group_ids: explicit group id per dataset index (implies grouping).
-        multiprocessing_context: how workers start ("fork", "spawn", "forkserver"; default:
-            Python's default).
-        timeout: seconds to wait for one batch before ``LoaderTimeoutError`` names the worker
-            and the dataset index it is stuck on; None: 300 s with workers; 0: forever.
-        worker_init_fn: called in each worker after catmap's own seeding.
-        transport: ``"auto"`` (the slab transport with workers on Linux: batches cross
-            through recycled shared memory, see :mod:`samplers.transport`), ``"slab"`` or
-            ``"dataloader"`` (torch's own path).
-
-    Returns:
-        A :class:`ResumableLoader`; its workers are seeded from (seed, rank, worker id, pass)
-        for numpy, ``random`` and torch, where seed is the sampler's seed. Each sample is
-        mapped with the augmentation generator (``mappers.random_state``) seeded from (seed,
-        its global stream position), so augmented batches are the same for any
-        ``num_workers``, after ``load_state_dict`` and on any world size.
-
-    Raises:
-        ValueError: ``total_batch_size`` does not divide by the world size, or grouping was
-            asked for a dataset without width/height records.
-        LoaderCallError: (a TypeError) a sampler was given with an IterableDataset.
+    Built by :func:`samplers.build_batch_data_loader` / ``build_detection_train_loader``;
+    ``loader.loader`` is the torch DataLoader. ``seed`` seeds workers (with ``rank`` and the
+    pass), the DataLoader generator and the sample seeds; ``sample_seeds`` (default: when the
+    batch sampler has ``iter_with_positions``) maps each sample in its own seed scope;
+    ``transport``/``slabs``/``slab_bytes``: see :mod:`samplers.transport`; ``timeout``: seconds
+    for one batch (None: 300 s with workers, 0: forever).
 
     Example:
-        >>> loader = build_batch_data_loader(
-        ...     list(range(10)), TrainingSampler(10, seed=0, rank=0, world_size=1), 4)
-        >>> len(next(iter(loader)))
-        4
+        >>> from samplers import TrainingSampler, ResumableBatchSampler
+        >>> batches = ResumableBatchSampler(TrainingSampler(8, seed=0, rank=0, world_size=1), 2)
+        >>> loader = ResumableLoader(list(range(8)), batches, collate_fn=list, seed=0)
+        >>> it = iter(loader); _ = next(it); loader.state_dict()["batches"]
+        1
     """
-    rank, world_size = _sampler_world_size(sampler)
-    batch_size = _per_rank_batch_size(total_batch_size, world_size)
-    if isinstance(dataset, IterableDataset):
-        _no_sampler(dataset, sampler, "build_batch_data_loader")
-        return _iterable_loader(
-            dataset, batch_size, options, grouping=aspect_ratio_grouping or group_ids is not None,
-            drop_last=drop_last, seed=shared_random_seed(), rank=rank,
-        )
-    if group_ids is None and aspect_ratio_grouping:
-        records = records_of(dataset)
-        if records is None:
-            raise ValueError(
-                f"aspect_ratio_grouping needs the records' width and height, but "
-                f"{type(dataset).__name__} names no records (a `records` attribute, see "
-                f"mappers.record_source); pass group_ids or aspect_ratio_grouping=False"
-            )
-        group_ids = aspect_ratio_group_ids(records)
-    if group_ids is not None:
-        if len(group_ids) != len(dataset):
-            raise ValueError(
-                f"build_batch_data_loader: {len(group_ids)} group ids for {len(dataset)} records"
-            )
-        batch_sampler: Any = GroupedBatchSampler(sampler, group_ids, batch_size, drop_last)
-    else:
-        batch_sampler = ResumableBatchSampler(sampler, batch_size, drop_last)
-    seed = getattr(sampler, "seed", None)
-    if not isinstance(seed, int):
-        seed = shared_random_seed()
-    return _resumable_loader(dataset, batch_sampler, options, seed=seed, rank=rank)
 
+    def __init__(self, dataset: Any, batch_sampler: Any, *, num_workers: int = 0,
+                 collate_fn: Callable[[list[Any]], Any] | None = None, pin_memory: bool = False,
+                 persistent_workers: bool = False, prefetch_factor: int | None = None,
+                 multiprocessing_context: Any = None, seed: int = 0, rank: int = 0,
+                 sample_seeds: bool | None = None, timeout: float | None = None,
+                 worker_init_fn: Callable[[int], Any] | None = None, transport: str = "auto",
+                 slabs: int | None = None, slab_bytes: int = DEFAULT_SLAB_BYTES,
+                 reseed_each_pass: bool = True) -> None:
+        validation.check_int(num_workers, "num_workers", minimum=0, error=ValueError, where="ResumableLoader")
+        positioned = callable(getattr(batch_sampler, "iter_with_positions", None))
+        if sample_seeds and not positioned:
+            raise TypeError(f"ResumableLoader: sample_seeds=True needs a batch sampler with "
+                            f"iter_with_positions(); {type(batch_sampler).__name__} has none")
+        if worker_init_fn is not None and not callable(worker_init_fn):
+            raise TypeError(f"ResumableLoader: worker_init_fn must be callable, got {worker_init_fn!r}")
+        self.sample_seeds = positioned if sample_seeds is None else bool(sample_seeds)
+        self.dataset, self.batch_sampler, self.seed = dataset, batch_sampler, int(seed)
+        inner = getattr(batch_sampler, "sampler", None)
+        self._resumable = is_stateful(batch_sampler) and (inner is None or is_stateful(inner))
+        self._tracker = _TrackingBatchSampler(batch_sampler, self._resumable,
+                                              self.seed if self.sample_seeds else None, num_workers > 0)
+        self._seeder = WorkerSeeder(seed, rank)
+        self._reseed_each_pass = bool(reseed_each_pass)
+        self.transport = LoaderTransport(
+            transport=transport, num_workers=num_workers, prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers, pin_memory=pin_memory, timeout=timeout,
+            slabs=slabs, slab_bytes=slab_bytes)
+        weakref.finalize(self, LoaderTransport.close, self.transport)
+        mapped = SampleSeededDataset(dataset) if self.sample_seeds else dataset
+        kwargs = self.transport.dataloader_kwargs(mapped, self._tracker, collate_fn or _as_list)
+        kwargs.update(num_workers=num_workers, generator=torch_generator(seed, rank),
+                      worker_init_fn=self._seeder if worker_init_fn is None
+                      else ChainedWorkerInit(self._seeder, worker_init_fn))
+        if num_workers > 0:
+            kwargs.update(persistent_workers=persistent_workers,
+                          multiprocessing_context=multiprocessing_context)
+            if prefetch_factor is not None:
+                kwargs["prefetch_factor"] = prefetch_factor
+        self.loader = DataLoader(**kwargs)
+        self._batches = self._iteration = 0
+        self._delivered: dict[str, Any] | None = None
 
-_Builder = Callable[..., Any]
+    @property
+    def batches_delivered(self) -> int:
+        return self._batches
 
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
 
-def _detectron2_builder(
-    from_config: Callable[..., dict[str, Any]],
-) -> Callable[[_Builder], _Builder]:
-    """A builder that takes the WorkerOptions as keywords and a detectron2 config first."""
+    def __iter__(self) -> Iterator[Any]:
+        if self._resumable:
+            if self._delivered is None:
+                self._delivered = self.batch_sampler.state_dict()
+            else:  # continue after the last delivered batch (prefetched ones were not)
+                self.batch_sampler.load_state_dict(self._delivered)
+            self._tracker.pending.clear()
+        self._iteration += 1
+        self._seeder.pass_index = self._iteration if self._reseed_each_pass else 0
+        limit_opencv_threads()  # before workers fork: OpenCV's pool deadlocks forked workers
+        return self._deliver(self.transport.iterate(self.loader))
 
-    def decorate(fn: _Builder) -> _Builder:
-        return configurable(from_config)(takes_worker_options(fn))
+    def _deliver(self, iterator: Iterator[Any]) -> Iterator[Any]:
+        pending = self._tracker.pending
+        for batch in iterator:
+            if self._resumable:
+                self._delivered = pending.popleft()
+            self._batches += 1
+            yield batch
+            del batch  # the slab is reused once nothing references the batch
 
-    return decorate
+    def _not_resumable(self, method: str) -> NotResumableError:
+        inner = getattr(self.batch_sampler, "sampler", None)
+        name = type(self.batch_sampler).__name__ + (f" over {type(inner).__name__}" if inner is not None else "")
+        return NotResumableError(f"ResumableLoader: {name} has no {method}(); build the loader with "
+                                 "a catmap training sampler for exact resume")
 
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last delivered batch, with the fingerprint."""
+        if not self._resumable:
+            raise self._not_resumable("state_dict")
+        sampler_state = self._delivered if self._delivered is not None else self.batch_sampler.state_dict()
+        return make_state("ResumableLoader", batches=self._batches, iteration=self._iteration,
+                          seed=self.seed, batch_sampler=sampler_state,
+                          config={"sample_seeds": bool(self.sample_seeds)})
 
-@_detectron2_builder(train_loader_from_config)
-def build_detection_train_loader(
-    dataset: Any,
-    *,
-    mapper: Callable[[Any], Any] | None,
-    sampler: Any = None,
-    total_batch_size: int,
-    aspect_ratio_grouping: bool = True,
-    seed: int | None = None,
-    options: WorkerOptions,
-) -> ResumableLoader | Iterable[Any]:
-    """An endless, resumable loader of training batches (lists of mapped samples).
+    def load_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
+        """Continue after the last batch delivered when the state was saved; the state's seed
+        wins. The whole state is checked before anything changes.
 
-    Also callable as detectron2's ``build_detection_train_loader(cfg, mapper=None, *,
-    dataset=None, sampler=None, **overrides)`` with a detectron2-style config (yacs, OmegaConf
-    or a nested mapping; see :mod:`samplers.loader_config` for the keys read).
+        Raises:
+            NotResumableError / StateMismatchError / SamplerStateError / ReshardError.
 
-    Args:
-        dataset: a registered dataset name, a list of names (joined with
-            ``get_detection_dataset_dicts``), a list of records (dicts, or any items as in
-            detectron2), a SerializedList, a map-style torch Dataset, or an
-            ``IterableDataset`` (no sampler; batches as :func:`build_batch_data_loader` makes
-            them for one, not resumable).
-        mapper: ``record -> sample or None`` (None results are replaced by other records, see
-            ``mappers.MapDataset``); None yields the records as they are.
-        sampler: default ``TrainingSampler(len(dataset), seed=seed)``.
-        total_batch_size: batch size over all ranks (divides by the world size).
-        aspect_ratio_grouping: group by orientation, from the records' width / height; a torch
-            Dataset without records is not grouped (a warning says so).
-        seed: shared seed of the default sampler, the workers and the mapper's refetch; None
-            draws one (from torch's default generator on rank 0, broadcast).
-        num_workers, collate_fn, multiprocessing_context, pin_memory, persistent_workers,
-            prefetch_factor, timeout, worker_init_fn, transport: the
-            :class:`~samplers.worker_options.WorkerOptions`, as for
-            :func:`build_batch_data_loader`.
+        Example:
+            >>> from samplers import TrainingSampler, ResumableBatchSampler
+            >>> def make():
+            ...     s = TrainingSampler(8, seed=0, rank=0, world_size=1)
+            ...     return ResumableLoader(list(range(8)), ResumableBatchSampler(s, 2),
+            ...                            collate_fn=list, seed=0)
+            >>> a = make(); it = iter(a); _ = next(it)
+            >>> b = make(); b.load_state_dict(a.state_dict()); next(iter(b)) == next(it)
+            True
+        """
+        notes, name = Notes(), "ResumableLoader"
+        state = check_state(state_dict, name, ["batch_sampler", "batches", "iteration", "seed", "config"])
+        if not self._resumable:
+            raise self._not_resumable("load_state_dict")
+        check_config(state["config"], {"sample_seeds": bool(self.sample_seeds)}, name,
+                     strict=strict, notes=notes)
+        batches = check_int(state["batches"], "batches", name, 0, MAX_POSITION)
+        iteration = check_int(state["iteration"], "iteration", name, 0, MAX_POSITION)
+        seed = check_int(state["seed"], "seed", name, 0, MAX_SEED)
+        load_batches = prepare_nested_load(self.batch_sampler, state["batch_sampler"],
+                                           strict=bool(strict), notes=notes)
+        notes.emit(name)
+        load_batches()
+        self._tracker.pending.clear()
+        self._delivered = self.batch_sampler.state_dict()  # re-saved: trusted from now on
+        self._batches, self._iteration = batches, iteration
+        self.seed = self._seeder.seed = seed
+        if self.sample_seeds:
+            self._tracker.seed = seed
+        logger.info("ResumableLoader: resumed after %d delivered batches", batches)
 
-    Returns:
-        A :class:`ResumableLoader` (``state_dict`` / ``load_state_dict``). Augmentations drawn
-        through ``mappers.random_state.get_generator()`` (all catmap augmentations) follow the
-        sample: a restored loader yields the identical mapped batches the original would have
-        produced next, whatever ``num_workers`` is.
-
-    Example:
-        >>> records = [{"file_name": f"{i}.jpg", "height": 4, "width": 6} for i in range(8)]
-        >>> loader = build_detection_train_loader(records, mapper=None, total_batch_size=2, seed=0)
-        >>> batch = next(iter(loader))
-        >>> len(batch), sorted(batch[0])
-        (2, ['file_name', 'height', 'width'])
-    """
-    seed = check_seed(seed, "seed", "build_detection_train_loader")
-    if seed is None:
-        seed = shared_random_seed()
-    mapped, records = resolve_dataset(dataset, mapper, seed=seed, for_training=True)
-    if isinstance(mapped, IterableDataset):
-        _no_sampler(mapped, sampler, "build_detection_train_loader")
-        rank, world_size = _sampler_world_size(None)
-        batch_size = _per_rank_batch_size(total_batch_size, world_size)
-        return _iterable_loader(
-            mapped, batch_size, options, grouping=aspect_ratio_grouping, drop_last=True,
-            seed=seed, rank=rank,
-        )
-    if sampler is None:
-        sampler = TrainingSampler(len(mapped), seed=seed)
-    size = getattr(sampler, "dataset_size", None)
-    if isinstance(size, int) and size != len(mapped):
-        raise ValueError(
-            f"build_detection_train_loader: the sampler draws from {size} records, the dataset "
-            f"has {len(mapped)}"
-        )
-    group_ids = None
-    if aspect_ratio_grouping:
-        if records is not None:
-            group_ids = aspect_ratio_group_ids(records)
-        else:
-            logger.warning(
-                "build_detection_train_loader: %s names no records (see mappers.record_source); "
-                "batches are not grouped by aspect ratio",
-                type(dataset).__name__,
-            )
-    return build_batch_data_loader(
-        mapped, sampler, total_batch_size, group_ids=group_ids, **options.as_kwargs()
-    )
-
-
-@_detectron2_builder(inference_loader_from_config)
-def build_detection_test_loader(
-    dataset: Any,
-    *,
-    mapper: Callable[[Any], Any] | None,
-    sampler: Any = None,
-    batch_size: int = 1,
-    options: WorkerOptions,
-) -> ResumableLoader | Iterable[Any]:
-    """A finite loader that gives each record exactly once over all ranks.
-
-    Also callable as detectron2's ``build_detection_test_loader(cfg, dataset_name,
-    mapper=None, **overrides)`` (see :mod:`samplers.loader_config`).
-
-    Args:
-        dataset: as for :func:`build_detection_train_loader` (names are not filtered).
-        mapper: ``record -> sample``; None yields the records.
-        sampler: default :class:`InferenceSampler` (contiguous shards, no padding).
-        batch_size: samples per batch on each rank.
-        num_workers, collate_fn, multiprocessing_context, pin_memory, persistent_workers,
-            prefetch_factor, timeout, worker_init_fn, transport: as for
-            :func:`build_detection_train_loader`.
-
-    Returns:
-        A finite, non-resumable :class:`ResumableLoader` (``loader.loader`` is the torch
-        DataLoader); ``len`` is this rank's number of batches. Workers are seeded from
-        (0, rank, worker id) on every pass.
-
-    Example:
-        >>> loader = build_detection_test_loader([{"i": i} for i in range(5)], mapper=None,
-        ...                                      batch_size=2)
-        >>> len(loader)
-        3
-    """
-    batch_size = check_batch_size(batch_size, "build_detection_test_loader")
-    mapped, _ = resolve_dataset(dataset, mapper, seed=0, for_training=False)
-    if isinstance(mapped, IterableDataset):
-        _no_sampler(mapped, sampler, "build_detection_test_loader")
-        return _iterable_loader(
-            mapped, batch_size, options, grouping=False, drop_last=False, seed=0, rank=get_rank()
-        )
-    if sampler is None:
-        sampler = InferenceSampler(len(mapped))
-    rank = getattr(sampler, "rank", None)
-    rank = rank if isinstance(rank, int) else get_rank()
-    return _resumable_loader(
-        mapped,
-        BatchSampler(sampler, batch_size, drop_last=False),
-        options,
-        seed=0,
-        rank=rank,
-        sample_seeds=False,
-        reseed_each_pass=False,
-    )
+    def __repr__(self) -> str:
+        return (f"ResumableLoader(batch_sampler={type(self.batch_sampler).__name__}, num_workers="
+                f"{self.loader.num_workers}, transport={self.transport.kind!r}, "
+                f"batches_delivered={self._batches})")

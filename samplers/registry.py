@@ -1,302 +1,172 @@
-"""Choosing a training sampler by name from a config (a name, a dict or a YAML mapping).
-
-Example YAML::
+"""Choosing a training sampler by name from a config (a name, a dict, or YAML)::
 
     sampler:
       name: RepeatFactorTrainingSampler
       repeat_threshold: 0.001
 
-Built-in names: TrainingSampler, RandomSubsetTrainingSampler, RepeatFactorTrainingSampler,
-ConcatSampler. Each is registered as an attrs options class whose fields are the options; a
-user entry may also be any callable ``fn(dataset_dicts, **options) -> sampler``.
+A registered entry is an attrs options class (its fields are the options, checked by the
+constructors' validators; ``build(dataset_dicts, rank=, world_size=)`` makes the sampler) or any
+callable ``fn(dataset_dicts, **options) -> sampler``.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 from torch.utils.data import Sampler
 
 from catalog.config_values import plain_container
 from catalog.registry import Registry
-from catalog.validation import (
-    check_bool,
-    check_float,
-    check_list,
-    check_positive_size,
-    check_seed,
-    validator,
-)
+from catalog.validation import check_bool, check_float, check_list, check_positive_size, check_seed, validator
 
-from .concat import ConcatSampler
 from .errors import SamplerConfigError
-from .random_subset import RandomSubsetTrainingSampler
-from .repeat_factor import RepeatFactorTrainingSampler, repeat_factors_from_category_frequency
-from .training import TrainingSampler
-
-__all__ = [
-    "SAMPLERS",
-    "build_train_sampler",
-    "TrainingSamplerOptions",
-    "RandomSubsetTrainingSamplerOptions",
-    "RepeatFactorTrainingSamplerOptions",
-    "ConcatSamplerOptions",
-]
+from .stream import (ConcatSampler, RandomSubsetTrainingSampler, RepeatFactorTrainingSampler,
+                     TrainingSampler, repeat_factors_from_category_frequency)
 
 logger = logging.getLogger(__name__)
 
-#: Registry of training samplers chosen by name (``@SAMPLERS.register()``).
+#: Training samplers chosen by name (``@SAMPLERS.register()``).
 SAMPLERS = Registry("sampler")
 
-
-# ---------------------------------------------------------------------- validators
-# The constructors' own checks (catalog.validation), raising SamplerConfigError.
-_boolean = validator(check_bool, error=SamplerConfigError)
-_optional_seed = validator(check_seed, error=SamplerConfigError)
-_optional_positive_number = validator(check_float, above=0, optional=True, error=SamplerConfigError)
-_subset_ratio = validator(check_float, above=0, maximum=1, error=SamplerConfigError)
-_sizes = validator(
-    check_list, check=check_positive_size, what="ints", element="of part", error=SamplerConfigError
-)
-_optional_weights = validator(
-    check_list,
-    check=check_float,
-    what="numbers",
-    element="of part",
-    above=0,
-    optional=True,
-    error=SamplerConfigError,
-)
+_bool = validator(check_bool, error=SamplerConfigError)
+_seed = validator(check_seed, error=SamplerConfigError)
+_positive = validator(check_float, above=0, optional=True, error=SamplerConfigError)
+_ratio = validator(check_float, above=0, maximum=1, error=SamplerConfigError)
+_sizes = validator(check_list, check=check_positive_size, what="ints", element="of part",
+                   error=SamplerConfigError)
+_weights = validator(check_list, check=check_float, what="numbers", element="of part", above=0,
+                     optional=True, error=SamplerConfigError)
 
 
-# ---------------------------------------------------------------------- built-in options
-class _BuiltFromSize:
-    """Options whose fields are the keyword arguments of ``SAMPLER(len(dataset_dicts), ...)``."""
-
-    SAMPLER: ClassVar[Callable[..., Sampler]]
-
-    def build(
-        self, dataset_dicts: Sequence[Any], *, rank: int | None, world_size: int | None
-    ) -> Sampler:
-        """The sampler over ``dataset_dicts`` for ``rank`` of ``world_size``."""
-        options = attrs.asdict(self, recurse=False)  # type: ignore[arg-type]
-        return self.SAMPLER(len(dataset_dicts), **options, rank=rank, world_size=world_size)
+def _part_configs(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and (isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence)):
+        raise SamplerConfigError(f"option 'samplers' must be a list with one sampler config (or "
+                                 f"null) per part, got {value!r}")
 
 
 @SAMPLERS.register("TrainingSampler")
 @attrs.define(kw_only=True, frozen=True)
-class TrainingSamplerOptions(_BuiltFromSize):
-    """Options of ``TrainingSampler``: ``shuffle`` (bool), ``seed`` (int or null)."""
+class TrainingSamplerOptions:
+    shuffle: bool = attrs.field(default=True, validator=_bool)
+    seed: int | None = attrs.field(default=None, validator=_seed)
 
-    SAMPLER = TrainingSampler
-    shuffle: bool = attrs.field(default=True, validator=_boolean)
-    seed: int | None = attrs.field(default=None, validator=_optional_seed)
+    def build(self, dataset_dicts: Sequence[Any], **where: Any) -> Sampler:
+        return TrainingSampler(len(dataset_dicts), self.shuffle, self.seed, **where)
 
 
 @SAMPLERS.register("RandomSubsetTrainingSampler")
 @attrs.define(kw_only=True, frozen=True)
-class RandomSubsetTrainingSamplerOptions(_BuiltFromSize):
-    """Options of ``RandomSubsetTrainingSampler``: ``subset_ratio`` (required, in (0, 1]),
-    ``shuffle``, ``seed_shuffle``, ``seed_subset``."""
+class RandomSubsetTrainingSamplerOptions:
+    subset_ratio: float = attrs.field(validator=_ratio)
+    shuffle: bool = attrs.field(default=True, validator=_bool)
+    seed_shuffle: int | None = attrs.field(default=None, validator=_seed)
+    seed_subset: int | None = attrs.field(default=None, validator=_seed)
 
-    SAMPLER = RandomSubsetTrainingSampler
-    subset_ratio: float = attrs.field(validator=_subset_ratio)
-    shuffle: bool = attrs.field(default=True, validator=_boolean)
-    seed_shuffle: int | None = attrs.field(default=None, validator=_optional_seed)
-    seed_subset: int | None = attrs.field(default=None, validator=_optional_seed)
+    def build(self, dataset_dicts: Sequence[Any], **where: Any) -> Sampler:
+        return RandomSubsetTrainingSampler(len(dataset_dicts), self.subset_ratio, self.shuffle,
+                                           self.seed_shuffle, self.seed_subset, **where)
 
 
 @SAMPLERS.register("RepeatFactorTrainingSampler")
 @attrs.define(kw_only=True, frozen=True)
 class RepeatFactorTrainingSamplerOptions:
-    """Options of ``RepeatFactorTrainingSampler``: exactly one of ``repeat_threshold`` (factors
-    from category frequency, with ``sqrt``) and ``times`` (one constant factor, as
-    RepeatDataset); ``shuffle``, ``seed``."""
+    """Exactly one of ``repeat_threshold`` (class-balanced factors, with ``sqrt``) and ``times``
+    (one constant factor, as RepeatDataset)."""
 
-    repeat_threshold: float | None = attrs.field(
-        default=None, validator=_optional_positive_number
-    )
-    times: float | None = attrs.field(default=None, validator=_optional_positive_number)
-    sqrt: bool = attrs.field(default=True, validator=_boolean)
-    shuffle: bool = attrs.field(default=True, validator=_boolean)
-    seed: int | None = attrs.field(default=None, validator=_optional_seed)
+    repeat_threshold: float | None = attrs.field(default=None, validator=_positive)
+    times: float | None = attrs.field(default=None, validator=_positive)
+    sqrt: bool = attrs.field(default=True, validator=_bool)
+    shuffle: bool = attrs.field(default=True, validator=_bool)
+    seed: int | None = attrs.field(default=None, validator=_seed)
 
     def __attrs_post_init__(self) -> None:
         if (self.repeat_threshold is None) == (self.times is None):
-            raise SamplerConfigError(
-                "give exactly one of the options 'repeat_threshold' (class-balanced factors) "
-                "and 'times' (a constant factor)"
-            )
+            raise SamplerConfigError("give exactly one of the options 'repeat_threshold' "
+                                     "(class-balanced factors) and 'times' (a constant factor)")
 
-    def build(
-        self, dataset_dicts: Sequence[Any], *, rank: int | None, world_size: int | None
-    ) -> Sampler:
-        if self.times is not None:
-            factors: Any = [float(self.times)] * len(dataset_dicts)
-        else:
-            factors = repeat_factors_from_category_frequency(
-                dataset_dicts, self.repeat_threshold, sqrt=self.sqrt
-            )
-        return RepeatFactorTrainingSampler(
-            factors, shuffle=self.shuffle, seed=self.seed, rank=rank, world_size=world_size
-        )
-
-
-def _optional_part_configs(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
-        raise SamplerConfigError(
-            f"option 'samplers' must be a list with one sampler config (or null) per part, "
-            f"got {value!r}"
-        )
+    def build(self, dataset_dicts: Sequence[Any], **where: Any) -> Sampler:
+        factors: Any = ([float(self.times)] * len(dataset_dicts) if self.times is not None else
+                        repeat_factors_from_category_frequency(dataset_dicts, self.repeat_threshold, self.sqrt))
+        return RepeatFactorTrainingSampler(factors, shuffle=self.shuffle, seed=self.seed, **where)
 
 
 @SAMPLERS.register("ConcatSampler")
 @attrs.define(kw_only=True, frozen=True)
 class ConcatSamplerOptions:
-    """Options of ``ConcatSampler``: ``sizes`` (required, records of each part, summing to the
-    dataset length), ``weights``, ``samplers`` (one sampler config or null per part, built on
-    that part's records), ``shuffle``, ``seed``."""
+    """``sizes`` (records of each part, summing to the dataset length), ``weights``,
+    ``samplers`` (one config or null per part, built on that part's records)."""
 
     sizes: list[int] = attrs.field(validator=_sizes)
-    weights: list[float] | None = attrs.field(default=None, validator=_optional_weights)
-    samplers: list[Any] | None = attrs.field(default=None, validator=_optional_part_configs)
-    shuffle: bool = attrs.field(default=True, validator=_boolean)
-    seed: int | None = attrs.field(default=None, validator=_optional_seed)
+    weights: list[float] | None = attrs.field(default=None, validator=_weights)
+    samplers: list[Any] | None = attrs.field(default=None, validator=_part_configs)
+    shuffle: bool = attrs.field(default=True, validator=_bool)
+    seed: int | None = attrs.field(default=None, validator=_seed)
 
-    def build(
-        self, dataset_dicts: Sequence[Any], *, rank: int | None, world_size: int | None
-    ) -> Sampler:
+    def build(self, dataset_dicts: Sequence[Any], **where: Any) -> Sampler:
         if sum(self.sizes) != len(dataset_dicts):
-            raise SamplerConfigError(
-                f"option 'sizes' sums to {sum(self.sizes)}, the dataset has {len(dataset_dicts)} "
-                "records"
-            )
+            raise SamplerConfigError(f"option 'sizes' sums to {sum(self.sizes)}, the dataset has "
+                                     f"{len(dataset_dicts)} records")
         parts = None
         if self.samplers is not None:
             if len(self.samplers) != len(self.sizes):
-                raise SamplerConfigError(
-                    f"option 'samplers' has {len(self.samplers)} entries for {len(self.sizes)} parts"
-                )
-            parts = []
-            start = 0
-            for size, part_cfg in zip(self.sizes, self.samplers, strict=True):
-                part_dicts = dataset_dicts[start : start + size]
-                start += size
-                parts.append(
-                    None
-                    if part_cfg is None
-                    else build_train_sampler(part_cfg, part_dicts, rank=0, world_size=1)
-                )
+                raise SamplerConfigError(f"option 'samplers' has {len(self.samplers)} entries for "
+                                         f"{len(self.sizes)} parts")
+            starts = [sum(self.sizes[:j]) for j in range(len(self.sizes))]
+            parts = [None if cfg is None else
+                     build_train_sampler(cfg, dataset_dicts[start:start + size], rank=0, world_size=1)
+                     for start, size, cfg in zip(starts, self.sizes, self.samplers)]
         try:
-            return ConcatSampler(
-                self.sizes,
-                weights=self.weights,
-                samplers=parts,
-                shuffle=self.shuffle,
-                seed=self.seed,
-                rank=rank,
-                world_size=world_size,
-            )
+            return ConcatSampler(self.sizes, weights=self.weights, samplers=parts,
+                                 shuffle=self.shuffle, seed=self.seed, **where)
         except (TypeError, ValueError) as exc:
             raise SamplerConfigError(str(exc)) from exc
 
 
-# ---------------------------------------------------------------------- building
 def _split_config(cfg: Any) -> tuple[str, dict[str, Any]]:
     if isinstance(cfg, str):
         return cfg, {}
     if not isinstance(cfg, Mapping):
-        raise SamplerConfigError(
-            f"a sampler config is a name or a mapping with a 'name' key, got {type(cfg).__name__}"
-        )
+        raise SamplerConfigError(f"a sampler config is a name or a mapping with a 'name' key, got "
+                                 f"{type(cfg).__name__}")
     options = plain_container(cfg)  # a DictConfig / any Mapping, nested values plain
     keys = [k for k in ("name", "type") if k in options]
     if len(keys) != 1:
-        raise SamplerConfigError(
-            f"a sampler config needs exactly one of the keys 'name' / 'type', got keys "
-            f"{sorted(map(str, options))}"
-        )
+        raise SamplerConfigError(f"a sampler config needs exactly one of the keys 'name' / 'type', "
+                                 f"got keys {sorted(map(str, options))}")
     name = options.pop(keys[0])
     if not isinstance(name, str):
         raise SamplerConfigError(f"the sampler name must be a str, got {name!r}")
-    bad = [k for k in options if not isinstance(k, str)]
-    if bad:
-        raise SamplerConfigError(f"sampler {name}: option names must be strs, got {bad!r}")
+    if any(not isinstance(k, str) for k in options):
+        raise SamplerConfigError(f"sampler {name}: option names must be strs, got {list(options)!r}")
     return name, options
 
 
-def _build_from_options_class(
-    name: str, entry: type, options: dict[str, Any], dataset_dicts: Any, rank: Any, world_size: Any
-) -> Any:
+def _options(name: str, entry: type, options: dict[str, Any]) -> Any:
     accepted = [f.name for f in attrs.fields(entry)]
     unknown = sorted(set(options) - set(accepted))
     if unknown:
-        raise SamplerConfigError(
-            f"sampler {name}: unknown option(s) {', '.join(map(repr, unknown))}; accepted: "
-            f"{', '.join(accepted)}"
-        )
+        raise SamplerConfigError(f"sampler {name}: unknown option(s) {', '.join(map(repr, unknown))}; "
+                                 f"accepted: {', '.join(accepted)}")
     try:
-        spec = entry(**options)
+        return entry(**options)
     except SamplerConfigError as exc:
         raise SamplerConfigError(f"sampler {name}: {exc}") from None
     except TypeError as exc:  # a required option is missing
         required = [f.name for f in attrs.fields(entry) if f.default is attrs.NOTHING]
-        raise SamplerConfigError(
-            f"sampler {name}: {exc}; required option(s): {', '.join(required)}"
-        ) from None
-    try:
-        return spec.build(dataset_dicts, rank=rank, world_size=world_size)
-    except SamplerConfigError as exc:
-        raise SamplerConfigError(f"sampler {name}: {exc}") from None
+        raise SamplerConfigError(f"sampler {name}: {exc}; required option(s): {', '.join(required)}") from None
 
 
-def _build_from_callable(name: str, entry: Any, options: dict[str, Any], dataset_dicts: Any) -> Any:
-    try:
-        signature = inspect.signature(entry)
-    except (TypeError, ValueError):
-        signature = None
-    if signature is not None:
-        try:
-            signature.bind(dataset_dicts, **options)
-        except TypeError as exc:
-            accepted = [p for p in list(signature.parameters)[1:]]
-            raise SamplerConfigError(
-                f"sampler {name}: {exc}; accepted options: {', '.join(accepted) or 'none'}"
-            ) from None
-    return entry(dataset_dicts, **options)
-
-
-def build_train_sampler(
-    cfg: str | Mapping[str, Any],
-    dataset_dicts: Sequence[Any],
-    *,
-    rank: int | None = None,
-    world_size: int | None = None,
-) -> Sampler:
-    """Build the training sampler a config names.
-
-    Args:
-        cfg: a registered name, or a mapping with ``name`` (or ``type``) and the options, e.g.
-            ``{"name": "RepeatFactorTrainingSampler", "repeat_threshold": 0.001}`` (what
-            ``yaml.safe_load`` gives for the YAML form).
-        dataset_dicts: the training records (a SerializedList from the catalog or a list).
-        rank, world_size: default from torch.distributed.
-
-    Returns:
-        The sampler.
+def build_train_sampler(cfg: str | Mapping[str, Any], dataset_dicts: Sequence[Any], *,
+                        rank: int | None = None, world_size: int | None = None) -> Sampler:
+    """The training sampler a config names, over ``dataset_dicts``.
 
     Raises:
-        catalog.RegistryKeyError: (a KeyError) the name is not registered; the message lists
-            the registered names.
-        SamplerConfigError: (a ValueError and TypeError) an unknown option, a missing required
-            option, or an option of the wrong type or value; the message names the sampler and
-            the option.
+        catalog.RegistryKeyError: an unknown name (the message lists the registered ones).
+        SamplerConfigError: an unknown, missing or malformed option (names sampler and option).
 
     Example:
         >>> s = build_train_sampler({"name": "TrainingSampler", "seed": 3}, [{}] * 5,
@@ -307,15 +177,25 @@ def build_train_sampler(
     name, options = _split_config(cfg)
     entry = SAMPLERS.get(name)
     if attrs.has(entry) and callable(getattr(entry, "build", None)):
-        sampler = _build_from_options_class(name, entry, options, dataset_dicts, rank, world_size)
+        spec = _options(name, entry, options)
+        try:
+            sampler = spec.build(dataset_dicts, rank=rank, world_size=world_size)
+        except SamplerConfigError as exc:
+            raise SamplerConfigError(f"sampler {name}: {exc}") from None
     elif callable(entry):
-        sampler = _build_from_callable(name, entry, options, dataset_dicts)
+        try:
+            inspect.signature(entry).bind(dataset_dicts, **options)
+        except TypeError as exc:
+            accepted = list(inspect.signature(entry).parameters)[1:]
+            raise SamplerConfigError(f"sampler {name}: {exc}; accepted options: "
+                                     f"{', '.join(accepted) or 'none'}") from None
+        except ValueError:  # no signature (a builtin): call it as it is
+            pass
+        sampler = entry(dataset_dicts, **options)
     else:
         raise SamplerConfigError(f"sampler {name}: the registered {entry!r} is not callable")
     if not hasattr(sampler, "__iter__"):
-        raise SamplerConfigError(
-            f"sampler {name}: the registered builder returned {type(sampler).__name__}, which is "
-            "not iterable"
-        )
+        raise SamplerConfigError(f"sampler {name}: the registered builder returned "
+                                 f"{type(sampler).__name__}, which is not iterable")
     logger.info("built training sampler %r", sampler)
     return sampler

@@ -1,229 +1,166 @@
-"""The base of every training sampler: an endless global stream of passes, sharded by rank.
+"""Index samplers: the endless, resumable, rank-sharded training streams and InferenceSampler.
 
-A training sampler defines pass ``p`` as a :class:`~samplers.pass_order.PassOrder`: a function
-from a position inside the pass to a dataset index (a keyed permutation, a repeat-factor
-expansion, a weighted mixture...), computed from ``(seed, p)`` alone or, for samplers built on
-other samplers, from the state they had when the pass began. The global
-stream is pass 0, then pass 1, and so on; rank ``r`` of ``world_size`` ranks takes the global
-positions ``r, r + world_size, r + 2 * world_size, ...``.
+The protocol (in the style of torchdata nodes):
 
-The position is a *cursor*: the global position of rank 0's next index, written as
-``(pass, offset)``. After each rank has yielded ``k`` indices the cursor is ``k * world_size``
-on every rank, so the state is the same on every rank and can be loaded with another world size:
-the new ranks continue the same global order from the cursor. Loading a state sets the cursor;
-the indices of the next chunk of positions are computed from the pass's keys (O(chunk), not
-O(pass), for the permutation-based samplers); no skipped index is replayed and no pass is
-materialized.
+* **pass order** -- a training sampler says what pass ``p`` is: ``_make_pass(p)`` returns a
+  :class:`~samplers.order.PassOrder` (a function position -> index, computed from ``(seed, p)``);
+* **position** -- the global stream is pass 0, pass 1, ...; rank ``r`` of ``world_size`` takes
+  global positions ``r, r + world_size, ...``. The cursor ``(pass, offset)`` is rank 0's next
+  global position, the same on every rank, so a state re-shards to another world size;
+* **nested state** -- ``state_dict()`` is the seed, the cursor and the configuration fingerprint,
+  plus what a sampler nests (a subset seed, the part states of a :class:`ConcatSampler`).
+  Loading checks everything first, then sets the cursor: O(1), nothing skipped is replayed.
 
-The pass order algorithm is part of the configuration fingerprint (``config["order"]`` =
-:data:`ORDER`): a state saved by a catmap whose passes were ``torch.randperm`` permutations
-(state format 1, or format 2 without ``"order"``) describes another stream and is rejected with
-:class:`StateMismatchError` (``key="order"``) rather than continued in a different order.
+``iter()`` starts at the sampler's origin (construction or the last load), as detectron2's
+samplers restart; a newer ``iter()`` supersedes the previous iterator.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+import math
+import operator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from torch.utils.data import Sampler
 
-from .distributed import resolve_rank_and_world_size, shared_random_seed
-from .errors import SamplerStateError, StateMismatchError
-from .pass_order import ArrayOrder, PassOrder
-from .state import check_state, is_legacy_state, make_state
-from .state_fields import (
-    LEGACY_NOTE,
-    MAX_PASS,
-    MAX_POSITION,
-    MAX_SEED,
-    LoadNotes,
-    check_config,
-    check_int,
-    check_world_size,
-)
-from .stream_parts import ChunkBeingYielded, SupersededIteratorError, check_seed, restore_nothing
+from catalog.errors import RecordFormatError
+from catalog.seeding import derive_seed
+from catalog.storage.records import RecordColumns
+from catalog.validation import check_float, check_int, check_list, check_positive_size, check_seed
 
-__all__ = ["ORDER", "EndlessPassStream", "SupersededIteratorError", "check_seed"]
+from .distributed import resolve_rank_and_world_size, shared_random_seed
+from .errors import SamplerConfigError, SamplerStateError, StateMismatchError, SupersededIteratorError
+from .order import (
+    MAX_FACTOR_SUM, ROUNDING, ArrayOrder, ComposedOrder, ConcatOrder, KeyedPermutation, PassOrder,
+    RangeOrder, RoundedOrder, SystematicRounding, cursor_after,
+)
+from .state import (
+    MAX_PASS, MAX_POSITION, MAX_SEED, MAX_WORLD_SIZE, Notes, array_digest, check_config,
+    check_int as check_state_int, check_state, make_state,
+)
 
 logger = logging.getLogger(__name__)
 
 #: Indices converted to Python ints at a time while iterating.
 CHUNK = 8192
-
-#: The pass order algorithm, saved in every training sampler's configuration fingerprint.
+#: The pass order algorithm, saved in every training sampler's fingerprint.
 ORDER = "keyed-feistel-1"
 
-_OLD_ORDER = "torch.randperm passes (catmap before the keyed pass order)"
+
+def _seed(seed: Any, name: str, owner: str) -> int:
+    seed = check_seed(seed, name, error=SamplerConfigError, where=owner)
+    return shared_random_seed() if seed is None else seed
 
 
-class EndlessPassStream(Sampler[int]):
-    """Base class: an endless, resumable, rank-sharded stream of passes.
+class StreamSampler(Sampler[int]):
+    """Base of the training samplers: cursor, sharding, iteration and state. ``seed`` (shared by
+    all ranks; a loaded state's seed replaces it), ``rank`` and ``world_size`` are attributes.
 
-    Subclasses implement :meth:`_make_pass`, :meth:`_pass_length` and :meth:`_config` (and,
-    when a pass depends on more than ``(seed, pass)``, :meth:`_capture_pass_start` /
-    :meth:`_prepare_pass_start`), and :meth:`_extra_state` / :meth:`_prepare_extra` /
-    :meth:`_apply_extra` for their own state keys. Loading a state checks everything first
-    and changes the sampler only when the whole state is valid.
-
-    ``iter()`` starts from the sampler's *origin*, as detectron2's samplers do: the seed's
-    first index after construction, or the position of the last :meth:`load_state_dict`.
-    So a second ``iter()`` yields the same stream again, and ``load_state_dict(state)``
-    followed by ``iter()`` resumes at the saved position. The position advances as indices
-    are yielded and is what :meth:`state_dict` saves. A sampler yields one stream at a time:
-    a new ``iter()`` supersedes the previous iterator, whose next ``next()`` raises
-    :class:`SupersededIteratorError` instead of mixing two streams.
+    A subclass defines ``_make_pass(p)``, ``_config()`` and ``constant_length`` (the pass
+    length when it does not depend on the pass, else None with ``_pass_length``); one that
+    nests state overrides ``_extra_state`` / ``_prepare_extra``.
     """
+
+    constant_length: int | None = None
+    #: The state keys a sampler nests besides seed, cursor, world size and config.
+    extra_keys: tuple[str, ...] = ("pass_start",)
 
     def __init__(self, *, seed: int | None, rank: int | None, world_size: int | None) -> None:
         owner = type(self).__name__
-        self._rank, self._world_size = resolve_rank_and_world_size(rank, world_size, owner)
-        seed = check_seed(seed, "seed", owner)
-        self._seed = shared_random_seed() if seed is None else seed
-        self._cursor_pass = 0
-        self._cursor_offset = 0
+        self.rank, self.world_size = resolve_rank_and_world_size(rank, world_size, owner)
+        self.seed = _seed(seed, "seed", owner)
+        self._cursor_pass = self._cursor_offset = 0
         self._orders: dict[int, PassOrder] = {}
-        self._pass_starts: dict[int, Any] = {}
-        self._chunk_being_yielded: ChunkBeingYielded | None = None
-        self._side_orders: dict[Any, PassOrder] = {}  # passes read by a ConcatSampler
-        # where iter() starts: None = the current position (nothing iterated since
-        # construction or the last load); else the state saved when the first iterator began
-        self._origin: dict[str, Any] | None = None
-        self._generation = 0  # incremented by each iter(); older iterators stop
+        self._chunk: tuple[Iterator[int], int, int, int] | None = None  # iterator, len, pass, offset
+        self._origin: dict[str, Any] | None = None  # the state iter() restarts from
+        self._generation = 0
 
-    # ------------------------------------------------------------------ to override
-    def _make_pass(self, pass_index: int) -> PassOrder | np.ndarray:
-        """The global order of pass ``pass_index`` (called once per pass, in order): a
-        :class:`PassOrder`, or an int64 array for a pass that is built rather than computed."""
+    # -------------------------------------------------------------- the pass protocol
+    def _make_pass(self, pass_index: int) -> PassOrder:
         raise NotImplementedError
-
-    def _constant_pass_length(self) -> int | None:
-        """The length every pass has, when it does not depend on the pass (else None)."""
-        return None
-
-    def _capture_pass_start(self) -> Any:
-        """Whatever, besides (seed, pass), is needed to regenerate the next pass."""
-        return None
-
-    def _extra_state(self) -> dict[str, Any]:
-        """Keys of the state besides the cursor and the configuration (e.g. a subset seed)."""
-        return {}
 
     def _config(self) -> dict[str, Any]:
-        """The fingerprint of the configuration that shapes the stream (plain values)."""
         raise NotImplementedError
 
-    def _legacy_config(self) -> dict[str, Any]:
-        """The configuration keys format version 1 wrote at the top level of the state."""
-        return {}
+    def _pass_length(self, seed: int, pass_index: int) -> int:
+        """A pass's length for ``seed``, without changing the sampler."""
+        if self.constant_length is None:
+            raise NotImplementedError(f"{type(self).__name__}: a varying pass length needs _pass_length")
+        return self.constant_length
 
-    def _pass_length(self, seed: int, pass_index: int, extra: Any) -> int:
-        """The length of pass ``pass_index`` with ``seed`` (and prepared ``extra``), computed
-        without changing the sampler."""
-        raise NotImplementedError
+    def _extra_state(self, pass_index: int) -> dict[str, Any]:
+        """The nested state of the cursor's pass ``pass_index`` (keys: ``extra_keys``)."""
+        return {"pass_start": None}
 
-    def _prepare_extra(self, state: Mapping[str, Any], *, strict: bool, notes: LoadNotes) -> Any:
-        """Check the keys of :meth:`_extra_state` in a state; return what :meth:`_apply_extra`
-        needs. Changes nothing."""
-        return None
-
-    def _apply_extra(self, extra: Any) -> None:
-        """Apply what :meth:`_prepare_extra` returned."""
-
-    def _prepare_pass_start(
-        self, saved: Any, *, strict: bool, notes: LoadNotes
-    ) -> Callable[[], None]:
-        """Check a state's ``pass_start``; return the function that restores it."""
-        if saved is not None:
+    def _prepare_extra(self, state: Mapping[str, Any], *, strict: bool, notes: Notes) -> Callable[[], None]:
+        if state["pass_start"] is not None:
             raise SamplerStateError(
-                f"{type(self).__name__}.load_state_dict: 'pass_start' must be None for this "
-                f"sampler, got {type(saved).__name__}"
+                f"{type(self).__name__}.load_state_dict: 'pass_start' must be None, got "
+                f"{type(state['pass_start']).__name__}"
             )
-        return restore_nothing
+        return lambda: None
 
-    # ------------------------------------------------------------------ properties
-    @property
-    def seed(self) -> int:
-        """The seed all ranks share (a loaded state's seed replaces the constructor's)."""
-        return self._seed
-
-    @property
-    def rank(self) -> int:
-        """This sampler's rank."""
-        return self._rank
-
-    @property
-    def world_size(self) -> int:
-        """The number of ranks the global stream is sharded over."""
-        return self._world_size
-
+    # -------------------------------------------------------------- properties
     @property
     def position(self) -> tuple[int, int]:
-        """The cursor ``(pass, offset)``: where rank 0's next index lies in the global stream."""
-        self._sync_cursor_from_chunk()
+        """The cursor ``(pass, offset)``: rank 0's next global position."""
+        self._sync_cursor()
         return self._cursor_pass, self._cursor_offset
 
     def __repr__(self) -> str:
-        size = getattr(self, "dataset_size", None)
-        return (
-            f"{type(self).__name__}(dataset_size={size}, seed={self._seed}, rank={self._rank}, "
-            f"world_size={self._world_size})"
-        )
+        return (f"{type(self).__name__}(dataset_size={getattr(self, 'dataset_size', None)}, "
+                f"seed={self.seed}, rank={self.rank}, world_size={self.world_size})")
 
-    # ------------------------------------------------------------------ pass cache
+    # -------------------------------------------------------------- passes and cursor
     def _order(self, pass_index: int) -> PassOrder:
+        """Pass ``pass_index``; passes are made in order (a concat pass moves its parts)."""
         orders = self._orders
-        if pass_index not in orders:
-            nxt = max(orders) + 1 if orders else self._cursor_pass
-            if pass_index < nxt:
-                raise RuntimeError(f"pass {pass_index} was dropped from the cache")
-            while nxt <= pass_index:
-                self._pass_starts[nxt] = self._capture_pass_start()
-                order = self._make_pass(nxt)
-                orders[nxt] = order if isinstance(order, PassOrder) else ArrayOrder(order)
-                nxt += 1
+        nxt = max(orders) + 1 if orders else self._cursor_pass
+        while nxt <= pass_index:
+            order = self._make_pass(nxt)
+            orders[nxt] = order if isinstance(order, PassOrder) else ArrayOrder(order)
+            nxt += 1
         return orders[pass_index]
 
-    def _reset_cache(self) -> None:
-        self._orders.clear()
-        self._pass_starts.clear()
-        self._chunk_being_yielded = None
-
-    def _sync_cursor_from_chunk(self) -> None:
-        chunk = self._chunk_being_yielded
-        if chunk is not None:
-            self._cursor_pass = chunk.pass_index
-            self._cursor_offset = chunk.offset + chunk.consumed() * self._world_size
+    def _sync_cursor(self) -> None:
+        if self._chunk is not None:
+            iterator, length, pass_index, offset = self._chunk
+            consumed = length - operator.length_hint(iterator)
+            self._cursor_pass, self._cursor_offset = pass_index, offset + consumed * self.world_size
 
     def _normalize_cursor(self) -> None:
-        """Move the cursor forward so that its offset lies inside its pass."""
-        self._sync_cursor_from_chunk()
-        self._chunk_being_yielded = None
-        while True:
-            length = len(self._order(self._cursor_pass))
-            if self._cursor_offset < length:
-                return
+        """Move the cursor forward until its offset lies inside its pass."""
+        self._sync_cursor()
+        self._chunk = None
+        while self._cursor_offset >= (length := len(self._order(self._cursor_pass))):
             self._cursor_offset -= length
             self._orders.pop(self._cursor_pass, None)
-            self._pass_starts.pop(self._cursor_pass, None)
             self._cursor_pass += 1
 
-    # ------------------------------------------------------------------ iteration
+    def _move_to(self, cursor: tuple[int, int]) -> None:
+        """Set the cursor (a ConcatSampler drives its parts this way)."""
+        self._orders.clear()
+        self._chunk = None
+        self._cursor_pass, self._cursor_offset = cursor
+
+    # -------------------------------------------------------------- iteration
     def __iter__(self) -> Iterator[int]:
-        self._sync_cursor_from_chunk()
+        self._sync_cursor()
         origin = self._origin
         if origin is None:
             self._origin = self.state_dict()
-        else:  # restart: the saved origin is this sampler's own state
-            self._prepare_load(origin, strict=True, notes=LoadNotes())()
+        else:  # restart: the origin is this sampler's own state
+            self._prepare_load(origin, strict=True, notes=Notes())()
             self._origin = origin
         self._generation += 1
         return self._generate(self._generation)
 
     def _generate(self, generation: int) -> Iterator[int]:
-        rank, world = self._rank, self._world_size
+        rank, world = self.rank, self.world_size
         while True:
             if generation != self._generation:
                 self._superseded()
@@ -232,207 +169,497 @@ class EndlessPassStream(Sampler[int]):
             order = self._order(pass_index)
             start = offset + rank
             if start < len(order):
-                stop = min(len(order), start + world * CHUNK)
-                chunk = order.slice(start, stop, world).tolist()
+                chunk = order.slice(start, min(len(order), start + world * CHUNK), world).tolist()
                 iterator = iter(chunk)
-                current = ChunkBeingYielded(iterator, len(chunk), pass_index, offset)
-                self._chunk_being_yielded = current
+                current = self._chunk = (iterator, len(chunk), pass_index, offset)
                 for value in iterator:
                     yield value
-                    if current is not self._chunk_being_yielded:  # a new iter() or a load
+                    if current is not self._chunk:  # a newer iter() or a load
                         if generation != self._generation:
                             self._superseded()
                         break
-            else:
-                # This rank's next index lies in a later pass (a round crosses a pass boundary).
+            else:  # this rank's next index lies in a later pass
                 q, t = pass_index, start
                 while t >= len(self._order(q)):
                     t -= len(self._order(q))
                     q += 1
-                value = self._order(q).item(t)
                 self._cursor_offset = offset + world
-                yield value
+                yield self._order(q).item(t)
 
     def _superseded(self) -> None:
         raise SupersededIteratorError(
-            f"{type(self).__name__}: this iterator was superseded by a newer iter() of the "
-            f"same sampler (each iter() restarts from the origin; a sampler yields one stream "
-            f"at a time)"
+            f"{type(self).__name__}: this iterator was superseded by a newer iter() of the same "
+            "sampler (each iter() restarts from the origin; a sampler yields one stream at a time)"
         )
 
-    def _stream_config(self) -> dict[str, Any]:
-        """The saved fingerprint: the pass order algorithm and :meth:`_config`."""
-        return {"order": ORDER, **self._config()}
-
-    def _move_to(self, cursor: tuple[int, int]) -> None:
-        """Set the cursor (used by a :class:`ConcatSampler` that drives this sampler)."""
-        self._reset_cache()
-        self._cursor_pass, self._cursor_offset = cursor
-
-    # ------------------------------------------------------------------ state
-    def _normalized_cursor(self) -> tuple[int, int]:
-        """The cursor moved forward so that its offset lies inside its pass (the passes it
-        crosses are generated and cached, as iterating would; the cursor itself stays)."""
-        self._sync_cursor_from_chunk()
-        pass_index, offset = self._cursor_pass, self._cursor_offset
-        while offset >= len(self._order(pass_index)):
-            offset -= len(self._order(pass_index))
-            pass_index += 1
-        return pass_index, offset
-
+    # -------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
-        """The seed, the cursor (pass number and offset inside it), the world size and the
-        fingerprint of the configuration (``"config"``); the same on every rank that yielded
-        as many indices.
+        """Seed, cursor, world size, nested state and fingerprint; equal on every rank.
 
         Example:
-            >>> from samplers import TrainingSampler
             >>> s = TrainingSampler(10, seed=0, rank=0, world_size=1)
             >>> it = iter(s); _ = [next(it) for _ in range(3)]
             >>> s.state_dict()["offset"], s.state_dict()["config"]
             (3, {'order': 'keyed-feistel-1', 'size': 10, 'shuffle': True})
         """
-        pass_index, offset = self._normalized_cursor()
-        return make_state(
-            type(self).__name__,
-            seed=self._seed,
-            pass_index=pass_index,
-            offset=offset,
-            world_size=self._world_size,
-            pass_start=self._pass_starts[pass_index],
-            **self._extra_state(),
-            config=self._stream_config(),
-        )
+        self._sync_cursor()
+        pass_index, offset = self._cursor_pass, self._cursor_offset
+        while offset >= len(self._order(pass_index)):
+            offset -= len(self._order(pass_index))
+            pass_index += 1
+        return make_state(type(self).__name__, seed=self.seed, pass_index=pass_index, offset=offset,
+                          world_size=self.world_size, config={"order": ORDER, **self._config()},
+                          **self._extra_state(pass_index))
 
     def load_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
-        """Continue from a saved state: the next index is the one the saved sampler would have
-        yielded next (re-sharded when the world size differs). The state's seed wins.
-
-        Every field is checked before anything changes: a rejected state leaves the sampler
-        where it was. Loading computes nothing of the skipped passes: it checks the fields and
-        sets the cursor (O(1) for the permutation-based samplers).
-
-        A state saved by a catmap whose passes were ``torch.randperm`` permutations (format
-        version 1, or version 2 without ``config["order"]``) describes another stream: it
-        raises :class:`StateMismatchError` with ``key="order"``; ``strict=False`` keeps its
-        cursor (pass and offset) in this version's order, with a warning.
-
-        Args:
-            state_dict: a state from :meth:`state_dict` (untrusted input).
-            strict: raise :class:`StateMismatchError` when the state was saved by a sampler
-                configured differently (dataset size, shuffle, repeat factors, ...); False
-                loads it anyway, logging one warning (the saved cursor must still lie inside
-                this sampler's pass).
+        """Continue where the saved sampler stood (re-sharded over this world size); the
+        state's seed wins. A rejected state changes nothing.
 
         Raises:
-            StateMismatchError: the configuration or the pass order differs (``key`` names the
-                field).
-            SamplerStateError: the state belongs to another sampler type, has a missing,
-                unknown or malformed key, or a value out of range (the message names it).
-
-        Example:
-            >>> from samplers import TrainingSampler
-            >>> state = TrainingSampler(10, seed=4, rank=0, world_size=1).state_dict()
-            >>> s = TrainingSampler(10, seed=0, rank=0, world_size=1)
-            >>> s.load_state_dict(state); s.seed
-            4
+            StateMismatchError: saved by a differently configured sampler (``strict=False``
+                loads it anyway, with one warning).
+            SamplerStateError: another sampler type or version, a missing, unknown or
+                malformed key, or a value out of range.
         """
-        notes = LoadNotes()
+        notes = Notes()
         commit = self._prepare_load(state_dict, strict=bool(strict), notes=notes)
         notes.emit(type(self).__name__)
         commit()
 
-    def _check_old_order(self, *, strict: bool, notes: LoadNotes) -> None:
-        """Refuse (or, with ``strict=False``, note) a state of the ``torch.randperm`` passes."""
+    def _prepare_load(self, state_dict: Any, *, strict: bool, notes: Notes) -> Callable[[], None]:
+        """Check a whole state without changing anything; return the function applying it."""
         name = type(self).__name__
-        if strict:
-            raise StateMismatchError(
-                f"{name}.load_state_dict: the state was saved by an older catmap whose passes "
-                f"were torch.randperm permutations; this version computes each pass with a "
-                f"keyed permutation (order {ORDER!r}), so the resumed stream would differ from "
-                f"the saved run (config key 'order'). The state cannot be converted: start the "
-                f"sampler afresh, or pass strict=False to keep its cursor in the new order",
-                key="order",
-                saved=_OLD_ORDER,
-                current=ORDER,
-            )
-        notes.add(
-            f"loaded with strict=False although the state was saved with {_OLD_ORDER}: its "
-            f"cursor continues in the keyed order {ORDER!r}, not the saved run's order"
-        )
-
-    def _prepare_load(
-        self, state_dict: Any, *, strict: bool, notes: LoadNotes
-    ) -> Callable[[], None]:
-        """Check a whole state without changing anything; returns the function that applies it."""
-        name = type(self).__name__
-        extra_keys = tuple(self._extra_state())
-        legacy = is_legacy_state(state_dict)
-        if legacy:
-            legacy_keys = tuple(self._legacy_config())
-            state = check_state(
-                state_dict,
-                name,
-                ["seed", "pass_index", "offset"],
-                ("world_size", "pass_start", *extra_keys, *legacy_keys),
-            )
-            saved = {key: state[key] for key in legacy_keys if key in state}
-            current = self._legacy_config()
-            check_config(
-                saved, {key: current[key] for key in saved}, name, strict=strict, notes=notes
-            )
-            notes.add(LEGACY_NOTE)
-            self._check_old_order(strict=strict, notes=notes)
-        else:
-            state = check_state(
-                state_dict,
-                name,
-                ["seed", "pass_index", "offset", "world_size", "pass_start", "config", *extra_keys],
-                (),
-            )
-            config = state["config"]
-            old_order = isinstance(config, Mapping) and "order" not in config
-            if old_order:  # check every other field first, then refuse the old stream
-                config = {**config, "order": ORDER}
-            check_config(config, self._stream_config(), name, strict=strict, notes=notes)
-            if old_order:
-                self._check_old_order(strict=strict, notes=notes)
-        seed = check_int(state["seed"], "seed", name, 0, MAX_SEED)
-        pass_index = check_int(state["pass_index"], "pass_index", name, 0, MAX_PASS)
-        saved_world = check_world_size(
-            state.get("world_size", self._world_size), "world_size", name
-        )
-        extra = self._prepare_extra(state, strict=strict, notes=notes)
-        restore_parts = self._prepare_pass_start(
-            state.get("pass_start"), strict=strict, notes=notes
-        )
-        offset = check_int(state["offset"], "offset", name, 0, MAX_POSITION)
-        length = self._pass_length(seed, pass_index, extra)
-        # A version-2 cursor lies inside its pass. A version-1 cursor may overshoot its pass by
-        # less than one round of ranks; the overshoot is capped at 4096 passes' worth so that
-        # walking to the cursor stays cheap.
-        limit = length + min(saved_world, 4096 * length) if legacy else length
-        if offset >= limit:
+        keys = ["seed", "pass_index", "offset", "world_size", "config", *self.extra_keys]
+        state = check_state(state_dict, name, keys)
+        check_config(state["config"], {"order": ORDER, **self._config()}, name, strict=strict, notes=notes)
+        seed = check_state_int(state["seed"], "seed", name, 0, MAX_SEED)
+        pass_index = check_state_int(state["pass_index"], "pass_index", name, 0, MAX_PASS)
+        saved_world = check_state_int(state["world_size"], "world_size", name, 1, MAX_WORLD_SIZE + 1)
+        offset = check_state_int(state["offset"], "offset", name, 0, MAX_POSITION)
+        apply_extra = self._prepare_extra(state, strict=strict, notes=notes)
+        length = self._pass_length(seed, pass_index)
+        if offset >= length:
             raise SamplerStateError(
-                f"{name}.load_state_dict: offset {offset} lies beyond pass {pass_index} "
-                f"({length} indices) of this sampler; the state does not belong to it"
+                f"{name}.load_state_dict: offset {offset} lies beyond pass {pass_index} ({length} "
+                "indices) of this sampler; the state does not belong to it"
             )
 
         def commit() -> None:
-            self._origin = None  # the next iter() starts here
-            self._apply_extra(extra)
-            restore_parts()
-            self._seed = seed
-            self._reset_cache()
-            self._side_orders.clear()
-            self._cursor_pass = pass_index
-            self._cursor_offset = offset
-            if saved_world != self._world_size:
-                logger.info(
-                    "%s: state saved with world size %d continues re-sharded over %d ranks",
-                    name,
-                    saved_world,
-                    self._world_size,
-                )
+            self._origin = None
+            apply_extra()
+            self.seed = seed
+            self._orders.clear()
+            self._chunk = None
+            self._cursor_pass, self._cursor_offset = pass_index, offset
+            if saved_world != self.world_size:
+                logger.info("%s: state of world size %d continues over %d ranks", name,
+                            saved_world, self.world_size)
 
         return commit
+
+
+class TrainingSampler(StreamSampler):
+    """Endless passes over ``range(size)``: pass ``p`` is ``KeyedPermutation(size, "shuffle",
+    seed, p)`` (or ``arange`` without shuffling); ``seed=None`` draws a seed shared by all ranks.
+
+    Example:
+        >>> import itertools
+        >>> list(itertools.islice(TrainingSampler(4, shuffle=False, rank=1, world_size=2), 4))
+        [1, 3, 1, 3]
+    """
+
+    def __init__(self, size: int, shuffle: bool = True, seed: int | None = None, *,
+                 rank: int | None = None, world_size: int | None = None) -> None:
+        self._size = self.constant_length = check_positive_size(size, where="TrainingSampler")
+        self._shuffle = bool(shuffle)
+        super().__init__(seed=seed, rank=rank, world_size=world_size)
+
+    @property
+    def dataset_size(self) -> int:
+        return self._size
+
+    def _make_pass(self, pass_index: int) -> PassOrder:
+        if not self._shuffle:
+            return RangeOrder(self._size)
+        return KeyedPermutation(self._size, "shuffle", self.seed, pass_index)
+
+    def _config(self) -> dict[str, Any]:
+        return {"size": self._size, "shuffle": self._shuffle}
+
+    def __repr__(self) -> str:
+        return (f"TrainingSampler(size={self._size}, shuffle={self._shuffle}, seed={self.seed}, "
+                f"rank={self.rank}, world_size={self.world_size})")
+
+
+class RandomSubsetTrainingSampler(StreamSampler):
+    """Endless passes over a fixed random subset of ``int(size * subset_ratio)`` records: the
+    first ``k`` positions of ``KeyedPermutation(size, "subset", seed_subset)``, visited in the
+    order of ``KeyedPermutation(k, "shuffle", seed_shuffle, p)``. Nothing is materialized.
+
+    Example:
+        >>> import itertools
+        >>> s = RandomSubsetTrainingSampler(10, 0.5, seed_shuffle=1, seed_subset=2,
+        ...                                 rank=0, world_size=1)
+        >>> len(set(itertools.islice(s, 50)))
+        5
+    """
+
+    extra_keys = ("pass_start", "seed_subset")
+
+    def __init__(self, size: int, subset_ratio: float, shuffle: bool = True,
+                 seed_shuffle: int | None = None, seed_subset: int | None = None, *,
+                 rank: int | None = None, world_size: int | None = None) -> None:
+        owner = "RandomSubsetTrainingSampler"
+        self._size = check_positive_size(size, where=owner)
+        self._ratio = check_float(subset_ratio, "subset_ratio", above=0, maximum=1, where=owner)
+        self.constant_length = int(self._size * self._ratio)
+        if self.constant_length < 1:
+            raise ValueError(f"{owner}: int({self._size} * {self._ratio}) = 0 records; choose a "
+                             "larger subset_ratio")
+        self._shuffle = bool(shuffle)
+        check_seed(seed_subset, "seed_subset", error=SamplerConfigError, where=owner)
+        super().__init__(seed=seed_shuffle, rank=rank, world_size=world_size)
+        self._seed_subset = _seed(seed_subset, "seed_subset", owner)
+        self._subset = KeyedPermutation(self._size, "subset", self._seed_subset)
+        logger.info("%s: training on %d of %d records", owner, self.constant_length, self._size)
+
+    @property
+    def dataset_size(self) -> int:
+        return self._size
+
+    @property
+    def subset(self) -> np.ndarray:
+        """The chosen record indices in the subset's order (computed on each call: O(k))."""
+        return self._subset.slice(0, self.constant_length)
+
+    @property
+    def seed_subset(self) -> int:
+        return self._seed_subset
+
+    def _make_pass(self, pass_index: int) -> PassOrder:
+        k = self.constant_length
+        inner = KeyedPermutation(k, "shuffle", self.seed, pass_index) if self._shuffle else RangeOrder(k)
+        return ComposedOrder(inner, self._subset)
+
+    def _config(self) -> dict[str, Any]:
+        return {"size": self._size, "subset_ratio": self._ratio,
+                "subset_size": self.constant_length, "shuffle": self._shuffle}
+
+    def _extra_state(self, pass_index: int) -> dict[str, Any]:
+        return {"pass_start": None, "seed_subset": self._seed_subset}
+
+    def _prepare_extra(self, state: Mapping[str, Any], *, strict: bool, notes: Notes) -> Callable[[], None]:
+        super()._prepare_extra(state, strict=strict, notes=notes)
+        seed = check_state_int(state["seed_subset"], "seed_subset", "RandomSubsetTrainingSampler", 0, MAX_SEED)
+        subset = self._subset if seed == self._seed_subset else KeyedPermutation(self._size, "subset", seed)
+
+        def apply() -> None:
+            self._seed_subset, self._subset = seed, subset
+
+        return apply
+
+
+# ---------------------------------------------------------------- repeat factors
+def _factors_from_columns(columns: RecordColumns, thresh: float, sqrt: bool, label: str) -> np.ndarray:
+    n, cats, offsets = len(columns), columns.category_ids, columns.category_offsets
+    counts = np.diff(offsets)
+    if cats.size and int(cats.min()) < 0:
+        position = int(np.flatnonzero(cats < 0)[0])
+        record = int(np.searchsorted(offsets, position, side="right") - 1)
+        raise RecordFormatError(f"record {record}{label}: annotation "
+                                f"{position - int(offsets[record])} has no integer 'category_id'")
+    if cats.size == 0:
+        return np.ones(n, dtype=np.float64)
+    num_categories = int(cats.max()) + 1
+    # one key per (record, category), sorted: duplicates become neighbours
+    keys = np.sort(np.repeat(np.arange(n, dtype=np.int64), counts) * num_categories + cats, kind="stable")
+    first = np.empty(len(keys), dtype=bool)
+    first[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=first[1:])
+    image_count = np.bincount(keys[first] % num_categories, minlength=num_categories)
+    with np.errstate(divide="ignore"):
+        ratio = np.where(image_count > 0, thresh / np.maximum(image_count / float(n), 1e-300), 1.0)
+    per_annotation = np.maximum(1.0, np.sqrt(ratio) if sqrt else ratio)[cats]
+    factors = np.ones(n, dtype=np.float64)
+    nonempty = np.flatnonzero(counts > 0)
+    if len(nonempty):
+        factors[nonempty] = np.maximum.reduceat(per_annotation, offsets[nonempty])
+    return factors
+
+
+def _factors_from_records(records: Iterable[Any], thresh: float, sqrt: bool, label: str) -> np.ndarray:
+    per_record: list[set[int]] = []
+    for index, record in enumerate(records):
+        if not isinstance(record, dict):
+            raise RecordFormatError(f"record {index}{label} is a {type(record).__name__}, not a dict")
+        categories = set()
+        for position, anno in enumerate(record.get("annotations") or ()):
+            category = anno.get("category_id") if isinstance(anno, dict) else None
+            categories.add(check_int(category, "'category_id'", error=RecordFormatError,
+                                     where=f"record {index}{label}: annotation {position}"))
+        per_record.append(categories)
+    n = len(per_record)
+    image_count: dict[int, int] = {}
+    for categories in per_record:
+        for category in categories:
+            image_count[category] = image_count.get(category, 0) + 1
+    factor = {c: max(1.0, math.sqrt(thresh * n / k) if sqrt else thresh * n / k)
+              for c, k in image_count.items()}
+    return np.asarray([max((factor[c] for c in cats), default=1.0) for cats in per_record],
+                      dtype=np.float64)
+
+
+def repeat_factors_from_category_frequency(dataset_dicts: Sequence[dict] | Any, repeat_thresh: float,
+                                           sqrt: bool = True) -> torch.Tensor:
+    """Per-record repeat factors (LVIS sampling): ``r(c) = max(1, sqrt(t / f(c)))`` where
+    ``f(c)`` is the fraction of records with category ``c``; a record's factor is its largest
+    ``r(c)`` (1.0 without annotations). A SerializedList is read from its columns.
+
+    Raises:
+        catalog.RecordFormatError: a record is not a dict or has no integer ``category_id``.
+
+    Example:
+        >>> records = [{"annotations": [{"category_id": 0}, {"category_id": 1}]},
+        ...            {"annotations": [{"category_id": 0}]}, {"annotations": []}]
+        >>> [round(float(r), 4) for r in repeat_factors_from_category_frequency(records, 0.5)]
+        [1.2247, 1.0, 1.0]
+    """
+    thresh = check_float(repeat_thresh, "repeat_thresh", above=0,
+                         where="repeat_factors_from_category_frequency")
+    name = getattr(dataset_dicts, "name", None)
+    label = f" of dataset {name!r}" if name else ""
+    columns = getattr(dataset_dicts, "columns", None)
+    if isinstance(columns, RecordColumns):
+        factors = _factors_from_columns(columns, thresh, bool(sqrt), label)
+    else:
+        factors = _factors_from_records(dataset_dicts, thresh, bool(sqrt), label)
+    logger.info("repeat factors%s: threshold %g, mean %.3f over %d records", label, thresh,
+                float(factors.mean()) if len(factors) else 0.0, len(factors))
+    return torch.from_numpy(factors.astype(np.float32))
+
+
+def _check_factors(repeat_factors: Any, owner: str) -> np.ndarray:
+    if isinstance(repeat_factors, torch.Tensor):
+        repeat_factors = repeat_factors.detach().cpu().numpy()
+    try:
+        factors = np.array(repeat_factors, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{owner}: repeat_factors must be numbers ({exc})") from None
+    if factors.ndim != 1 or factors.size == 0:
+        raise ValueError(f"{owner}: repeat_factors must be a non-empty 1-D sequence, got shape "
+                         f"{factors.shape}")
+    bad = ~(np.isfinite(factors) & (factors > 0))
+    if bad.any():
+        index = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"{owner}: repeat factor of record {index} is {factors[index]}; factors "
+                         "must be positive and finite")
+    total = float(factors.sum())
+    if not 1.0 <= total <= MAX_FACTOR_SUM:
+        raise ValueError(f"{owner}: the repeat factors sum to {total:.3g}; the sum must lie in "
+                         "[1, 2**52] (a pass of at least one and at most 2**52 indices)")
+    factors.flags.writeable = False
+    return factors
+
+
+class RepeatFactorTrainingSampler(StreamSampler):
+    """Endless shuffled passes where record ``i`` appears ``floor(r_i)`` or ``ceil(r_i)``
+    times (``ceil`` with probability ``frac(r_i)``), as in detectron2; replaces RepeatDataset
+    and ClassBalancedDataset. The extra copies come from systematic rounding
+    (:class:`~samplers.order.SystematicRounding`), so resuming at any depth is O(chunk).
+
+    Example:
+        >>> import itertools
+        >>> s = RepeatFactorTrainingSampler([2.0, 1.0], seed=0, rank=0, world_size=1)
+        >>> sorted(itertools.islice(s, 3))
+        [0, 0, 1]
+    """
+
+    repeat_factors_from_category_frequency = staticmethod(repeat_factors_from_category_frequency)
+
+    def __init__(self, repeat_factors: Any, *, shuffle: bool = True, seed: int | None = None,
+                 rank: int | None = None, world_size: int | None = None) -> None:
+        self._factors = _check_factors(repeat_factors, "RepeatFactorTrainingSampler")
+        self._digest = array_digest(self._factors, "<f8")  # hashed once, not per save
+        self._shuffle = bool(shuffle)
+        self._rounding = SystematicRounding(self._factors, permute=self._shuffle)
+        self.constant_length = None if self._rounding.fractional else self._rounding.length(0)
+        super().__init__(seed=seed, rank=rank, world_size=world_size)
+
+    @classmethod
+    def from_category_frequency(cls, dataset_dicts: Any, repeat_thresh: float, *, sqrt: bool = True,
+                                **kwargs: Any) -> RepeatFactorTrainingSampler:
+        """The sampler over :func:`repeat_factors_from_category_frequency`."""
+        return cls(repeat_factors_from_category_frequency(dataset_dicts, repeat_thresh, sqrt), **kwargs)
+
+    @property
+    def dataset_size(self) -> int:
+        return len(self._factors)
+
+    @property
+    def repeat_factors(self) -> np.ndarray:
+        return self._factors.view()
+
+    def pass_counts(self, pass_index: int) -> np.ndarray:
+        """Copies of each record in pass ``pass_index`` (O(records))."""
+        index = check_int(pass_index, "pass_index", minimum=0, maximum=MAX_PASS - 1,
+                          where="RepeatFactorTrainingSampler.pass_counts")
+        return self._rounding.counts(self._rounding.offset(self.seed, index))
+
+    def _make_pass(self, pass_index: int) -> PassOrder:
+        offset = self._rounding.offset(self.seed, pass_index)
+        length = self._rounding.length(offset)
+        inner: PassOrder = (KeyedPermutation(length, "shuffle", self.seed, pass_index)
+                            if self._shuffle and length else RangeOrder(length))
+        return RoundedOrder(self._rounding, offset, inner)
+
+    def _pass_length(self, seed: int, pass_index: int) -> int:
+        return self._rounding.length(self._rounding.offset(seed, pass_index))
+
+    def _config(self) -> dict[str, Any]:
+        return {"size": len(self._factors), "shuffle": self._shuffle,
+                "repeat_factors": self._digest, "rounding": ROUNDING}
+
+
+# ---------------------------------------------------------------- concatenation
+class ConcatSampler(StreamSampler):
+    """Global indices into datasets concatenated into one list, mixing the parts by weight.
+
+    Part ``j`` covers ``[start_j, start_j + sizes[j])``. Each draw picks part ``j`` with
+    probability ``weights[j] / sum(weights)`` (default: proportional to ``sizes``) and takes
+    the part's next index from its own sampler (default: a shuffled ``TrainingSampler``). A
+    pass is ``sum(sizes)`` draws keyed by ``(seed, pass)``; its state nests the part states.
+
+    Example:
+        >>> import itertools
+        >>> s = ConcatSampler([3, 100], weights=[1, 1], seed=0, rank=0, world_size=1)
+        >>> draws = list(itertools.islice(s, 1000))
+        >>> 0.4 < sum(i < 3 for i in draws) / 1000 < 0.6
+        True
+    """
+
+    def __init__(self, sizes: Sequence[int], *, weights: Sequence[float] | None = None,
+                 samplers: Sequence[StreamSampler | None] | None = None, shuffle: bool = True,
+                 seed: int | None = None, rank: int | None = None, world_size: int | None = None) -> None:
+        owner = "ConcatSampler"
+        self._sizes = check_list(sizes, "sizes", check_positive_size, what="ints",
+                                 element="of part", where=owner)
+        if not self._sizes:
+            raise TypeError("ConcatSampler: sizes must be a non-empty list of ints, got []")
+        chosen = check_list(self._sizes if weights is None else weights, "weights", check_float,
+                            what="numbers", element="of part", above=0, where=owner)
+        if len(chosen) != len(self._sizes):
+            raise ValueError(f"ConcatSampler: {len(chosen)} weights for {len(self._sizes)} parts")
+        self._weights = np.asarray(chosen, dtype=np.float64) / sum(chosen)
+        self._starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
+        self.constant_length = int(sum(self._sizes))
+        if samplers is not None and (isinstance(samplers, (str, bytes)) or not isinstance(samplers, Sequence)):
+            raise TypeError(f"ConcatSampler: samplers must be a list, got {samplers!r}")
+        if samplers is not None and len(samplers) != len(self._sizes):
+            raise ValueError(f"ConcatSampler: {len(samplers)} samplers for {len(self._sizes)} parts")
+        super().__init__(seed=seed, rank=rank, world_size=world_size)
+        self._parts: list[StreamSampler] = []
+        for j, size in enumerate(self._sizes):
+            part = samplers[j] if samplers is not None else None
+            if part is None:
+                part = TrainingSampler(size, shuffle=shuffle, seed=derive_seed(self.seed, j),
+                                       rank=0, world_size=1)
+            elif not isinstance(part, StreamSampler) or isinstance(part, ConcatSampler):
+                raise TypeError(f"ConcatSampler: sampler of part {j} must be a catmap training "
+                                f"sampler other than ConcatSampler, got {type(part).__name__}")
+            elif getattr(part, "dataset_size", size) != size:
+                raise ValueError(f"ConcatSampler: sampler of part {j} draws from "
+                                 f"{part.dataset_size} records, the part has {size}")
+            self._parts.append(part)
+        self._pass_starts: dict[int, list[dict[str, Any]]] = {}
+
+    @property
+    def dataset_size(self) -> int:
+        return self.constant_length
+
+    @property
+    def weights(self) -> np.ndarray:
+        return self._weights.copy()
+
+    @property
+    def part_samplers(self) -> list[StreamSampler]:
+        return list(self._parts)
+
+    def _make_pass(self, pass_index: int) -> PassOrder:
+        for old in [p for p in self._pass_starts if p < self._cursor_pass]:
+            del self._pass_starts[old]
+        self._pass_starts[pass_index] = [part.state_dict() for part in self._parts]
+        starts = [cursor_after(part, part.position, 0) for part in self._parts]
+        order = ConcatOrder(self.constant_length, self._weights, self._parts, starts, self._starts,
+                            self.seed, pass_index)
+        # each part continues, in the next pass, after the draws it gets in this one
+        for part, start, count in zip(self._parts, starts, order.counts.tolist()):
+            part._move_to(cursor_after(part, start, count))
+        return order
+
+    def _extra_state(self, pass_index: int) -> dict[str, Any]:
+        return {"pass_start": self._pass_starts[pass_index]}
+
+    def _prepare_extra(self, state: Mapping[str, Any], *, strict: bool, notes: Notes) -> Callable[[], None]:
+        saved = state["pass_start"]
+        if not isinstance(saved, (list, tuple)) or len(saved) != len(self._parts):
+            raise SamplerStateError(
+                f"ConcatSampler.load_state_dict: 'pass_start' must hold {len(self._parts)} part "
+                f"states, got {type(saved).__name__} {repr(saved)[:80]}")
+        restores = []
+        for j, (part, part_state) in enumerate(zip(self._parts, saved)):
+            try:
+                restores.append(part._prepare_load(part_state, strict=strict, notes=notes))
+            except StateMismatchError as exc:
+                raise StateMismatchError(f"ConcatSampler.load_state_dict: part {j}: {exc}",
+                                         key=f"part {j}: {exc.key}", saved=exc.saved,
+                                         current=exc.current) from exc
+            except SamplerStateError as exc:
+                raise SamplerStateError(f"ConcatSampler.load_state_dict: part {j}: {exc}") from exc
+
+        def restore() -> None:
+            self._pass_starts.clear()
+            for apply in restores:
+                apply()
+
+        return restore
+
+    def _config(self) -> dict[str, Any]:
+        return {"sizes": list(self._sizes), "weights": self._weights.tolist(),
+                "parts": [type(part).__name__ for part in self._parts]}
+
+    def __repr__(self) -> str:
+        return (f"ConcatSampler(sizes={self._sizes}, weights={np.round(self._weights, 4).tolist()}, "
+                f"seed={self.seed}, rank={self.rank}, world_size={self.world_size})")
+
+
+class InferenceSampler(Sampler[int]):
+    """This rank's contiguous shard of ``range(size)``, once: no padding, no duplicates; the
+    first ``size % world_size`` ranks get one index more.
+
+    Example:
+        >>> [len(InferenceSampler(2, rank=r, world_size=3)) for r in range(3)]
+        [1, 1, 0]
+        >>> list(InferenceSampler(5, rank=1, world_size=2))
+        [3, 4]
+    """
+
+    def __init__(self, size: int, *, rank: int | None = None, world_size: int | None = None) -> None:
+        self._size = check_positive_size(size, allow_zero=True, where="InferenceSampler")
+        self.rank, self.world_size = resolve_rank_and_world_size(rank, world_size, "InferenceSampler")
+        base, extra = divmod(self._size, self.world_size)
+        self._start = self.rank * base + min(self.rank, extra)
+        self._stop = self._start + base + (1 if self.rank < extra else 0)
+
+    @property
+    def dataset_size(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self._start, self._stop))
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    def __repr__(self) -> str:
+        return (f"InferenceSampler(size={self._size}, rank={self.rank}, world_size="
+                f"{self.world_size}, shard=[{self._start}, {self._stop}))")

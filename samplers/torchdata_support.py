@@ -6,18 +6,9 @@ is *how* each sample is augmented: a plain map-style dataset draws its augmentat
 ``MapDataset``'s replacements for records the mapper rejected) from per-worker generators, so
 pixels after a restore differ from the uninterrupted run. The glue here sends every index with
 its sample seed, ``sample_seed(seed, global stream position)`` (:mod:`mappers.random_state`),
-exactly as :class:`samplers.ResumableLoader` does:
-
-* :class:`SeededBatchSampler` wraps a catmap batch sampler (``ResumableBatchSampler``,
-  ``GroupedBatchSampler``) and yields batches of ``(index, sample seed)`` keys; it is
-  ``Stateful`` (its state is the wrapped sampler's plus the seed).
-* :func:`to_stateful_dataloader` turns a loader built by ``build_detection_train_loader`` /
-  ``build_batch_data_loader`` into a ``StatefulDataLoader`` over the same records, mapper,
-  sampler and seed: it yields the same batches as the catmap loader, for any ``num_workers``,
-  and after ``load_state_dict`` the batches the uninterrupted run would have yielded.
-* :class:`SampleKeysNode` is the same key stream as a ``torchdata.nodes`` source node (one
-  item per batch, resumable through ``state_dict`` / ``reset``), and :class:`MapKeys` maps a
-  batch of keys (picklable, for ``ParallelMapper`` with thread or process workers).
+exactly as :class:`samplers.ResumableLoader` does: :class:`SeededBatchSampler` (Stateful key
+batches), :func:`to_stateful_dataloader`, and for ``torchdata.nodes`` :class:`SampleKeysNode`
+(the key source) with :class:`MapKeys` (a picklable ``map_fn``).
 
 Example:
     >>> from samplers import TrainingSampler, ResumableBatchSampler
@@ -34,38 +25,20 @@ from typing import Any
 
 from catalog.errors import missing_dependency
 
-from .errors import SamplerStateError
-from .sample_seed import SampleSeededDataset, sample_seed
-from .state_fields import MAX_SEED, check_int
-from .worker_seed import WorkerSeeder
+from .build import trivial_batch_collator
+from .loader import ResumableLoader, SampleSeededDataset, WorkerSeeder, sample_seed
+from .state import MAX_SEED, check_int, check_state, make_state
 
-__all__ = [
-    "MapKeys",
-    "SampleKeysNode",
-    "SeededBatchSampler",
-    "to_stateful_dataloader",
-]
+__all__ = ["MapKeys", "SampleKeysNode", "SeededBatchSampler", "to_stateful_dataloader"]
 
 try:
     from torchdata.nodes import BaseNode
 except ImportError:  # the optional extra
     raise missing_dependency("torchdata", "torchdata", "samplers.torchdata_support") from None
 
-_STATE_KEYS = ("batch_sampler", "seed")
-
-
 class SeededBatchSampler:
     """Batches of ``(index, sample_seed(seed, global position))`` keys from a catmap batch
     sampler, for a dataset wrapped in :class:`samplers.SampleSeededDataset`.
-
-    Args:
-        batch_sampler: a batch sampler with ``iter_with_positions()`` (the catmap
-            ``ResumableBatchSampler`` and ``GroupedBatchSampler``).
-        seed: the seed the sample seeds derive from (the sampler's seed keeps the batches
-            equal to ``build_detection_train_loader``'s).
-
-    Raises:
-        TypeError: the batch sampler has no ``iter_with_positions``.
 
     Example:
         >>> from samplers import TrainingSampler, ResumableBatchSampler
@@ -80,11 +53,9 @@ class SeededBatchSampler:
 
     def __init__(self, batch_sampler: Any, *, seed: int) -> None:
         if not callable(getattr(batch_sampler, "iter_with_positions", None)):
-            raise TypeError(
-                f"SeededBatchSampler needs a batch sampler with iter_with_positions() "
-                f"(ResumableBatchSampler, GroupedBatchSampler); {type(batch_sampler).__name__} "
-                "has none"
-            )
+            raise TypeError(f"SeededBatchSampler needs a batch sampler with iter_with_positions() "
+                            f"(ResumableBatchSampler, GroupedBatchSampler); "
+                            f"{type(batch_sampler).__name__} has none")
         self.batch_sampler = batch_sampler
         self.seed = check_int(seed, "seed", "SeededBatchSampler", 0, MAX_SEED)
 
@@ -98,65 +69,25 @@ class SeededBatchSampler:
 
     def state_dict(self) -> dict[str, Any]:
         """The wrapped batch sampler's state (after the last batch drawn) and the seed."""
-        return {"batch_sampler": self.batch_sampler.state_dict(), "seed": self.seed}
+        return make_state("SeededBatchSampler", batch_sampler=self.batch_sampler.state_dict(),
+                          seed=self.seed)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue after the batches drawn when ``state_dict`` was saved.
-
-        Raises:
-            SamplerStateError: the state is not a dict with ``batch_sampler`` and ``seed``, or
-                its seed is out of range (nothing changes then).
-            StateMismatchError / SamplerStateError: raised by the wrapped batch sampler.
-        """
-        if not isinstance(state_dict, dict) or sorted(state_dict) != sorted(_STATE_KEYS):
-            keys = sorted(map(str, state_dict)) if isinstance(state_dict, dict) else None
-            raise SamplerStateError(
-                f"SeededBatchSampler: a state is a dict with keys {list(_STATE_KEYS)}, got "
-                f"{type(state_dict).__name__} with keys {keys}"
-            )
-        seed = check_int(state_dict["seed"], "seed", "SeededBatchSampler", 0, MAX_SEED)
-        self.batch_sampler.load_state_dict(state_dict["batch_sampler"])
+        """Continue after the batches drawn when ``state_dict`` was saved (checked first)."""
+        state = check_state(state_dict, "SeededBatchSampler", ["batch_sampler", "seed"])
+        seed = check_int(state["seed"], "seed", "SeededBatchSampler", 0, MAX_SEED)
+        self.batch_sampler.load_state_dict(state["batch_sampler"])
         self.seed = seed
 
     def __repr__(self) -> str:
         return f"SeededBatchSampler({self.batch_sampler!r}, seed={self.seed})"
 
 
-def to_stateful_dataloader(
-    loader: Any,
-    *,
-    num_workers: int | None = None,
-    prefetch_factor: int | None = None,
-    persistent_workers: bool = False,
-    multiprocessing_context: Any = None,
-    snapshot_every_n_steps: int = 1,
-    collate_fn: Callable[[list[Any]], Any] | None = None,
-) -> Any:
+def to_stateful_dataloader(loader: Any, *, num_workers: int | None = None,
+                           prefetch_factor: int | None = None, persistent_workers: bool = False,
+                           multiprocessing_context: Any = None, snapshot_every_n_steps: int = 1,
+                           collate_fn: Callable[[list[Any]], Any] | None = None) -> Any:
     """A torchdata ``StatefulDataLoader`` yielding the batches of a catmap training loader.
-
-    The dataset, batch sampler and seed are taken from ``loader`` (a
-    :class:`samplers.ResumableLoader` from ``build_detection_train_loader`` or
-    ``build_batch_data_loader``); each sample is mapped inside its own
-    ``sample_scope(sample_seed(seed, position))``, so the batches equal the catmap loader's
-    for any ``num_workers`` and continue exactly after ``load_state_dict``. The
-    ``StatefulDataLoader`` then owns the batch sampler: iterate one of the two loaders, not
-    both.
-
-    Args:
-        loader: a catmap training loader (with sample seeds).
-        num_workers: DataLoader workers (default: the catmap loader's).
-        prefetch_factor, persistent_workers, multiprocessing_context: DataLoader options.
-        snapshot_every_n_steps: how often workers' states are snapshotted (1: every batch,
-            so a restore never replays batches).
-        collate_fn: default ``trivial_batch_collator`` (batches are lists of samples).
-
-    Returns:
-        A ``torchdata.stateful_dataloader.StatefulDataLoader``; workers are seeded with
-        :class:`samplers.WorkerSeeder` from (seed, rank, worker id).
-
-    Raises:
-        TypeError: ``loader`` is not a catmap loader with sample seeds (e.g. the test loader).
-        ModuleNotFoundError: torchdata is not installed (``pip install "catmap[torchdata]"``).
 
     Example::
 
@@ -167,29 +98,21 @@ def to_stateful_dataloader(
     """
     from torchdata.stateful_dataloader import StatefulDataLoader
 
-    from .loader import trivial_batch_collator
-    from .resumable_loader import ResumableLoader
-
     if not isinstance(loader, ResumableLoader) or not loader.sample_seeds:
-        raise TypeError(
-            "to_stateful_dataloader needs a catmap training loader with sample seeds "
-            "(build_detection_train_loader / build_batch_data_loader over a catmap sampler), "
-            f"got {type(loader).__name__}"
-        )
+        raise TypeError("to_stateful_dataloader needs a catmap training loader with sample seeds "
+                        "(build_detection_train_loader / build_batch_data_loader over a catmap "
+                        f"sampler), got {type(loader).__name__}")
     workers = loader.loader.num_workers if num_workers is None else num_workers
     rank = getattr(getattr(loader.batch_sampler, "sampler", None), "rank", 0)
     kwargs: dict[str, Any] = {
         "batch_sampler": SeededBatchSampler(loader.batch_sampler, seed=loader.seed),
-        "num_workers": workers,
-        "collate_fn": collate_fn if collate_fn is not None else trivial_batch_collator,
+        "num_workers": workers, "collate_fn": collate_fn or trivial_batch_collator,
         "worker_init_fn": WorkerSeeder(loader.seed, rank if isinstance(rank, int) else 0),
         "snapshot_every_n_steps": snapshot_every_n_steps,
     }
     if workers > 0:
-        kwargs.update(
-            persistent_workers=persistent_workers,
-            multiprocessing_context=multiprocessing_context,
-        )
+        kwargs.update(persistent_workers=persistent_workers,
+                      multiprocessing_context=multiprocessing_context)
         if prefetch_factor is not None:
             kwargs["prefetch_factor"] = prefetch_factor
     return StatefulDataLoader(SampleSeededDataset(loader.dataset), **kwargs)
@@ -198,14 +121,6 @@ def to_stateful_dataloader(
 class MapKeys:
     """Map a batch of ``(index, sample seed)`` keys with a dataset (a picklable ``map_fn`` for
     ``torchdata.nodes.ParallelMapper``).
-
-    Args:
-        dataset: a map-style dataset (e.g. a ``MapDataset``); each key is mapped inside its
-            sample's ``sample_scope`` (:class:`samplers.SampleSeededDataset`).
-        seed_globals: also seed ``random`` / ``numpy.random`` / torch's CPU generator for each
-            sample (for mappers drawing from them). These are per process: with
-            ``ParallelMapper(method="thread")`` pass False (catmap's own augmentations stay
-            exact per sample; the global generators would be shared by the threads).
 
     Example:
         >>> MapKeys(list(range(10)))([(3, 0), (4, 1)])
@@ -227,16 +142,6 @@ class MapKeys:
 class SampleKeysNode(BaseNode):  # type: ignore[misc]
     """A ``torchdata.nodes`` source of key batches: one item per batch of
     ``(index, sample seed)`` keys from a catmap batch sampler.
-
-    ``state_dict()`` is the batch sampler's state after the last batch this node yielded;
-    ``reset(state)`` continues from there, ``reset(None)`` from where the batch sampler
-    was when the node was built. Map the batches with :class:`MapKeys` (in a
-    ``ParallelMapper``, threads or processes) for samples that do not depend on the
-    worker or on a restore.
-
-    Args:
-        batch_sampler: a catmap batch sampler (``iter_with_positions``).
-        seed: the seed of the sample seeds.
 
     Example::
 

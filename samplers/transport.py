@@ -1,7 +1,7 @@
 """How batches travel from loader workers to the training process, and what a fault becomes.
 
 ``transport="slab"`` (the default with workers on Linux): each index batch goes to a worker
-with a ticket for a free slab of a :class:`~samplers.slab_pool.SlabPool`; the worker maps the
+with a ticket for a free slab of a :class:`~samplers.slabs.SlabPool`; the worker maps the
 samples, collates them, writes every array into the slab and returns a handle of a few
 hundred bytes; the main process rebuilds the batch as views of the slab, mapped once. A
 plain torch DataLoader instead puts every tensor into a new shared-memory segment, passes its
@@ -9,10 +9,9 @@ file descriptor, maps it and unmaps it page by page when it is freed: 850-1,000 
 main-process CPU per 640x480-ish image, which caps a loader near 1,000 images/s whatever the
 number of workers. ``transport="dataloader"`` keeps that path.
 
-Both transports run the samples through :class:`WorkerDataset`, which records the dataset
-index each worker maps (:class:`~samplers.worker_errors.ProgressBoard`) and sends exceptions
-whole, and both turn torch's timeout and dead-worker errors into typed ones
-(:func:`~samplers.worker_errors.convert_loader_error`).
+A worker exception travels whole (:class:`WorkerFailure`) and is raised with ``[DataLoader
+worker W, dataset index I]`` added; a :class:`ProgressBoard` in shared memory records the index
+each worker maps, so a timeout or a dead worker becomes a typed error naming it.
 
 Example:
     >>> resolve_transport("auto", num_workers=0)
@@ -24,42 +23,171 @@ Example:
 from __future__ import annotations
 
 import logging
+import mmap
 import operator
+import os
+import pickle
+import re
 import traceback
 from collections.abc import Callable, Iterator
+from multiprocessing import reduction
 from typing import Any
 
+import numpy as np
 from torch.utils.data import Sampler, get_worker_info
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_batch
 
 from catalog.validation import check_float
+from mappers.errors import add_context
+from mappers.random_state import sample_seed
 
-from .errors import SamplerConfigError
-from .sample_seed import sample_seed
-from .slab_pool import (
-    DEFAULT_SLAB_BYTES,
-    ReceivedBatch,
-    SlabBatch,
-    SlabPool,
-    SlabWriter,
-    Ticket,
-    TransportError,
-    transport_supported,
+from .errors import LoaderTimeoutError, LoaderWorkerError, SamplerConfigError, TransportError, WorkerExitedError
+from .slabs import (
+    DEFAULT_SLAB_BYTES, ReceivedBatch, SlabBatch, SlabPool, SlabWriter, Ticket, transport_supported,
+    value_class,
 )
-from .worker_errors import ProgressBoard, WorkerFailure, convert_loader_error
-
-__all__ = [
-    "DEFAULT_TIMEOUT",
-    "TRANSPORTS",
-    "ChainedWorkerInit",
-    "LoaderTransport",
-    "WorkerDataset",
-    "check_timeout",
-    "resolve_transport",
-]
 
 logger = logging.getLogger(__name__)
 
+
+# ---------------------------------------------------------------- worker faults
+def _where(worker_id: int | None, index: int | None) -> str:
+    text = f"DataLoader worker {worker_id}"
+    return text + (f", dataset index {index}" if index is not None else "")
+
+
+@value_class
+class WorkerFailure:
+    """An exception raised in a worker, on its way to the main process."""
+
+    payload: bytes | None
+    type_name: str
+    message: str
+    trace: str
+    worker_id: int | None
+    index: int | None
+    ticket: Any = None
+
+    @classmethod
+    def capture(cls, exc: BaseException, *, worker_id: int | None, index: int | None,
+                ticket: Any = None) -> WorkerFailure:
+        """Record ``exc`` (in the worker)."""
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        try:
+            payload: bytes | None = pickle.dumps(exc)
+            pickle.loads(payload)  # an exception whose constructor needs more args fails here
+        except Exception:
+            payload = None
+        name = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        return cls(payload, name, str(exc), trace, worker_id, index, ticket)
+
+    def to_exception(self) -> BaseException:
+        """The exception to raise in the main process (original type where possible)."""
+        where = _where(self.worker_id, self.index)
+        exc: Any = None
+        if self.payload is not None:
+            try:
+                exc = pickle.loads(self.payload)
+            except Exception:
+                exc = None
+        if not isinstance(exc, Exception):
+            return LoaderWorkerError(
+                f"{self.type_name} in {where}: {self.message}\n{self.trace}",
+                worker_id=self.worker_id, index=self.index, exc_type=self.type_name,
+            )
+        add_context(exc, where)
+        exc.add_note(f"Traceback in {where}:\n{self.trace}")
+        return exc
+
+
+class ProgressBoard:
+    """One int64 slot per worker in anonymous shared memory: the dataset index it maps now
+    (-1: between batches).
+
+    Example:
+        >>> board = ProgressBoard(2)
+        >>> board.set(1, 42); board.get(1), board.get(0)
+        (42, None)
+    """
+
+    def __init__(self, num_workers: int, fd: int | None = None) -> None:
+        self.num_workers = num_workers
+        size = max(num_workers, 1) * 8
+        if fd is None:
+            fd = os.memfd_create("catmap-progress", os.MFD_CLOEXEC)
+            os.ftruncate(fd, size)
+        self._fd = fd
+        self._map = mmap.mmap(fd, size)
+        self._slots = np.frombuffer(self._map, dtype=np.int64)
+        self._slots[:] = -1
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_open_board, (self.num_workers, reduction.DupFd(self._fd)))
+
+    def set(self, worker_id: int, index: int) -> None:
+        """Record that ``worker_id`` now maps ``index`` (-1: idle)."""
+        if 0 <= worker_id < self.num_workers:
+            self._slots[worker_id] = index
+
+    def get(self, worker_id: int | None) -> int | None:
+        """The index ``worker_id`` is mapping, or None when idle or unknown."""
+        if worker_id is None or not 0 <= worker_id < self.num_workers:
+            return None
+        value = int(self._slots[worker_id])
+        return value if value >= 0 else None
+
+    def close(self) -> None:
+        """Close the main process's file descriptor (the mapping goes with the object)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _open_board(num_workers: int, dupfd: Any) -> ProgressBoard:
+    board = ProgressBoard.__new__(ProgressBoard)
+    board.num_workers = num_workers
+    board._fd = dupfd.detach()
+    board._map = mmap.mmap(board._fd, max(num_workers, 1) * 8)
+    board._slots = np.frombuffer(board._map, dtype=np.int64)
+    return board
+
+
+def _waiting_for(iterator: Any) -> int | None:
+    """The worker id the torch iterator waits on for its next batch (private torch state)."""
+    info = getattr(iterator, "_task_info", {}).get(getattr(iterator, "_rcvd_idx", -1))
+    return int(info[0]) if info else None
+
+
+def convert_loader_error(exc: BaseException, iterator: Any, board: ProgressBoard | None,
+                         timeout: float) -> BaseException | None:
+    """A typed error for torch's timeout / dead-worker ``RuntimeError``, else None."""
+    if not isinstance(exc, RuntimeError):
+        return None
+    message = str(exc)
+    if message.startswith("DataLoader timed out"):
+        worker_id = _waiting_for(iterator)
+        index = board.get(worker_id) if board is not None else None
+        return LoaderTimeoutError(
+            f"no batch within timeout={timeout} s: waiting for {_where(worker_id, index)}"
+            f"{'' if index is not None else ' (not mapping any sample)'}; raise the loader's "
+            "timeout, or pass timeout=0 to wait forever",
+            worker_id=worker_id, index=index, timeout=timeout,
+        )
+    if message.startswith("DataLoader worker (pid"):
+        found = re.match(r"DataLoader worker \(pid(?:\(s\))?\s+([\d,\s]+)\)", message)
+        pids = [int(p) for p in re.findall(r"\d+", found.group(1))] if found else []
+        workers = list(getattr(iterator, "_workers", []))
+        worker_id = next((i for i, w in enumerate(workers) if w.pid in pids), None)
+        index = board.get(worker_id) if board is not None else None
+        return WorkerExitedError(
+            f"{_where(worker_id, index)} (pid {pids[0] if pids else '?'}) exited unexpectedly: "
+            f"{message}",
+            worker_id=worker_id, pid=pids[0] if pids else None, index=index,
+        )
+    return None
+
+
+# ---------------------------------------------------------------- the transport
 #: Seconds a loader waits for one batch from its workers before LoaderTimeoutError.
 DEFAULT_TIMEOUT = 300.0
 #: Accepted values of the loaders' ``transport`` option.
@@ -69,15 +197,7 @@ _SPARE_SLABS = 4
 
 
 def resolve_transport(transport: Any, num_workers: int) -> str:
-    """``"slab"`` or ``"dataloader"`` for a loader option value.
-
-    ``"auto"`` is ``"slab"`` with workers where the platform supports it; ``"slab"`` without
-    workers (batches are made in the main process, nothing travels) is ``"dataloader"``.
-
-    Raises:
-        SamplerConfigError: an unknown value, or ``"slab"`` on a platform without
-            ``memfd_create``.
-    """
+    """``"slab"`` or ``"dataloader"`` for a loader option value."""
     if transport not in TRANSPORTS:
         raise SamplerConfigError(
             f"loader: transport must be one of {TRANSPORTS}, got {transport!r}"
@@ -96,9 +216,6 @@ def resolve_transport(transport: Any, num_workers: int) -> str:
 def check_timeout(timeout: Any, num_workers: int) -> float:
     """The loader timeout in seconds: None gives :data:`DEFAULT_TIMEOUT` with workers (0
     without); 0 waits forever.
-
-    Raises:
-        SamplerConfigError: not a number >= 0.
     """
     if timeout is None:
         return DEFAULT_TIMEOUT if num_workers > 0 else 0.0
@@ -153,10 +270,6 @@ class WorkerDataset:
     slab ticket), records progress, and turns an exception into a :class:`WorkerFailure`.
     An ``(index, position, seed)`` key becomes ``(index, sample_seed(seed, position))``
     here, so the main process does not derive the sample seeds.
-
-    Args:
-        dataset: the map-style dataset the loader reads.
-        board: the workers' progress board (None: not recorded).
     """
 
     def __init__(self, dataset: Any, board: ProgressBoard | None) -> None:
@@ -196,11 +309,6 @@ class WorkerDataset:
 class TransportCollate:
     """The DataLoader ``collate_fn`` of both transports: collates with the user's function and,
     with a ticket, writes the batch into its slab.
-
-    Args:
-        collate_fn: the user's collate function.
-        writer: the worker side of the slab pool (None: the dataloader transport).
-        board: the progress board (reset to idle after each batch).
     """
 
     def __init__(self, collate_fn: Callable[[list[Any]], Any], writer: SlabWriter | None,
@@ -251,18 +359,7 @@ class TicketedBatchSampler(Sampler[list[Any]]):
 
 
 class LoaderTransport:
-    """Everything a loader with workers needs besides the DataLoader itself.
-
-    Args:
-        transport: ``"auto"``, ``"slab"`` or ``"dataloader"`` (see :func:`resolve_transport`).
-        num_workers, prefetch_factor, persistent_workers: the DataLoader's.
-        pin_memory: pin batches for CUDA: the slab transport pins each slab once; the
-            dataloader transport lets the DataLoader copy each batch into pinned memory.
-            Without CUDA torch (or the pool) warns and nothing is pinned.
-        timeout: seconds to wait for one batch (None: :data:`DEFAULT_TIMEOUT`; 0: forever).
-        slabs: slab count (default ``num_workers * prefetch_factor + 4``).
-        slab_bytes: initial (sparse) size of each slab.
-    """
+    """Everything a loader with workers needs besides the DataLoader itself."""
 
     def __init__(self, *, transport: Any = "auto", num_workers: int = 0,
                  prefetch_factor: int | None = None, persistent_workers: bool = False,
@@ -291,13 +388,9 @@ class LoaderTransport:
             self._sampler = TicketedBatchSampler(batch_sampler, self.pool)
             batch_sampler = self._sampler
         writer = self.pool.writer() if self.pool is not None else None
-        return {
-            "dataset": WorkerDataset(dataset, self.board),
-            "batch_sampler": batch_sampler,
-            "collate_fn": TransportCollate(collate_fn, writer, self.board),
-            "pin_memory": self.pin_memory and self.pool is None,
-            "timeout": self.timeout,
-        }
+        return {"dataset": WorkerDataset(dataset, self.board), "batch_sampler": batch_sampler,
+                "collate_fn": TransportCollate(collate_fn, writer, self.board),
+                "pin_memory": self.pin_memory and self.pool is None, "timeout": self.timeout}
 
     def iterate(self, loader: Any) -> Iterator[Any]:
         """Batches of ``loader`` (the DataLoader built with :meth:`dataloader_kwargs`)."""
@@ -347,7 +440,8 @@ class LoaderTransport:
 
     def _finish(self, loader: Any, iterator: Any, generation: int, workers_failed: bool) -> None:
         """After an iterator ends: stop its workers (unless persistent and healthy) and free
-        the slabs of batches that never arrived."""
+        the slabs of batches that never arrived.
+        """
         if self.persistent_workers and not workers_failed:
             return
         shutdown = getattr(iterator, "_shutdown_workers", None)

@@ -1,4 +1,4 @@
-"""Packing batches into one arena (samplers.batch_pack) and the slab pool's bookkeeping."""
+"""Packing batches into one arena (samplers.slabs) and the slab pool's bookkeeping."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mappers.instances import Instances
-from samplers.batch_pack import ALIGNMENT, plan_batch, unpack_batch, write_batch
-from samplers.slab_pool import SlabPool, Ticket, TransportError
+from samplers.slabs import ALIGNMENT, plan_batch, unpack_batch, write_batch
+from samplers.slabs import SlabPool, Ticket, TransportError
 
 
 def _roundtrip(batch):

@@ -1,4 +1,4 @@
-"""Tests for mappers.compose: Compose, the TRANSFORMS registry and the shipped steps."""
+"""Tests for mappers.dataset_mapper: Compose, the TRANSFORMS registry and the shipped steps."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""mappers._function_pickle: lambdas by value through cloudpickle, everything else by reference."""
+"""mappers.datasets: lambdas by value through cloudpickle, everything else by reference."""
 
 from __future__ import annotations
 

@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from samplers.keyed_permutation import KeyedPermutation, keyed_uniform, round_keys
-from samplers.pass_order import ComposedOrder, ExpandedOrder, PermutedOrder, RangeOrder
+from samplers.order import KeyedPermutation, round_keys
+from tools.bench_samplers_baselines import ExpandedOrder, keyed_uniform
+from samplers.order import ComposedOrder, RangeOrder
 
 SMALL = sorted(
     set(range(1, 130))
@@ -96,7 +97,7 @@ def test_keyed_uniform_is_uniform_and_keyed():
 
 
 def test_orders_compose():
-    perm = PermutedOrder(KeyedPermutation(6, "shuffle", 0, 0))
+    perm = KeyedPermutation(6, "shuffle", 0, 0)
     subset = ComposedOrder(perm, ExpandedOrder(np.cumsum([1, 2, 0, 3, 0, 0]), RangeOrder(6)))
     assert sorted(subset.to_array().tolist()) == [0, 1, 1, 3, 3, 3]
     assert subset.item(2) == subset.to_array()[2]

@@ -246,7 +246,8 @@ def test_loader_over_a_plain_sampler_is_not_resumable():
         loader.state_dict()
     with pytest.raises(NotResumableError):
         loader.load_state_dict(
-            {"type": "ResumableLoader", "version": 1, "batches": 0, "batch_sampler": {}}
+            {"type": "ResumableLoader", "version": 2, "batches": 0, "iteration": 0, "seed": 0,
+             "batch_sampler": {}, "config": {"sample_seeds": False}}
         )
 
 
@@ -255,7 +256,7 @@ def test_loader_state_errors():
     with pytest.raises(Exception, match="written by 'TrainingSampler'"):
         loader.load_state_dict(TrainingSampler(24, seed=0).state_dict())
     state = loader.state_dict()
-    with pytest.raises(Exception, match="'batches' must be an int"):
+    with pytest.raises(Exception, match="'batches' must be a non-negative int"):
         loader.load_state_dict(dict(state, batches=-4))
 
 
@@ -618,5 +619,5 @@ def test_position_state_errors():
     with pytest.raises(SamplerStateError, match="is not a drawn position"):
         grouped.load_state_dict(dict(state, bucket_positions=bad))
     loader = build_detection_train_loader(_records(), mapper=None, total_batch_size=2, seed=0)
-    with pytest.raises(SamplerStateError, match="'seed' must be an int"):
+    with pytest.raises(SamplerStateError, match="'seed' must be a non-negative int"):
         loader.load_state_dict(dict(loader.state_dict(), seed="x"))

@@ -9,15 +9,15 @@ import pytest
 import torch
 
 from mappers.structures import BitMasks, Boxes, Keypoints, ROIMasks, RotatedBoxes
-from samplers.batch_pack import _Ref
-from samplers.loader import (
+from samplers.slabs import _Ref
+from samplers.build import (
     build_batch_data_loader,
     build_detection_test_loader,
     build_detection_train_loader,
 )
-from samplers.loader_config import LoaderCallError
-from samplers.slab_pool import SlabBatch, Ticket
-from samplers.worker_errors import WorkerFailure
+from samplers.build import LoaderCallError
+from samplers.slabs import SlabBatch, Ticket
+from samplers.transport import WorkerFailure
 
 #: The DataLoader keywords every builder takes, with detectron2-compatible defaults.
 WORKER_KEYWORDS = {

@@ -14,7 +14,7 @@ import tracemalloc
 import numpy as np
 
 from samplers import GroupedBatchSampler, TrainingSampler
-from samplers.state_fields import array_digest
+from samplers.state import array_digest
 
 
 def _peak_bytes(fn) -> int:

@@ -18,8 +18,8 @@ from samplers import (
     RepeatFactorTrainingSampler,
     TrainingSampler,
 )
-from samplers.concat_order import LEAF
-from samplers.keyed_permutation import KeyedPermutation
+from samplers.order import LEAF
+from samplers.order import KeyedPermutation
 from tests.work_counting import count_calls
 
 FACTORS = np.random.default_rng(5).uniform(0.3, 2.6, 700)

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import collections
 import itertools
-import logging
 import tracemalloc
 
 import numpy as np
 import pytest
 
 from samplers import ConcatSampler, RepeatFactorTrainingSampler
-from samplers.errors import StateMismatchError
-from samplers.keyed_permutation import KeyedPermutation
-from samplers.pass_order import ExpandedOrder, PermutedOrder, RangeOrder
-from samplers.repeat_rounding import FRACTION_BITS, SystematicRounding
+from samplers.order import KeyedPermutation
+from samplers.order import RangeOrder
+from tools.bench_samplers_baselines import ExpandedOrder
+from samplers.order import FRACTION_BITS, SystematicRounding
 
 SCALE = 2**FRACTION_BITS
 
@@ -195,61 +194,6 @@ def test_concat_reads_a_repeat_part_across_many_passes():
         resumed = make(9)
         resumed.load_state_dict(saved.state_dict())
         assert take(resumed, 500) == reference[depth : depth + 500]
-
-
-def _old_state(sampler):
-    """The state as catmap wrote it before systematic rounding (no config["rounding"])."""
-    state = sampler.state_dict()
-    state["config"] = {k: v for k, v in state["config"].items() if k != "rounding"}
-    return state
-
-
-def test_states_of_the_independent_rounding_are_refused(caplog):
-    factors = [1.5, 0.4, 2.7, 1.0, 1.1]
-    saved = RepeatFactorTrainingSampler(factors, seed=3, rank=0, world_size=1)
-    take(saved, 7)
-    state = _old_state(saved)
-    with pytest.raises(StateMismatchError, match="rounded each record") as info:
-        RepeatFactorTrainingSampler(factors, seed=0).load_state_dict(state)
-    assert info.value.key == "rounding" and info.value.current == "systematic-53"
-    # inside a concat: the part's key is named
-    concat = ConcatSampler([5, 4], samplers=[saved, None], seed=1, rank=0, world_size=1)
-    concat_state = concat.state_dict()
-    concat_state["pass_start"][0] = _old_state(saved)
-    fresh = ConcatSampler(
-        [5, 4], samplers=[RepeatFactorTrainingSampler(factors, seed=0), None], seed=1,
-        rank=0, world_size=1,
-    )  # fmt: skip
-    with pytest.raises(StateMismatchError) as info:
-        fresh.load_state_dict(concat_state)
-    assert info.value.key == "part 0: rounding"
-    resumed = RepeatFactorTrainingSampler(factors, seed=0, rank=0, world_size=1)
-    with caplog.at_level(logging.WARNING, logger="samplers"):
-        resumed.load_state_dict(state, strict=False)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "systematic-53" in warnings[0]
-    assert resumed.position == (state["pass_index"], state["offset"])
-
-
-def test_states_with_whole_factors_continue_the_same_stream():
-    # without fractions there is nothing to round: the old and the new passes are the same
-    # (the running counts of the whole factors read through the pass's keyed permutation)
-    factors = [3, 1, 2, 2, 1]
-    cumulative = np.cumsum(factors)
-    old_stream = np.concatenate([
-        ExpandedOrder(cumulative, PermutedOrder(KeyedPermutation(9, "shuffle", 3, p))).to_array()
-        for p in range(4)
-    ])  # fmt: skip
-    sampler = RepeatFactorTrainingSampler(factors, seed=3, rank=0, world_size=1)
-    assert take(sampler, 36) == old_stream.tolist()
-    plain = RepeatFactorTrainingSampler(factors, shuffle=False, seed=3, rank=0, world_size=1)
-    once = ExpandedOrder(cumulative, RangeOrder(9)).to_array().tolist()
-    assert take(plain, 18) == once * 2
-    saved = RepeatFactorTrainingSampler(factors, seed=3, rank=0, world_size=1)
-    take(saved, 13)
-    resumed = RepeatFactorTrainingSampler(factors, seed=0, rank=0, world_size=1)
-    resumed.load_state_dict(_old_state(saved))
-    assert take(resumed, 20) == old_stream[13:33].tolist()
 
 
 def test_factor_sum_is_bounded():

@@ -21,7 +21,7 @@ from samplers import (
     TrainingSampler,
 )
 from samplers.errors import NotResumableError, StateMismatchError
-from samplers.keyed_permutation import KeyedPermutation
+from samplers.order import KeyedPermutation
 
 
 def take(it, n):

@@ -19,13 +19,14 @@ from samplers import (
     SamplerStateError,
     TrainingSampler,
     build_batch_data_loader,
-    keyed_permutation,
-    repeat_factor,
-    repeat_rounding,
+
+
+
 )
 from samplers.errors import StateMismatchError
-from samplers.keyed_permutation import KeyedPermutation
-from samplers.stream import EndlessPassStream
+from samplers.order import KeyedPermutation
+from samplers import order, stream
+from samplers.stream import StreamSampler as EndlessPassStream
 from tests.work_counting import count_calls
 
 FACTORS = [1.5, 0.4, 2.7, 1.0, 1.1]
@@ -122,14 +123,12 @@ def _forbid_stream_work(monkeypatch) -> None:
         raise AssertionError("the state was not rejected before the stream was computed")
 
     for cls in (EndlessPassStream, *_stream_classes()):
-        for name in ("_make_pass", "_pass_length", "_order", "_normalize_cursor",
-                     "_normalized_cursor"):
+        for name in ("_make_pass", "_pass_length", "_order", "_normalize_cursor"):
             if name in vars(cls):
                 monkeypatch.setattr(cls, name, forbidden)
     for name in ("__init__", "_encrypt", "at"):
         monkeypatch.setattr(KeyedPermutation, name, forbidden)
-    for module in (keyed_permutation, repeat_rounding):
-        monkeypatch.setattr(module, "keyed_bits53", forbidden)
+    monkeypatch.setattr(order, "keyed_bits53", forbidden)
 
 
 @pytest.mark.parametrize("kind", sorted(SAMPLERS))
@@ -269,7 +268,7 @@ def test_strict_is_keyword_only():
 
 def test_state_dict_of_a_million_factors_reuses_its_digest(monkeypatch):
     factors = np.random.default_rng(0).uniform(0.5, 3.0, 1_000_000)
-    digests = count_calls(monkeypatch, repeat_factor, "array_digest")
+    digests = count_calls(monkeypatch, stream, "array_digest")
     sampler = RepeatFactorTrainingSampler(factors, seed=0, rank=0, world_size=1)
     first = sampler.state_dict()["config"]["repeat_factors"]
     for _ in range(100):
@@ -277,36 +276,6 @@ def test_state_dict_of_a_million_factors_reuses_its_digest(monkeypatch):
     assert digests.calls == 1  # the factors are hashed once, not once per state_dict
     factors[0] += 1  # the caller's array is not the sampler's
     assert sampler.state_dict()["config"]["repeat_factors"] == first
-
-
-def _legacy(state):
-    """The state as catmap's format 1 wrote it (no config; size and shuffle at the top)."""
-    config = state["config"]
-    legacy = {k: v for k, v in state.items() if k != "config"}
-    legacy.update(version=1, size=config["size"], shuffle=config["shuffle"])
-    return legacy
-
-
-def test_a_format_1_state_is_refused_and_loads_with_strict_false(caplog):
-    # format 1 was written while passes were torch.randperm permutations: another stream
-    saved = training(rank=1, world=3)
-    iterator = iter(saved)
-    take(iterator, 4)  # 12 global draws: the format-1 cursor overshot pass 0 (11 indices)
-    state = _legacy(dict(saved.state_dict(), pass_index=0, offset=12))
-    with pytest.raises(StateMismatchError, match="torch.randperm") as info:
-        training(seed=9, rank=1, world=3).load_state_dict(state)
-    assert info.value.key == "order"
-    resumed = training(seed=9, rank=1, world=3)
-    with caplog.at_level(logging.WARNING, logger="samplers"):
-        resumed.load_state_dict(state, strict=False)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "format version 1" in warnings[0] and "order" in warnings[0]
-    # strict=False keeps the cursor (and its overshoot) in the keyed order
-    assert take(resumed, 10) == take(iterator, 10)
-    with pytest.raises(StateMismatchError, match="saved for 11 records"):
-        TrainingSampler(12, seed=0).load_state_dict(state)
-    with pytest.raises(SamplerStateError, match="unknown key"):
-        training().load_state_dict(dict(state, config={"size": 11, "shuffle": True}))
 
 
 def test_saved_cursor_lies_inside_its_pass():
@@ -383,76 +352,8 @@ def test_a_rejected_state_changes_nothing(kind):
     assert take(iter(obj), 12) == expected
 
 
-# States written by catmap 7591ec0 (format 1) after the given draws of ``ALL[kind](seed=3)``.
-OLD_STATES = {
-    "concat": (13, {"rank": 1, "world": 3}, {
-        "type": "ConcatSampler", "version": 1, "seed": 3, "pass_index": 3, "offset": 6,
-        "world_size": 3, "pass_start": [
-            {"type": "RepeatFactorTrainingSampler", "version": 1, "seed": 10, "pass_index": 3,
-             "offset": 2, "world_size": 1, "pass_start": None, "size": 3, "shuffle": True},
-            {"type": "TrainingSampler", "version": 1, "seed": 6191174841789404478,
-             "pass_index": 2, "offset": 3, "world_size": 1, "pass_start": None, "size": 8,
-             "shuffle": True},
-        ],
-        "sizes": [3, 8], "weights": [0.3333333333333333, 0.6666666666666666],
-    }),
-    "grouped": (7, {}, {
-        "type": "GroupedBatchSampler", "version": 1,
-        "sampler": {"type": "TrainingSampler", "version": 1, "seed": 3, "pass_index": 2,
-                    "offset": 1, "world_size": 1, "pass_start": None, "size": 12,
-                    "shuffle": True},
-        "buckets": [[], [7, 1], [2, 8]], "bucket_positions": [[], [19, 20], [18, 21]],
-        "position": 25, "batch_size": 3, "rank": 0, "world_size": 1,
-    }),
-    "loader": (5, {}, {
-        "type": "ResumableLoader", "version": 1, "batches": 5, "iteration": 1, "seed": 3,
-        "batch_sampler": {
-            "type": "ResumableBatchSampler", "version": 1, "batch_size": 4, "position": 20,
-            "sampler": {"type": "TrainingSampler", "version": 1, "seed": 3, "pass_index": 1,
-                        "offset": 8, "world_size": 1, "pass_start": None, "size": 12,
-                        "shuffle": True},
-        },
-    }),
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("kind", sorted(OLD_STATES))
-def test_states_of_the_torch_randperm_passes_are_refused(kind, caplog):
-    # catmap 7591ec0's passes were torch.randperm permutations; the keyed order is another
-    # stream, so its states raise instead of continuing a different order silently
-    _, kwargs, state = OLD_STATES[kind]
-    with pytest.raises(StateMismatchError, match="torch.randperm") as info:
-        ALL[kind](seed=9, **kwargs).load_state_dict(state)
-    assert info.value.key.endswith("order")
-    resumed = ALL[kind](seed=9, **kwargs)
-    with caplog.at_level(logging.WARNING, logger="samplers"):
-        resumed.load_state_dict(state, strict=False)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "format version 1" in warnings[0]
-    assert len(take(iter(resumed), 15)) == 15
-
-
-def _without_order(state):
-    """A format-2 state as catmap wrote it before the keyed order (no config["order"])."""
-    if not isinstance(state, dict):
-        return state
-    out = {key: _without_order(value) for key, value in state.items()}
-    if isinstance(out.get("config"), dict) and "order" in out["config"]:
-        out["config"] = {k: v for k, v in out["config"].items() if k != "order"}
-    if isinstance(out.get("pass_start"), list):
-        out["pass_start"] = [_without_order(part) for part in out["pass_start"]]
-    return out
-
-
 @pytest.mark.parametrize("kind", sorted(ALL))
-def test_format_2_states_without_the_order_are_refused(kind):
+def test_a_state_of_another_format_version_is_refused(kind):
     saved, _ = advanced(ALL[kind], draws=5)
-    state = _without_order(saved.state_dict())
-    with pytest.raises(StateMismatchError, match="torch.randperm") as info:
-        ALL[kind]().load_state_dict(state)
-    assert info.value.key.endswith("order")
-    # a malformed field is still reported as such, before the order
-    broken = dict(state, config=[1]) if kind in SAMPLERS else dict(state, position=-1)
-    with pytest.raises(SamplerStateError) as info:
-        ALL[kind]().load_state_dict(broken)
-    assert not isinstance(info.value, StateMismatchError)
+    with pytest.raises(SamplerStateError, match="unsupported state version 1"):
+        ALL[kind]().load_state_dict(dict(saved.state_dict(), version=1))

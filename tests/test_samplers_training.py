@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from samplers import InferenceSampler, RandomSubsetTrainingSampler, TrainingSampler
-from samplers.keyed_permutation import KeyedPermutation
+from samplers.order import KeyedPermutation
 
 
 def take(sampler, n):

@@ -1,6 +1,6 @@
 """Why ResumableLoader is not built on torchdata's StatefulDataLoader (issue 15, item 4).
 
-The module docstring of :mod:`samplers.resumable_loader` gives the reasons; these tests keep
+The module docstring of :mod:`samplers.loader` gives the reasons; these tests keep
 them observed. A failure here means torchdata lifted a limitation: re-evaluate the choice.
 """
 

@@ -10,7 +10,7 @@ from catalog import BoxMode
 from mappers import Instances, annotations_to_instances, filter_empty_instances
 from mappers.structures import BitMasks, Boxes, Keypoints, PolygonMasks
 from mappers import structures as S
-from samplers.batch_pack import plan_batch, unpack_batch, write_batch
+from samplers.slabs import plan_batch, unpack_batch, write_batch
 
 
 def _instances(n: int = 3) -> Instances:

@@ -32,7 +32,7 @@ from samplers import (
     to_device,
 )
 from samplers.errors import LoaderTimeoutError, SamplerConfigError
-from samplers.worker_seed import WorkerSeeder, seed_this_process
+from samplers.loader import WorkerSeeder, seed_this_process
 from tests.work_counting import WorkBudgetExceeded
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="Linux only")

@@ -52,7 +52,7 @@ from samplers import (
     TrainingSampler,
     repeat_factors_from_category_frequency,
 )
-from samplers.state_fields import array_digest
+from samplers.state import array_digest
 from samplers.stream import CHUNK  # noqa: F401  (the chunk both orders are read in)
 from tools._bench_common import HelpFormatter
 from tools.bench_samplers_baselines import (

@@ -19,8 +19,7 @@ import torch
 
 from catalog.seeding import numpy_generator
 from samplers import TrainingSampler
-from samplers.keyed_permutation import KeyedPermutation, keyed_bits53
-from samplers.pass_order import ExpandedOrder, PermutedOrder
+from samplers.order import KeyedPermutation, PassOrder, keyed_bits53
 from samplers.stream import CHUNK
 
 __all__ = [
@@ -52,7 +51,7 @@ class PermutationTrainingSampler(TrainingSampler):
     each pass a materialized ``numpy`` permutation of ``(seed, pass)``."""
 
     def _make_pass(self, pass_index: int) -> np.ndarray:
-        return numpy_generator(self._seed, pass_index).permutation(self._size)
+        return numpy_generator(self.seed, pass_index).permutation(self._size)
 
 
 def baseline_state(items: int, position: int) -> dict[str, Any]:
@@ -103,7 +102,7 @@ class IndependentRounding:
         cumulative = self.cumulative(seed, pass_index)
         length = int(cumulative[-1])
         order = ExpandedOrder(
-            cumulative, PermutedOrder(KeyedPermutation(length, "shuffle", seed, pass_index))
+            cumulative, KeyedPermutation(length, "shuffle", seed, pass_index)
         )
         return int(order.slice(offset, offset + CHUNK)[0])
 
@@ -150,3 +149,37 @@ def baseline_expand_pass(factors: torch.Tensor, generator: torch.Generator) -> t
         indices.extend([image] * int(count.item()))
     out = torch.tensor(indices, dtype=torch.int64)
     return out[torch.randperm(len(out), generator=generator)]
+
+
+def keyed_uniform(values: Any, purpose: str, *parts: int) -> np.ndarray:
+    """A keyed uniform float64 in ``[0, 1)`` per integer of ``values``."""
+    return keyed_bits53(values, purpose, *parts).astype(np.float64) * (1.0 / 2**53)
+
+
+class ExpandedOrder(PassOrder):
+    """Index ``i`` repeated ``counts[i]`` times (``cumulative`` = running counts), read in
+    ``inner``'s order of the expanded positions (a windowed binary search per position)."""
+
+    __slots__ = ("_cumulative", "_inner", "_coarse")
+
+    def __init__(self, cumulative: np.ndarray, inner: PassOrder) -> None:
+        self._cumulative, self._inner = cumulative, inner
+        starts = np.arange(0, (len(inner) // 64 + 2) * 64, 64, dtype=np.int64)
+        self._coarse = np.searchsorted(cumulative, starts, side="right")
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        expanded = self._inner.at(positions)
+        block = expanded // 64
+        low, high = self._coarse[block], self._coarse[block + 1]
+        while True:
+            open_ = low < high
+            if not open_.any():
+                return low.astype(np.int64)
+            mid = (low + high) >> 1
+            mid[~open_] = 0
+            right = (self._cumulative[mid] <= expanded) & open_
+            low = np.where(right, mid + 1, low)
+            high = np.where(right | ~open_, high, mid)

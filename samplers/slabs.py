@@ -1,0 +1,673 @@
+"""Shared-memory slabs: how a batch crosses from a worker to the training process.
+
+A worker packs a batch (any nesting of list / tuple / dict / ``Instances`` / structures around
+tensors and numpy arrays) into a slab: a *skeleton* (the structure with every array replaced by
+a small :class:`_Ref`) plus the arrays' bytes, arrays of one field across the samples sharing
+one region. The main process rebuilds every array as a view of its own mapping of the slab (no
+copy). A :class:`SlabPool` holds ``memfd`` slabs, each reused once nothing references the batch
+unpacked from it (a ``weakref.finalize`` on the array every view hangs from); without a free
+slab a batch travels pickled. Slabs are sparse files grown on demand.
+
+Example:
+    >>> pool = SlabPool(2, slab_bytes=1 << 20)
+    >>> ticket = pool.assign(generation=1)
+    >>> handle = pool.writer().write(ticket, [{"x": np.arange(4)}])
+    >>> batch = pool.receive(handle).unpack()
+    >>> batch[0]["x"].tolist(), pool.free_count()
+    ([0, 1, 2, 3], 1)
+    >>> del batch; pool.free_count()
+    2
+    >>> pool.close()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import mmap
+import os
+import secrets
+import threading
+import warnings
+import weakref
+from collections.abc import Callable
+from multiprocessing import reduction
+from operator import attrgetter
+from typing import Any, NamedTuple, TypeVar
+
+import numpy as np
+import torch
+
+from catalog.log_limits import warn_limited
+from catalog.validation import check_int
+from mappers.instances import Instances
+from mappers.structures import TRANSPORTABLE_STRUCTURES
+
+from .errors import TransportError
+
+T = TypeVar("T")
+
+
+def value_class(cls: type[T]) -> type[T]:
+    """A slotted dataclass of ``cls`` (``eq=False``) that pickles as ``(cls, field values)``.
+
+    Example:
+        >>> import copy
+        >>> @value_class
+        ... class Point:
+        ...     x: int
+        ...     y: int = 0
+        >>> Point(1, 2).__reduce__()[1], copy.copy(Point(1, 2))
+        ((1, 2), Point(x=1, y=2))
+        >>> Point.__slots__, Point(1) == Point(1)
+        (('x', 'y'), False)
+    """
+    own_reduce = "__reduce__" in cls.__dict__
+    made: Any = dataclasses.dataclass(slots=True, eq=False)(cls)
+    if not own_reduce:
+        made.__reduce__ = _field_reduce(made, tuple(f.name for f in dataclasses.fields(made)))
+    return made
+
+
+def _field_reduce(cls: type, names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    if not names:
+        raise TypeError(f"value_class {cls.__name__} has no fields")
+    values = attrgetter(*names)  # a tuple for two names or more (C speed: per array, per batch)
+    single = len(names) == 1
+
+    def __reduce__(self: Any) -> tuple[Any, ...]:
+        got = values(self)
+        return (cls, (got,) if single else got)
+
+    return __reduce__
+
+
+# ---------------------------------------------------------------- packing a batch
+#: Byte alignment of every region in the arena (a cache line; any dtype views cleanly).
+ALIGNMENT = 64
+#: Nesting deeper than this is left to pickling.
+_MAX_DEPTH = 24
+#: numpy dtype kinds packed (bool, signed, unsigned, float, complex).
+_NUMPY_KINDS = frozenset("biufc")
+_TORCH_DTYPES: dict[str, torch.dtype] = {
+    str(d): d
+    for d in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+              torch.float16, torch.bfloat16, torch.float32, torch.float64,
+              torch.complex64, torch.complex128, torch.uint16, torch.uint32, torch.uint64)
+}
+
+
+#: One name object per dtype, so that pickle writes each name once per batch (memo).
+_DTYPE_NAMES = {dtype: name for name, dtype in _TORCH_DTYPES.items()}
+
+
+@value_class
+class _Ref:
+    """Stands in the skeleton for one array: ``kind`` ("t" torch / "n" numpy), dtype name,
+    shape, strides (in elements) and offset in the arena (in elements for torch, bytes for
+    numpy).
+    """
+
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int = 0
+
+
+@value_class
+class _InstancesNode:
+    """Stands in the skeleton for an ``Instances`` (its fields packed like any dict)."""
+
+    image_size: tuple[int, int]
+    fields: dict[str, Any]
+
+
+@value_class
+class _StructureNode:
+    """Stands in the skeleton for a structure (``Boxes``, ``BitMasks``, ``PolygonMasks`` ...):
+    its class and its attributes, packed like a dict; rebuilt without calling the constructor.
+    """
+
+    cls: type
+    state: dict[str, Any]
+
+
+_STRUCTURES = frozenset(TRANSPORTABLE_STRUCTURES)
+
+
+class Region(NamedTuple):
+    """One byte range of the arena: ``rows`` arrays stacked along dimension 0 (worker side)."""
+
+    offset: int
+    nbytes: int
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+    rows: tuple[int, ...] | None
+
+
+class BatchPlan(NamedTuple):
+    """What :func:`plan_batch` found: the skeleton, the regions, the arrays to copy in."""
+
+    skeleton: Any
+    regions: list[Region]
+    sources: list[list[Any]]
+    nbytes: int
+
+
+def _tensor_layout(value: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...] | None]:
+    """(a contiguous tensor in memory order, the permutation back to ``value``'s order)."""
+    if value.is_contiguous():
+        return value, None
+    order = sorted(range(value.dim()), key=lambda d: (-value.stride(d), d))
+    permuted = value.permute(order)
+    if not permuted.is_contiguous():
+        return value.contiguous(), None
+    inverse = [0] * len(order)
+    for position, dim in enumerate(order):
+        inverse[dim] = position
+    return permuted, tuple(inverse)
+
+
+def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
+class _Planner:
+    """Collects arrays into regions while copying the structure into a skeleton."""
+
+    def __init__(self) -> None:
+        self.groups: dict[Any, int] = {}
+        # per region: [kind, dtype, itemsize, memory shape of the first array, refs, sources]
+        self.regions: list[list[Any]] = []
+
+    def add(self, key: Any, kind: str, dtype: str, itemsize: int, array: Any,
+            perm: tuple[int, ...] | None) -> _Ref:
+        region = self.groups.get(key) if key is not None else None
+        if region is None:
+            region = len(self.regions)
+            if key is not None:
+                self.groups[key] = region
+            self.regions.append([kind, dtype, itemsize, tuple(array.shape), [], []])
+        shape = tuple(array.shape)
+        stride = _c_strides(shape)
+        if perm is not None:
+            shape = tuple(shape[p] for p in perm)
+            stride = tuple(stride[p] for p in perm)
+        ref = _Ref(kind, dtype, shape, stride)
+        self.regions[region][4].append(ref)
+        self.regions[region][5].append(array)
+        return ref
+
+    def walk(self, value: Any, path: tuple[Any, ...], depth: int) -> Any:
+        kind = type(value)
+        if kind is torch.Tensor:
+            name = _DTYPE_NAMES.get(value.dtype)
+            if (name is None or value.layout != torch.strided or value.device.type != "cpu"
+                    or value.requires_grad):
+                return value
+            data, perm = _tensor_layout(value)
+            key = (path, "t", data.dtype, tuple(data.shape[1:])) if perm is None else None
+            if data.dim() == 0:
+                key = None
+            return self.add(key, "t", name, data.element_size(), data, perm)
+        if kind is np.ndarray:
+            if value.dtype.kind not in _NUMPY_KINDS or not value.dtype.isnative:
+                return value
+            data = value if value.flags.c_contiguous else value.copy(order="C")
+            key = (path, "n", data.dtype.str, data.shape[1:]) if data.ndim else None
+            return self.add(key, "n", data.dtype.str, data.dtype.itemsize, data, None)
+        if depth >= _MAX_DEPTH:
+            return value
+        if kind is list:
+            return [self.walk(v, path, depth + 1) for v in value]
+        if kind is dict:
+            return {k: self.walk(v, (*path, k), depth + 1) for k, v in value.items()}
+        if kind is tuple:
+            return tuple(self.walk(v, path, depth + 1) for v in value)
+        if kind is Instances:
+            fields = {name: self.walk(v, (*path, "<instances>", name), depth + 1)
+                      for name, v in value.get_fields().items()}
+            return _InstancesNode(value.image_size, fields)
+        if kind in _STRUCTURES:
+            state = {name: self.walk(v, (*path, kind.__name__, name), depth + 1)
+                     for name, v in vars(value).items()}
+            return _StructureNode(kind, state)
+        return value
+
+
+def plan_batch(batch: Any) -> BatchPlan:
+    """Find the arrays of ``batch`` and lay them out in an arena."""
+    planner = _Planner()
+    skeleton = planner.walk(batch, (), 0)
+    regions: list[Region] = []
+    sources_of: list[list[Any]] = []
+    offset = 0
+    for kind, dtype, itemsize, first_shape, refs, sources in planner.regions:
+        if len(sources) == 1:
+            shape, rows = first_shape, None
+        else:
+            rows = tuple(int(source.shape[0]) for source in sources)
+            shape = (sum(rows), *first_shape[1:])
+        row_elements = _numel(first_shape[1:])
+        row = 0
+        for ref, source in zip(refs, sources, strict=True):
+            if kind == "t":
+                ref.offset = offset // itemsize + row * row_elements
+            else:
+                ref.offset = offset + row * row_elements * itemsize
+            row += int(source.shape[0]) if source.ndim else 1
+        nbytes = _numel(shape) * itemsize
+        regions.append(Region(offset, nbytes, kind, dtype, tuple(shape), rows))
+        sources_of.append(sources)
+        offset += -(-nbytes // ALIGNMENT) * ALIGNMENT
+    return BatchPlan(skeleton, regions, sources_of, offset)
+
+
+def write_batch(plan: BatchPlan, arena: torch.Tensor, arena_np: np.ndarray) -> None:
+    """Copy the arrays of ``plan`` into ``arena`` (a uint8 tensor) / ``arena_np`` (the same
+    bytes as a numpy uint8 array), at the regions' offsets.
+    """
+    for region, sources in zip(plan.regions, plan.sources, strict=True):
+        start, stop = region.offset, region.offset + region.nbytes
+        if region.kind == "t":
+            target = arena[start:stop].view(_TORCH_DTYPES[region.dtype]).view(region.shape)
+        else:
+            target = arena_np[start:stop].view(region.dtype).reshape(region.shape)
+        if region.rows is None:
+            _copy(target, sources[0])
+            continue
+        row = 0
+        for source, rows in zip(sources, region.rows, strict=True):
+            _copy(target[row:row + rows], source)
+            row += rows
+
+
+def _copy(target: Any, source: Any) -> None:
+    if isinstance(target, torch.Tensor):
+        target.copy_(source)
+    else:
+        np.copyto(target, source)
+
+
+class _Views:
+    """Per-batch typed views of the arena, made once per dtype."""
+
+    __slots__ = ("base", "base_t", "typed")
+
+    def __init__(self, base: np.ndarray) -> None:
+        self.base = base
+        self.base_t = torch.from_numpy(base)
+        self.typed: dict[str, torch.Tensor] = {"torch.uint8": self.base_t}
+
+    def tensor(self, ref: _Ref) -> Any:
+        if ref.kind == "n":
+            dtype = np.dtype(ref.dtype)
+            stop = ref.offset + _numel(ref.shape) * dtype.itemsize
+            return self.base[ref.offset:stop].view(dtype).reshape(ref.shape)
+        if not self.base.size:  # an empty batch arena: only empty tensors refer to it
+            return torch.empty(ref.shape, dtype=_TORCH_DTYPES[ref.dtype])
+        typed = self.typed.get(ref.dtype)
+        if typed is None:
+            typed = self.typed[ref.dtype] = self.base_t.view(_TORCH_DTYPES[ref.dtype])
+        return typed.as_strided(ref.shape, ref.stride, ref.offset)
+
+
+def _fill(node: Any, views: _Views) -> Any:
+    kind = type(node)
+    if kind is _Ref:
+        return views.tensor(node)
+    if kind is list:
+        return [_fill(v, views) for v in node]
+    if kind is dict:
+        return {k: _fill(v, views) for k, v in node.items()}
+    if kind is tuple:
+        return tuple(_fill(v, views) for v in node)
+    if kind is _InstancesNode:
+        instances = Instances(node.image_size)
+        fields = instances.get_fields()
+        for name, value in node.fields.items():
+            fields[name] = _fill(value, views)
+        return instances
+    if kind is _StructureNode and node.cls in _STRUCTURES:
+        structure = node.cls.__new__(node.cls)
+        structure.__dict__.update({k: _fill(v, views) for k, v in node.state.items()})
+        return structure
+    return node
+
+
+def unpack_batch(skeleton: Any, base: np.ndarray) -> Any:
+    """Rebuild a batch from its skeleton, every array a view of ``base``, a uint8 array of
+    at least the plan's ``nbytes`` (a multiple of ``ALIGNMENT``) bytes.
+    """
+    return _fill(skeleton, _Views(base))
+
+
+# ---------------------------------------------------------------- the slab pool
+logger = logging.getLogger(__name__)
+
+#: Default (virtual, sparse) size of a slab; a larger batch grows its slab.
+DEFAULT_SLAB_BYTES = 256 << 20
+#: A batch larger than this travels pickled instead.
+MAX_SLAB_BYTES = 16 << 30
+_PAGE = mmap.PAGESIZE
+_FREE, _ASSIGNED, _RECEIVED = 0, 1, 2
+
+#: Pools of this process by token, so that a handle unpickled here finds its pool.
+_POOLS: weakref.WeakValueDictionary[str, SlabPool] = weakref.WeakValueDictionary()
+
+
+def transport_supported() -> bool:
+    """Whether this platform has anonymous shared files (Linux ``memfd_create``)."""
+    return hasattr(os, "memfd_create")
+
+
+@value_class
+class Ticket:
+    """Slab ``slab`` for the batch numbered ``serial`` (sent to a worker with the indices)."""
+
+    slab: int
+    serial: int
+
+
+@value_class
+class SlabBatch:
+    """What a worker returns for a batch written into a slab: where, how big, the skeleton."""
+
+    token: str
+    slab: int
+    serial: int
+    nbytes: int
+    skeleton: Any
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_receive, (self.token, self.slab, self.serial, self.nbytes, self.skeleton))
+
+
+def _receive(token: str, slab: int, serial: int, nbytes: int, skeleton: Any) -> Any:
+    """Unpickling a SlabBatch in the process that owns its pool gives a ReceivedBatch."""
+    handle = SlabBatch(token, slab, serial, nbytes, skeleton)
+    pool = _POOLS.get(token)
+    return pool.receive(handle) if pool is not None else handle
+
+
+class ReceivedBatch:
+    """A handle that arrived in the main process. :meth:`unpack` gives the batch; a handle
+    dropped without unpacking (a prefetched batch nobody asked for) frees its slab.
+    """
+
+    __slots__ = ("pool", "handle", "__weakref__")
+
+    def __init__(self, pool: SlabPool, handle: SlabBatch) -> None:
+        self.pool: SlabPool | None = pool
+        self.handle = handle
+
+    def unpack(self) -> Any:
+        """The batch, every array a view of the slab (no copy)."""
+        pool, handle = self.pool, self.handle
+        if pool is None:
+            raise TransportError(f"batch in slab {handle.slab} was already unpacked")
+        self.pool = None
+        return pool.unpack(handle)
+
+    def __del__(self) -> None:
+        pool = self.pool
+        if pool is not None:
+            self.pool = None
+            pool.release(self.handle.slab, self.handle.serial)
+
+
+class SlabWriter:
+    """The worker side of a pool: maps slabs once per process and writes batches into them."""
+
+    def __init__(self, token: str, fds: list[int]) -> None:
+        self.token = token
+        self.fds = fds
+        self._pid = -1
+        self._maps: dict[int, tuple[mmap.mmap, torch.Tensor, np.ndarray]] = {}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # spawn / forkserver workers: the file descriptors travel with the process start.
+        return (_open_writer, (self.token, [reduction.DupFd(fd) for fd in self.fds]))
+
+    def _arena(self, slab: int, need: int) -> tuple[torch.Tensor, np.ndarray]:
+        if self._pid != os.getpid():
+            self._pid, self._maps = os.getpid(), {}
+        entry = self._maps.get(slab)
+        if entry is None or len(entry[0]) < need:
+            fd = self.fds[slab]
+            size = os.fstat(fd).st_size
+            if size < need:
+                size = max(need, 2 * size)
+                size = -(-size // _PAGE) * _PAGE
+                os.ftruncate(fd, size)
+            self._maps.pop(slab, None)
+            mapping = mmap.mmap(fd, size)
+            arena_np = np.frombuffer(mapping, dtype=np.uint8)
+            entry = (mapping, torch.from_numpy(arena_np), arena_np)
+            self._maps[slab] = entry
+        return entry[1], entry[2]
+
+    def write(self, ticket: Ticket | None, batch: Any) -> Any:
+        """Write ``batch`` into the ticket's slab and return its :class:`SlabBatch`; without a
+        ticket, or for a batch larger than ``MAX_SLAB_BYTES``, return ``batch`` itself.
+        """
+        if ticket is None:
+            return batch
+        plan = plan_batch(batch)
+        if plan.nbytes > MAX_SLAB_BYTES:
+            warn_limited(logger, "transport.oversized_batch",
+                         "a batch of %d bytes travels pickled (slab limit %d)",
+                         plan.nbytes, MAX_SLAB_BYTES)
+            return SlabBatch(self.token, ticket.slab, ticket.serial, 0, batch)
+        if plan.nbytes:
+            arena, arena_np = self._arena(ticket.slab, plan.nbytes)
+            write_batch(plan, arena, arena_np)
+        return SlabBatch(self.token, ticket.slab, ticket.serial, plan.nbytes, plan.skeleton)
+
+
+def _open_writer(token: str, dupfds: list[Any]) -> SlabWriter:
+    return SlabWriter(token, [dupfd.detach() for dupfd in dupfds])
+
+
+class SlabPool:
+    """``num_slabs`` shared slabs of ``slab_bytes`` (virtual) each; see the module docstring."""
+
+    def __init__(self, num_slabs: int, *, slab_bytes: int = DEFAULT_SLAB_BYTES,
+                 pin_memory: bool = False) -> None:
+        if not transport_supported():
+            raise TransportError("the slab transport needs os.memfd_create (Linux)")
+        num_slabs = check_int(num_slabs, "num_slabs", minimum=1, error=ValueError, where="SlabPool")
+        slab_bytes = check_int(
+            slab_bytes, "slab_bytes", minimum=_PAGE, error=ValueError, where="SlabPool"
+        )
+        self.token = secrets.token_hex(8)
+        self.slab_bytes = -(-slab_bytes // _PAGE) * _PAGE
+        # re-entrant: a batch freed by the garbage collector inside a locked section
+        # releases its slab from the same thread
+        self._lock = threading.RLock()
+        self._fds: list[int] = []
+        try:
+            for slab in range(num_slabs):
+                fd = os.memfd_create(f"catmap-slab-{slab}", os.MFD_CLOEXEC)
+                self._fds.append(fd)
+                os.ftruncate(fd, self.slab_bytes)
+        except OSError as exc:
+            self._close_fds()
+            raise TransportError(f"SlabPool: cannot create {num_slabs} shared slabs: {exc}") from exc
+        self._maps: list[mmap.mmap | None] = [None] * num_slabs
+        self._state = [_FREE] * num_slabs
+        self._serial = [0] * num_slabs
+        self._generation = [0] * num_slabs
+        self._free = list(range(num_slabs - 1, -1, -1))
+        self._next_serial = 0
+        self._closed = False
+        self._pinned: dict[int, tuple[int, int]] = {}
+        self.pin_memory = bool(pin_memory) and self._cuda_ok()
+        self.fallbacks = 0
+        self._writer = SlabWriter(self.token, list(self._fds))
+        _POOLS[self.token] = self
+
+    @staticmethod
+    def _cuda_ok() -> bool:
+        if torch.cuda.is_available():
+            return True
+        warnings.warn("pin_memory=True but no CUDA device is available: batches are not pinned",
+                      stacklevel=3)
+        return False
+
+    @property
+    def num_slabs(self) -> int:
+        """Number of slabs."""
+        return len(self._state)
+
+    def writer(self) -> SlabWriter:
+        """The picklable worker side of this pool."""
+        return self._writer
+
+    def free_count(self) -> int:
+        """Slabs neither in flight nor held by a live batch."""
+        with self._lock:
+            return len(self._free)
+
+    def assign(self, generation: int) -> Ticket | None:
+        """A free slab for the next batch of iterator ``generation``, or None (the batch then
+        travels pickled).
+        """
+        with self._lock:
+            if self._closed or not self._free:
+                self.fallbacks += 1
+                return None
+            slab = self._free.pop()
+            self._next_serial += 1
+            self._state[slab] = _ASSIGNED
+            self._serial[slab] = self._next_serial
+            self._generation[slab] = generation
+            return Ticket(slab, self._next_serial)
+
+    def receive(self, handle: SlabBatch) -> ReceivedBatch:
+        """Take a handle that arrived from a worker (called by unpickling)."""
+        with self._lock:
+            if self._serial[handle.slab] == handle.serial and self._state[handle.slab] == _ASSIGNED:
+                self._state[handle.slab] = _RECEIVED
+            else:
+                raise TransportError(
+                    f"a batch arrived for slab {handle.slab} serial {handle.serial}, which is no "
+                    "longer assigned to it (the loader was reset while the batch was in flight)"
+                )
+        return ReceivedBatch(self, handle)
+
+    def release(self, slab: int, serial: int) -> None:
+        """Return a slab to the free list (no-op unless ``serial`` is its current batch)."""
+        with self._lock:
+            if self._serial[slab] != serial or self._state[slab] == _FREE:
+                return
+            self._state[slab] = _FREE
+            if self._closed:
+                self._drop(slab)
+            else:
+                self._free.append(slab)
+
+    def reclaim(self, generation: int) -> int:
+        """Free the slabs assigned in ``generation`` whose batch never arrived; call only once
+        the workers of that generation are dead. Returns how many were freed.
+        """
+        freed = 0
+        with self._lock:
+            for slab, state in enumerate(self._state):
+                if state == _ASSIGNED and self._generation[slab] == generation:
+                    self._state[slab] = _FREE
+                    self._serial[slab] = 0
+                    freed += 1
+                    if self._closed:
+                        self._drop(slab)
+                    else:
+                        self._free.append(slab)
+        return freed
+
+    def _mapping(self, slab: int, nbytes: int) -> mmap.mmap:
+        mapping = self._maps[slab]
+        if mapping is None or len(mapping) < nbytes:
+            self._unpin(slab)
+            size = os.fstat(self._fds[slab]).st_size
+            mapping = self._maps[slab] = mmap.mmap(self._fds[slab], max(size, nbytes))
+        return mapping
+
+    def unpack(self, handle: SlabBatch) -> Any:
+        """The batch of a received handle as views of the slab (see :class:`ReceivedBatch`)."""
+        slab, serial, nbytes = handle.slab, handle.serial, handle.nbytes
+        if nbytes == 0:
+            self.release(slab, serial)
+            return unpack_batch(handle.skeleton, np.empty(0, dtype=np.uint8))
+        with self._lock:
+            if self._closed:
+                raise TransportError(f"the loader was closed; slab {slab} is gone")
+            mapping = self._mapping(slab, nbytes)
+            if self.pin_memory:
+                self._pin(slab, mapping, nbytes)
+        base = np.frombuffer(mapping, dtype=np.uint8, count=nbytes)
+        weakref.finalize(base, self.release, slab, serial)
+        return unpack_batch(handle.skeleton, base)
+
+    def _pin(self, slab: int, mapping: mmap.mmap, nbytes: int) -> None:
+        pinned = self._pinned.get(slab)
+        if pinned is not None and pinned[1] >= nbytes:
+            return
+        self._unpin(slab)
+        size = min(len(mapping), -(-(nbytes + nbytes // 4) // (2 << 20)) * (2 << 20))
+        pointer = np.frombuffer(mapping, dtype=np.uint8).ctypes.data
+        result = torch.cuda.cudart().cudaHostRegister(pointer, size, 0)
+        code = int(getattr(result, "value", result))
+        if code != 0:
+            warnings.warn(f"cudaHostRegister failed ({code}); batches are not pinned",stacklevel=2)
+            self.pin_memory = False
+            return
+        self._pinned[slab] = (pointer, size)
+
+    def _unpin(self, slab: int) -> None:
+        pinned = self._pinned.pop(slab, None)
+        if pinned is not None:
+            torch.cuda.cudart().cudaHostUnregister(pinned[0])
+
+    def _drop(self, slab: int) -> None:
+        self._unpin(slab)
+        self._maps[slab] = None
+
+    def _close_fds(self) -> None:
+        for fd in self._fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = []
+
+    def close(self) -> None:
+        """Close the pool: free slabs are unmapped now, held ones when their batch dies. The
+        shared files disappear once the workers have exited too.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for slab, state in enumerate(self._state):
+                if state == _FREE:
+                    self._drop(slab)
+            self._free = []
+            self._close_fds()
+        _POOLS.pop(self.token, None)
+
+    def __repr__(self) -> str:
+        return (f"SlabPool({self.num_slabs} slabs, {self.free_count()} free, "
+                f"fallbacks={self.fallbacks}, pinned={self.pin_memory})")
