@@ -256,7 +256,7 @@ def test_catmap_instances_and_boxes_give_the_same_results():
     boxes = torch.tensor([[1.0, 2.0, 5.0, 9.0], [0.0, 0.0, 3.0, 3.0]])
     fields = {"scores": torch.tensor([0.75, 0.25]), "pred_classes": torch.tensor([1, 0]),
               "pred_masks": torch.rand(2, 10, 12, generator=torch.Generator().manual_seed(0)) > 0.5}
-    wrapped = getattr(mappers, "Boxes", _Boxes)(boxes)
+    wrapped = mappers.structures.Boxes(boxes)
     instances = mappers.Instances((10, 12), pred_boxes=wrapped, **fields)
     meta = {"thing_dataset_id_to_contiguous_id": {3: 0, 8: 1}}
     ours = instances_to_coco_results(instances, 11, meta)
