@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from catalog import BoxMode
-from catalog.cityscapes import load_cityscapes_instances, load_cityscapes_semantic
-from catalog.cityscapes_labels import STUFF_CLASSES, THING_CLASSES, THING_ID_TO_CONTIGUOUS
-from catalog.format_errors import CityscapesFormatError
+from catalog.formats.cityscapes import load_cityscapes_instances, load_cityscapes_semantic
+from catalog.formats.cityscapes import STUFF_CLASSES, THING_CLASSES, THING_ID_TO_CONTIGUOUS
+from catalog.formats.validate import CityscapesFormatError
 
 Image = pytest.importorskip("PIL.Image")
 mask_util = pytest.importorskip("pycocotools.mask")

@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalog import DatasetCatalog, MetadataCatalog
-from catalog.coco_panoptic import (
+from catalog.formats.panoptic import (
     load_coco_panoptic_json,
     merge_to_panoptic,
     register_coco_panoptic,
     register_coco_panoptic_separated,
 )
-from catalog.format_errors import PanopticFormatError, SemSegPairingError
+from catalog.formats.validate import PanopticFormatError, SemSegPairingError
 
 Image = pytest.importorskip("PIL.Image")
 
