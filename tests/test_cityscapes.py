@@ -177,7 +177,7 @@ def test_bad_files(tmp_path, text, match):
 
 
 def test_bounds_and_missing_files(tmp_path, monkeypatch):
-    from catalog import cityscapes
+    from catalog.formats import cityscapes
 
     image_dir, gt_dir = _write(tmp_path)
     monkeypatch.setattr(cityscapes, "MAX_JSON_BYTES", 16)

@@ -140,7 +140,7 @@ def test_bad_annotations(tmp_path, annotations, key):
 
 
 def test_bounded_and_invalid_files(tmp_path, monkeypatch):
-    from catalog import coco_panoptic
+    from catalog.formats import panoptic as coco_panoptic
 
     json_file, image_dir, gt_dir = _fixture(tmp_path)
     monkeypatch.setattr(coco_panoptic, "MAX_PANOPTIC_JSON_BYTES", 10)
