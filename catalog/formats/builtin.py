@@ -5,15 +5,15 @@ their names, registered on first use under the dataset root.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from importlib import resources
-from typing import Any
 import colorsys
 import functools
 import json
 import os
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
 
 from ..dataset_catalog import DatasetCatalog
 from ..errors import CatmapErrorWithFields, DatasetAlreadyRegisteredError, DatasetFileNotFoundError

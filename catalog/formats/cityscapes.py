@@ -4,9 +4,9 @@ the ``*_instanceIds.png`` images, and semantic records pointing at ``*_labelTrai
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
 import logging
 import os
+from typing import Any, NamedTuple
 
 import numpy as np
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any, Literal
 
 import msgspec
-from msgspec import UNSET, Meta, Struct, UnsetType
+from msgspec import Meta, Struct, UNSET, UnsetType
 
 from ..box_mode import BoxMode
 from ..config_values import plain_container
@@ -63,7 +63,7 @@ class _Image(Struct, gc=False, kw_only=True):
 
 
 class _LvisImage(Struct, gc=False, kw_only=True):
-    file_name: Annotated[str, Meta(min_length=1)] | None = None
+    file_name: Any = None  # read (and checked) only when the image has no coco_url
     coco_url: str | None = None
     height: _Side | None = None
     width: _Side | None = None
@@ -220,8 +220,8 @@ def _lvis_file_name(img: Any, index: int, json_file: str) -> str:
     """``split_folder/file`` from the last two components of an LVIS image's ``coco_url``."""
     url = img.coco_url
     if url is None:
-        if img.file_name is None:
-            _fail(json_file, "image", img.id, index, "has no 'coco_url' or 'file_name'")
+        if type(img.file_name) is not str or not img.file_name:
+            _fail(json_file, "image", img.id, index, "has no 'coco_url' and no 'file_name' str")
         return img.file_name
     tail = url.rsplit("/", 2)[-2:] if url.count("/") >= 2 else []
     if (len(tail) != 2 or "?" in url or "#" in url

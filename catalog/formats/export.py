@@ -4,8 +4,6 @@ evaluation bridge (predictions to COCO results, pycocotools' COCOeval on a datas
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 import contextlib
 import copy
 import datetime
@@ -15,6 +13,8 @@ import logging
 import math
 import os
 import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -4,18 +4,18 @@ JSON (msgspec), YAML (bounded nesting and aliases, JSON types only) and XML (no 
 
 from __future__ import annotations
 
-from typing import Any
-from xml.parsers import expat
 import os
 import stat
 import xml.etree.ElementTree as ET
+from typing import Any
+from xml.parsers import expat
 
+import msgspec
+import yaml
 from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
 from yaml.nodes import MappingNode, Node, SequenceNode
-import msgspec
-import yaml
 
 from ..errors import AnnotationFormatError
 

@@ -4,12 +4,12 @@ pickle only when allowed), loaded as detectron2-style records or kept as entries
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypedDict, Unpack
 import inspect
 import logging
 import os
 import pickle
+from collections.abc import Callable
+from typing import Any, TypedDict, Unpack
 
 from ..box_mode import BoxMode
 from ..dataset_catalog import DatasetCatalog
@@ -17,7 +17,13 @@ from ..errors import AnnotationFormatError, DatasetAlreadyRegisteredError, Recor
 from ..metadata import MetadataCatalog
 from ..version import __version__
 from .files import MAX_DEPTH, parse_json, parse_yaml, read_bytes, read_text_lines
-from .validate import AnnotationFieldError, AnnotationFieldTypeError, AnnotationSkips, ParseDataInfoError, Validator, short_repr
+from .validate import (
+    AnnotationFieldError,
+    AnnotationFieldTypeError,
+    ParseDataInfoError,
+    Validator,
+    short_repr,
+)
 
 #: Values of the ``record_format`` option of the annotation-file loader.
 RECORD_FORMATS = ("detectron2", "openmmlab")

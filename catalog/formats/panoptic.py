@@ -4,11 +4,11 @@ segmentation (the loader and detectron2's two registrations).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
 import copy
 import logging
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from ..dataset_catalog import DatasetCatalog
 from ..errors import DatasetFileNotFoundError
@@ -16,7 +16,19 @@ from ..metadata import MetadataCatalog
 from ..version import __version__
 from .coco import load_coco_json
 from .files import parse_json, read_bytes
-from .validate import INT64_MAX, INT64_MIN, MAX_SEGMENT_ID, PanopticFormatError, SemSegPairingError, as_dict, check_segment, fail, id_map, image_index, relative_name, short_repr
+from .validate import (
+    INT64_MAX,
+    INT64_MIN,
+    PanopticFormatError,
+    SemSegPairingError,
+    as_dict,
+    check_segment,
+    fail,
+    id_map,
+    image_index,
+    relative_name,
+    short_repr,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -5,13 +5,13 @@ COCO panoptic segment checks. Errors name the file, the item (id and index) and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
 import logging
 import math
 import numbers
 import os
 import reprlib
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..errors import AnnotationFormatError, CatmapErrorWithFields
 from ..validation import is_int

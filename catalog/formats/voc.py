@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
 import logging
 import math
 import os
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from typing import Any
 
 from ..box_mode import BoxMode
 from ..dataset_catalog import DatasetCatalog
