@@ -12,15 +12,16 @@ Each input is a seed file (default: the files under ``../shared/external/coco`` 
 ``../shared/external/lvis`` that load unmutated) with one random mutation: a value at a random
 path replaced by one of another type, a huge, negative or non-finite number, a deep nesting, a
 lone surrogate; a key deleted; an element or id duplicated; or the bytes truncated, flipped, or
-given invalid UTF-8 or a byte order mark. Every input runs through the msgspec, orjson and
-json paths (:func:`catalog.formats.coco.load_coco_records`) and the independent reference of the policy
-(:mod:`tools.coco_reference`), in a child process with a per-input timeout. Counts printed:
+given invalid UTF-8 or a byte order mark. Every input runs through the loader
+(:func:`catalog.formats.coco.load_coco_records`, the one msgspec decoder) and the independent
+reference of the policy (:mod:`tools.coco_reference`), in a child process with a per-input
+timeout. Counts printed:
 
-* ``typed errors``: every path raised AnnotationFormatError;
-* ``untyped errors``: a path raised anything else (or the child process crashed);
-* ``accepted-malformed``: the reference says error, or other skip counts, and a path accepted;
-* ``rejected-valid``: the reference accepts, a path raised AnnotationFormatError;
-* ``disagreements``: the paths differ (records, categories, skip counts or error class);
+* ``typed errors``: the loader raised AnnotationFormatError;
+* ``untyped errors``: it raised anything else (or the child process crashed);
+* ``accepted-malformed``: the reference says error, or other skip counts, and the loader accepted;
+* ``rejected-valid``: the reference accepts, the loader raised AnnotationFormatError;
+* ``disagreements``: always 0 now that there is one decoder (kept for the table's shape);
 * ``hangs``: an input ran past ``--timeout`` seconds.
 
 Usage:

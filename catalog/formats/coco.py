@@ -10,11 +10,13 @@ category (id and index) and the key. The garbage collector is paused while recor
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -43,6 +45,8 @@ from .validate import (
 
 logger = logging.getLogger(__name__)
 
+#: Deepest nesting of JSON arrays and objects accepted anywhere in the file (the top level is 1).
+MAX_JSON_DEPTH = 1024
 #: Annotation keys the record sets itself; as ``extra_annotation_keys`` they change nothing.
 RECORD_KEYS = frozenset(("bbox", "bbox_mode", "category_id", "iscrowd", "segmentation", "keypoints"))
 #: Annotation keys read and checked by the loader; as extra keys their checked value is copied.
@@ -136,19 +140,50 @@ _PATH = re.compile(r"(.*) - at `\$(?:\.(\w+)\[(\d+)\])?(?:\.(\w+))?")
 def _decode(json_file: str, extra_keys: tuple[str, ...], lvis: bool) -> Any:
     """The decoded file; every failure an :class:`AnnotationFormatError` naming the item."""
     raw = read_bytes(json_file, what="LVIS annotation file" if lvis else "COCO annotation file")
+    decoder = _decoder(extra_keys, lvis)
     try:
         if not raw.isascii():
             raw.decode("utf-8")  # msgspec does not check the strings it skips
-        return _decoder(extra_keys, lvis).decode(raw)
+        try:
+            return decoder.decode(raw)
+        except RecursionError:  # msgspec stops at Python's recursion limit (about 1,000 levels)
+            with _recursion_headroom():
+                if _nesting(msgspec.json.decode(raw)) > MAX_JSON_DEPTH:
+                    raise
+                return decoder.decode(raw)
     except UnicodeDecodeError as exc:
         problem = f"not valid JSON: not UTF-8 near byte {exc.start}"
     except RecursionError:
-        problem = "not valid JSON: nested too deep"
+        problem = f"not valid JSON: nested deeper than {MAX_JSON_DEPTH}"
     except msgspec.ValidationError as exc:  # a DecodeError: caught first
         problem = _validation_problem(raw, str(exc), extra_keys)
     except msgspec.DecodeError as exc:
         problem = f"not valid JSON: {exc}"
     raise AnnotationFormatError(f"{json_file}: {problem}")
+
+
+@contextlib.contextmanager
+def _recursion_headroom() -> Iterator[None]:
+    """Room for MAX_JSON_DEPTH levels of nesting above the caller's stack."""
+    old, frame, depth = sys.getrecursionlimit(), sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    sys.setrecursionlimit(max(old, depth + MAX_JSON_DEPTH + 50))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def _nesting(value: Any) -> int:
+    """How deep lists and dicts nest in ``value`` (the top level is 1); iterative."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if type(item) is list or type(item) is dict:
+            deepest = max(deepest, level)
+            stack.extend((c, level + 1) for c in (item.values() if type(item) is dict else item))
+    return deepest
 
 
 def _validation_problem(raw: bytes, message: str, extra_keys: tuple[str, ...]) -> str:
