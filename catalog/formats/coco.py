@@ -17,6 +17,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import attrgetter
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -44,6 +45,7 @@ from .validate import (
 )
 
 logger = logging.getLogger(__name__)
+_get_id = attrgetter("id")
 
 #: Deepest nesting of JSON arrays and objects accepted anywhere in the file (the top level is 1).
 MAX_JSON_DEPTH = 1024
@@ -114,7 +116,8 @@ def _decoder(extra_keys: tuple[str, ...], lvis: bool) -> msgspec.json.Decoder:
     """The decoder of a file whose annotations also carry ``extra_keys`` (any JSON value)."""
     fields = _ANNOTATION_FIELDS + [(f"extra_{i}", Any, UNSET) for i in range(len(extra_keys))]
     rename = {f"extra_{i}": key for i, key in enumerate(extra_keys)}
-    annotation = msgspec.defstruct("_Annotation", fields, gc=False, kw_only=True, rename=rename)
+    annotation = msgspec.defstruct("_Annotation", fields, gc=False, kw_only=True,
+                                   rename=rename or None)
     image, category = (_LvisImage, _LvisCategory) if lvis else (_Image, _Category)
     coco_file = msgspec.defstruct("_CocoFile", [
         ("images", list[image]),
@@ -317,37 +320,47 @@ def _attach(
     """Check every annotation, then skip (orphan, empty box, negative area, ignore) or attach."""
     xywh = BoxMode.XYWH_ABS
     find_image, find_category = annos_of_image.get, id_map.get
-    seen_ids: set[int] = set()
+    ids = list(map(_get_id, annotations))
+    unique = set(ids)
+    if None in unique:
+        unique.discard(None)
+        ids = [i for i in ids if i is not None]
+    if len(unique) != len(ids):  # a duplicate: find it
+        ids = list(map(_get_id, annotations))
+        seen: set[int] = set()
+        for index, ann_id in enumerate(ids):
+            if ann_id in seen:
+                _fail(json_file, "annotation", ann_id, index, f"annotation id {ann_id} appears "
+                      "more than once; annotation ids must be unique")
+            if ann_id is not None:
+                seen.add(ann_id)
+    del ids, unique
     extra_fields = [(f"extra_{i}", key) for i, key in enumerate(extra_keys)]
     extra: dict[str, Any] = {}
-    for index, ann in enumerate(annotations):
+    rle, unset, find_problem = _Rle, UNSET, keypoints_problem
+    for ann in annotations:
         ann_id, segm, keypoints = ann.id, ann.segmentation, ann.keypoints
-        if ann_id is not None:
-            if ann_id in seen_ids:
-                _fail(json_file, "annotation", ann_id, index, f"annotation id {ann_id} appears more "
-                      "than once; annotation ids must be unique")
-            seen_ids.add(ann_id)
         if keypoints:
-            problem = keypoints_problem(keypoints, None)
+            problem = find_problem(keypoints, None)
             if problem:
-                _fail(json_file, "annotation", ann_id, index, f"'keypoints' {problem}")
-        if type(segm) is _Rle and type(segm.counts) is list:
+                _fail(json_file, "annotation", ann_id, annotations.index(ann), f"'keypoints' {problem}")
+        if type(segm) is rle and type(segm.counts) is list:
             total, pixels = sum(segm.counts), segm.size[0] * segm.size[1]
             if total != pixels:
-                _fail(json_file, "annotation", ann_id, index, f"'segmentation' RLE counts sum to "
+                _fail(json_file, "annotation", ann_id, annotations.index(ann), f"'segmentation' RLE counts sum to "
                       f"{total}, not height * width = {pixels}")
         if extra_fields or validated_keys:
             extra = {}
             for field, key in extra_fields:
                 value = getattr(ann, field)
-                if value is not UNSET:
+                if value is not unset:
                     problem = extra_value_problem(value)
                     if problem:
-                        _fail(json_file, "annotation", ann_id, index, f"{key!r} (an extra key) {problem}")
+                        _fail(json_file, "annotation", ann_id, annotations.index(ann), f"{key!r} (an extra key) {problem}")
                     extra[key] = value
             for key in validated_keys:
                 value = getattr(ann, key)
-                if value is not UNSET and value is not None:
+                if value is not unset and value is not None:
                     extra[key] = value
         target = find_image(ann.image_id)
         if target is None:
@@ -355,18 +368,19 @@ def _attach(
             continue
         category = find_category(ann.category_id)
         if category is None:
-            _fail(json_file, "annotation", ann_id, index, f"category_id {ann.category_id} is not "
+            _fail(json_file, "annotation", ann_id, annotations.index(ann), f"category_id {ann.category_id} is not "
                   f"among the file's categories {sorted(id_map)[:20]}")
         if keypoints and keypoint_counts[category] is not None:
-            problem = keypoints_problem(keypoints, keypoint_counts[category])
+            problem = find_problem(keypoints, keypoint_counts[category])
             if problem:
-                _fail(json_file, "annotation", ann_id, index, f"'keypoints' {problem}")
+                _fail(json_file, "annotation", ann_id, annotations.index(ann), f"'keypoints' {problem}")
         bbox = ann.bbox
         if not (bbox[2] > 0 and bbox[3] > 0):
             counts.skip_degenerate(ann_id, bbox)
             continue
-        if ann.area is not UNSET and ann.area < 0:
-            counts.skip_negative_area(ann_id, ann.area)
+        area = ann.area
+        if area is not unset and area < 0:
+            counts.skip_negative_area(ann_id, area)
             continue
         if ann.ignore:
             counts.ignored += 1
