@@ -33,20 +33,7 @@ Example:
     1
 """
 
-from .annotation_errors import AnnotationFieldError, AnnotationFieldTypeError, ParseDataInfoError
-from .annotation_file import load_annotation_file, register_annotation_file
 from .box_mode import BoxMode, BoxModeError
-from .builtin_datasets import builtin_dataset_names, builtin_dataset_root
-from .cityscapes import load_cityscapes_instances, load_cityscapes_semantic
-from .coco import load_coco_json, register_coco_instances
-from .coco_evaluation import evaluate_coco, instances_to_coco_results, write_coco_results
-from .coco_export import convert_to_coco_dict, convert_to_coco_json
-from .coco_panoptic import (
-    load_coco_panoptic_json,
-    merge_to_panoptic,
-    register_coco_panoptic,
-    register_coco_panoptic_separated,
-)
 from .dataset_catalog import DatasetCatalog, DatasetEntry
 from .detection_dicts import get_detection_dataset_dicts
 from .errors import (
@@ -63,18 +50,41 @@ from .errors import (
     RecordFormatError,
     SharedAttachError,
 )
-from .format_errors import (
+from .formats import (
+    AnnotationFieldError,
+    AnnotationFieldTypeError,
     CityscapesFormatError,
     CocoEvaluationError,
     CocoExportError,
     PanopticFormatError,
+    ParseDataInfoError,
     SemSegPairingError,
+    builtin_dataset_names,
+    builtin_dataset_root,
+    convert_to_coco_dict,
+    convert_to_coco_json,
+    evaluate_coco,
+    instances_to_coco_results,
+    load_annotation_file,
+    load_cityscapes_instances,
+    load_cityscapes_semantic,
+    load_coco_json,
+    load_coco_panoptic_json,
+    load_lvis_json,
+    load_sem_seg,
+    load_voc_instances,
+    merge_to_panoptic,
+    register_annotation_file,
+    register_coco_instances,
+    register_coco_panoptic,
+    register_coco_panoptic_separated,
+    register_lvis_instances,
+    register_pascal_voc,
+    register_sem_seg,
+    write_coco_results,
 )
-from .lvis import load_lvis_json, register_lvis_instances
 from .metadata import Metadata, MetadataCatalog
-from .pascal_voc import load_voc_instances, register_pascal_voc
 from .registry import RegistryKeyError
-from .sem_seg import load_sem_seg, register_sem_seg
 from .storage.cache import CacheCorruptError, CacheCorruptWarning, CacheSkippedWarning
 from .storage.records import (
     ImmutableRecordsError,

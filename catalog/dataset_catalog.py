@@ -38,7 +38,7 @@ _MISSING: Any = object()
 class LazyProvider(Protocol):
     """Names registered on first use (the builtin datasets): :meth:`names` lists them and
     :meth:`materialize` registers one (returns whether it did). Installed with
-    ``DatasetCatalog._set_lazy_provider``; :mod:`catalog.builtin_datasets` is the one user."""
+    ``DatasetCatalog._set_lazy_provider``; :mod:`catalog.formats.builtin` is the one user."""
 
     def names(self) -> list[str]: ...
 

@@ -257,7 +257,7 @@ class _MetadataCatalog(NamedContainer[Metadata]):
     def __init__(self) -> None:
         super().__init__("metadata", remove_missing_ok=True, owner="MetadataCatalog")
         # Called with a name that has no Metadata yet: registers a builtin dataset (and its
-        # metadata) on first use. Installed by catalog.builtin_datasets.
+        # metadata) on first use. Installed by catalog.formats.builtin.
         self._on_missing: Callable[[str], bool] | None = None
         # The dataset names, to warn about metadata of an unknown name (set by DatasetCatalog).
         self.datasets: NamedContainer[Any] | None = None

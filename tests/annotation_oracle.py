@@ -1,5 +1,5 @@
 """An independent oracle for OpenMMLab 2.0 annotation files, written from the loader's
-documented policy (catalog.annotation_validate), not from its code: what the loader must
+documented policy (catalog.formats.validate), not from its code: what the loader must
 return for a document, or that it must refuse it. Used by the fuzz tests."""
 
 from __future__ import annotations

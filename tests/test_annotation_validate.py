@@ -12,7 +12,7 @@ import pickle
 import pytest
 
 from catalog import AnnotationFormatError, RecordFormatError, load_annotation_file
-from catalog.annotation_validate import (
+from catalog.formats.validate import (
     MAX_IMAGE_SIDE,
     AnnotationFieldError,
     AnnotationFieldTypeError,
@@ -57,7 +57,7 @@ def _load(tmp_path, doc, **kwargs):
 
 
 def test_valid_document_unchanged(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="catalog.annotation_file"):
+    with caplog.at_level(logging.WARNING, logger="catalog.formats.openmmlab"):
         _, records = _load(tmp_path, _doc())
     assert records == _doc()["data_list"]
     assert not [r for r in caplog.records if hasattr(r, "annotation_skips")]
@@ -147,7 +147,7 @@ def test_degenerate_boxes_and_bad_polygons_skipped_and_counted_in_one_warning(tm
     insts.append({"bbox": [1, 1, 2, 2], "bbox_label": 1, "mask": [[1, 2, 3, 4]]})  # none valid
     expected = copy.deepcopy(doc["data_list"][0])
     expected["instances"] = [insts[0], {**insts[1], "mask": [[1, 1, 9, 1, 9, 9]]}, insts[2]]
-    with caplog.at_level(logging.WARNING, logger="catalog.annotation_file"):
+    with caplog.at_level(logging.WARNING, logger="catalog.formats.openmmlab"):
         _, records = _load(tmp_path, doc)
     assert records == [expected]
     warnings = [r for r in caplog.records if hasattr(r, "annotation_skips")]
@@ -212,7 +212,7 @@ def test_real_mmengine_file_point_pair_masks_are_counted(caplog):
         pytest.skip("shared external files not available")
     with open(path) as f:
         n_instances = sum(len(d.get("instances", [])) for d in json.load(f)["data_list"])
-    with caplog.at_level(logging.WARNING, logger="catalog.annotation_file"):
+    with caplog.at_level(logging.WARNING, logger="catalog.formats.openmmlab"):
         _, records = load_annotation_file(path, record_format="openmmlab")
     # its masks are [x, y] pairs, not polygons: every instance is skipped, and counted
     (warning,) = [r for r in caplog.records if hasattr(r, "annotation_skips")]

@@ -19,13 +19,13 @@ from catalog import (
     builtin_dataset_names,
     builtin_dataset_root,
 )
-from catalog.builtin_metadata import (
+from catalog.formats.builtin import (
     ADE20K_SEM_SEG_CATEGORIES,
     BUILTIN_METADATA_KINDS,
     class_colors,
     get_builtin_metadata,
 )
-from catalog.lvis_categories import LVIS_V1_CLASSES, LVIS_V1_FREQUENCY, LVIS_V1_IMAGE_COUNT
+from catalog.formats.builtin import LVIS_V1_CLASSES, LVIS_V1_FREQUENCY, LVIS_V1_IMAGE_COUNT
 
 EXPECTED_NAMES = [
     "coco_2014_train", "coco_2014_val", "coco_2014_minival", "coco_2014_valminusminival",
@@ -239,7 +239,7 @@ def test_voc_loads_from_the_dataset_root(root: Path) -> None:
 
 
 def test_ade20k_loads_from_the_dataset_root(root: Path) -> None:
-    pytest.importorskip("catalog.sem_seg")
+    pytest.importorskip("catalog.formats.panoptic")
     base = root / "ADEChallengeData2016"
     (base / "images" / "validation").mkdir(parents=True)
     (base / "annotations_detectron2" / "validation").mkdir(parents=True)
@@ -304,8 +304,8 @@ def test_concurrent_first_use_registers_once(root: Path) -> None:
 
 
 def test_coco_panoptic_families_load_from_the_dataset_root(root: Path) -> None:
-    pytest.importorskip("catalog.coco_panoptic")
-    pytest.importorskip("catalog.sem_seg")
+    pytest.importorskip("catalog.formats.panoptic")
+    pytest.importorskip("catalog.formats.panoptic")
     coco = root / "coco"
     for sub in ("val2017", "panoptic_val2017", "panoptic_stuff_val2017"):
         (coco / sub).mkdir(parents=True)
@@ -333,7 +333,7 @@ def test_coco_panoptic_families_load_from_the_dataset_root(root: Path) -> None:
 
 
 def test_cityscapes_loads_from_the_dataset_root(root: Path) -> None:
-    pytest.importorskip("catalog.cityscapes")
+    pytest.importorskip("catalog.formats.cityscapes")
     images = root / "cityscapes" / "leftImg8bit" / "val" / "aachen"
     labels = root / "cityscapes" / "gtFine" / "val" / "aachen"
     images.mkdir(parents=True)

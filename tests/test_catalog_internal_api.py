@@ -10,11 +10,11 @@ import re
 import pytest
 
 import catalog
-from catalog.annotation_errors import AnnotationFieldError, ParseDataInfoError
+from catalog.formats.validate import AnnotationFieldError, ParseDataInfoError
 from catalog.storage.cache import cache_enabled
 from catalog.env_flags import OFF_VALUES, ON_VALUES, env_flag
 from catalog.errors import CatmapErrorWithFields, DatasetFileNotFoundError, missing_dependency
-from catalog.format_errors import (
+from catalog.formats.validate import (
     CityscapesFormatError,
     CocoEvaluationError,
     CocoExportError,

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from catalog import BoxMode
-from catalog.cityscapes import load_cityscapes_instances, load_cityscapes_semantic
-from catalog.cityscapes_labels import STUFF_CLASSES, THING_CLASSES, THING_ID_TO_CONTIGUOUS
-from catalog.format_errors import CityscapesFormatError
+from catalog.formats.cityscapes import load_cityscapes_instances, load_cityscapes_semantic
+from catalog.formats.cityscapes import STUFF_CLASSES, THING_CLASSES, THING_ID_TO_CONTIGUOUS
+from catalog.formats.validate import CityscapesFormatError
 
 Image = pytest.importorskip("PIL.Image")
 mask_util = pytest.importorskip("pycocotools.mask")
@@ -177,7 +177,7 @@ def test_bad_files(tmp_path, text, match):
 
 
 def test_bounds_and_missing_files(tmp_path, monkeypatch):
-    from catalog import cityscapes
+    from catalog.formats import cityscapes
 
     image_dir, gt_dir = _write(tmp_path)
     monkeypatch.setattr(cityscapes, "MAX_JSON_BYTES", 16)

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from catalog import BoxMode, DatasetCatalog, MetadataCatalog
-from catalog.coco import register_coco_instances
-from catalog.coco_evaluation import evaluate_coco, instances_to_coco_results, write_coco_results
+from catalog.formats.coco import register_coco_instances
+from catalog.formats.export import evaluate_coco, instances_to_coco_results, write_coco_results
 from catalog.errors import MissingDependencyError
-from catalog.format_errors import CocoEvaluationError
+from catalog.formats.validate import CocoEvaluationError
 
 mask_util = pytest.importorskip("pycocotools.mask")
 from pycocotools.coco import COCO  # noqa: E402

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from catalog import BoxMode, DatasetCatalog, MetadataCatalog, load_coco_json
-from catalog.coco import register_coco_instances
-from catalog.coco_export import convert_to_coco_dict, convert_to_coco_json, polygons_area, rle_area
-from catalog.format_errors import CocoExportError
+from catalog.formats.coco import register_coco_instances
+from catalog.formats.export import convert_to_coco_dict, convert_to_coco_json, polygons_area, rle_area
+from catalog.formats.validate import CocoExportError
 
 EXTERNAL = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "external", "coco")
 

@@ -11,13 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalog import DatasetCatalog, MetadataCatalog
-from catalog.coco_panoptic import (
+from catalog.formats.panoptic import (
     load_coco_panoptic_json,
     merge_to_panoptic,
     register_coco_panoptic,
     register_coco_panoptic_separated,
 )
-from catalog.format_errors import PanopticFormatError, SemSegPairingError
+from catalog.formats.validate import PanopticFormatError, SemSegPairingError
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -140,7 +140,7 @@ def test_bad_annotations(tmp_path, annotations, key):
 
 
 def test_bounded_and_invalid_files(tmp_path, monkeypatch):
-    from catalog import coco_panoptic
+    from catalog.formats import panoptic as coco_panoptic
 
     json_file, image_dir, gt_dir = _fixture(tmp_path)
     monkeypatch.setattr(coco_panoptic, "MAX_PANOPTIC_JSON_BYTES", 10)

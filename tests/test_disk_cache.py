@@ -390,7 +390,7 @@ def _coco_file(path: Path) -> None:
 def test_register_coco_instances_uses_the_cache_and_restores_metadata(
     cache_env, tmp_path, monkeypatch
 ):
-    import catalog.coco as coco
+    import catalog.formats.coco as coco
     from catalog import DatasetCatalog, MetadataCatalog, register_coco_instances
 
     json_file = tmp_path / "instances.json"

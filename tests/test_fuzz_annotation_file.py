@@ -224,7 +224,7 @@ def load(raw: bytes, fmt: str, workdir: Path):
     path = workdir / f"ann.{fmt}"
     path.write_bytes(raw)
     handler = _Capture()
-    logger = logging.getLogger("catalog.annotation_file")
+    logger = logging.getLogger("catalog.formats.openmmlab")
     logger.addHandler(handler)
     try:
         with _bounded_work(len(raw), path.name):

@@ -1,9 +1,6 @@
-"""Fuzz the COCO loader: mutated files through the msgspec, orjson and json paths.
-
-Every input must give, on every path, either AnnotationFormatError or the same records,
-categories and skip counts; and the outcome must match an independent reference of the
-documented policy (``tools/coco_reference.py``): malformed values raise or are counted, valid
-files load. The default run is short; ``pytest -m slow`` runs 4,000 examples.
+"""Fuzz the COCO loader: every mutated file must give AnnotationFormatError or the outcome of
+an independent reference of the documented policy (``tools/coco_reference.py``): malformed
+values raise or are counted, valid files load. ``pytest -m slow`` runs 4,000 examples.
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalog.coco import COCO_PARSERS
 from tools.coco_reference import reference_outcome
 from tools.fuzz_loaders import FIELDS, VALUES, _paths, _set, classify, mutate, run_paths
 
@@ -64,7 +60,6 @@ def _check(data: bytes, extra: tuple[str, ...]) -> None:
         with open(path, "wb") as f:
             f.write(data)
         outcomes = run_paths(path, extra)
-    assert set(outcomes) == set(COCO_PARSERS[1:])
     reference = reference_outcome(data, extra)
     problems = classify(outcomes, reference)
     assert not problems, (problems, reference, outcomes, data[:2000])
@@ -116,7 +111,7 @@ _SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], de
 
 @settings(max_examples=150, **_SETTINGS)
 @given(mutated_inputs())
-def test_every_path_agrees_with_the_reference(case):
+def test_the_loader_agrees_with_the_reference(case):
     logging.disable(logging.WARNING)
     try:
         _check(*case)
@@ -127,7 +122,7 @@ def test_every_path_agrees_with_the_reference(case):
 @pytest.mark.slow
 @settings(max_examples=4000, **_SETTINGS)
 @given(mutated_inputs())
-def test_every_path_agrees_with_the_reference_long(case):
+def test_the_loader_agrees_with_the_reference_long(case):
     logging.disable(logging.WARNING)
     try:
         _check(*case)

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalog.errors import AnnotationFormatError, CatmapError, DatasetFileNotFoundError
-from catalog.format_errors import CityscapesFormatError, PanopticFormatError
+from catalog.formats.validate import CityscapesFormatError, PanopticFormatError
 from tests.work_counting import WorkBudgetExceeded, count_calls
 from tools.fuzz_formats import (
     FORMATS,
@@ -164,7 +164,7 @@ def test_xml_in_an_unsupported_encoding_is_a_typed_error(tmp_path, prolog, encod
 
 @pytest.mark.parametrize("value", ["1_0", "\u0661\u0662", "\uff11\uff12", "0x10"])
 def test_voc_numbers_must_be_plain_decimals(tmp_path, value):  # were accepted
-    from catalog.pascal_voc import load_voc_instances
+    from catalog.formats.voc import load_voc_instances
 
     (tmp_path / "ImageSets" / "Main").mkdir(parents=True)
     (tmp_path / "Annotations").mkdir()
@@ -189,7 +189,7 @@ def test_xml_mutations_cover_the_attacks():
 
 # ------------------------------------------------------------ regressions: COCO panoptic
 def _panoptic(tmp_path, doc):
-    from catalog.coco_panoptic import load_coco_panoptic_json
+    from catalog.formats.panoptic import load_coco_panoptic_json
 
     path = tmp_path / "p.json"
     path.write_text(json.dumps(doc))
@@ -249,7 +249,7 @@ def _linear_scans(budget: int):
 
 
 def test_voc_missing_xml_is_a_typed_file_not_found_error(tmp_path):
-    from catalog.pascal_voc import load_voc_instances
+    from catalog.formats.voc import load_voc_instances
 
     (tmp_path / "ImageSets" / "Main").mkdir(parents=True)
     (tmp_path / "ImageSets" / "Main" / "t.txt").write_text("1\n")
@@ -260,7 +260,7 @@ def test_voc_missing_xml_is_a_typed_file_not_found_error(tmp_path):
 
 # --------------------------------------------------------------- regressions: Cityscapes
 def _cityscapes(tmp_path, doc, to_polygons=True):
-    from catalog.cityscapes import load_cityscapes_instances
+    from catalog.formats.cityscapes import load_cityscapes_instances
 
     (tmp_path / "l" / "c").mkdir(parents=True)
     (tmp_path / "g" / "c").mkdir(parents=True)
@@ -282,13 +282,13 @@ def test_cityscapes_deeply_nested_value_is_a_typed_error(tmp_path, key):
     doc = {"imgHeight": 8, "imgWidth": 8, "objects": [{"label": "@@", "polygon": []}]}
     text = json.dumps(doc).replace('"@@"', nested) if key == "label" else json.dumps(
         dict(doc, imgHeight="@@")).replace('"@@"', nested)
-    from catalog.cityscapes import load_cityscapes_instances
+    from catalog.formats.cityscapes import load_cityscapes_instances
 
     (tmp_path / "l" / "c").mkdir(parents=True)
     (tmp_path / "g" / "c").mkdir(parents=True)
     (tmp_path / "l" / "c" / "x_leftImg8bit.png").write_bytes(b"")
     (tmp_path / "g" / "c" / "x_gtFine_polygons.json").write_text(text)
-    with pytest.raises(CityscapesFormatError, match=key):  # was RecursionError (in the repr)
+    with pytest.raises(AnnotationFormatError, match="nested too deep"):  # refused by the parser
         load_cityscapes_instances(tmp_path / "l", tmp_path / "g")
 
 
@@ -309,7 +309,7 @@ def test_cityscapes_work_is_bounded(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("kind", ["truncate", "flip", "scattered"])
 def test_cityscapes_instance_png_damaged_or_scattered_is_a_typed_error(tmp_path, kind):
-    from catalog.cityscapes import load_cityscapes_instances
+    from catalog.formats.cityscapes import load_cityscapes_instances
 
     rng = random.Random(0)
     for _ in range(200):  # a png of this kind that does not load (most damaged ones do not)
@@ -330,7 +330,7 @@ def test_cityscapes_instance_png_damaged_or_scattered_is_a_typed_error(tmp_path,
 def test_cityscapes_rle_from_the_crop_equals_the_whole_image_encoding():
     from pycocotools import mask as mask_util
 
-    from catalog.cityscapes import _rle
+    from catalog.formats.cityscapes import _rle
 
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -350,7 +350,7 @@ def test_cityscapes_rle_from_the_crop_equals_the_whole_image_encoding():
 @pytest.mark.parametrize("url", ["http://h/val2017/x.jpg?v=1", "http://h/val2017/x.jpg#top",
                                  "http://h/x?p=/val2017/y.jpg"])
 def test_lvis_coco_url_with_a_query_or_fragment_is_refused(tmp_path, url):
-    from catalog.lvis import load_lvis_json
+    from catalog.formats.coco import load_lvis_json
 
     doc = json.loads(seeds("lvis")[0])
     doc["images"][0]["coco_url"] = url
@@ -367,8 +367,8 @@ def test_lvis_coco_url_with_a_query_or_fragment_is_refused(tmp_path, url):
     ("instance", "iscrowd", 5), ("instance", "segmentation", "garbage"),
 ])
 def test_openmmlab_keys_may_not_shadow_converted_ones(tmp_path, where, key, value):
-    from catalog.annotation_errors import AnnotationFieldError
-    from catalog.annotation_file import load_annotation_file
+    from catalog.formats.validate import AnnotationFieldError
+    from catalog.formats.openmmlab import load_annotation_file
 
     doc = json.loads(seeds("openmmlab")[0])
     target = doc["data_list"][0] if where == "entry" else doc["data_list"][0]["instances"][0]
@@ -380,7 +380,7 @@ def test_openmmlab_keys_may_not_shadow_converted_ones(tmp_path, where, key, valu
 
 
 def test_openmmlab_keys_equal_to_the_converted_ones_are_fine(tmp_path):
-    from catalog.annotation_file import load_annotation_file
+    from catalog.formats.openmmlab import load_annotation_file
 
     doc = json.loads(seeds("openmmlab")[0])
     entry = doc["data_list"][0]

@@ -8,7 +8,10 @@ import pickle
 
 import pytest
 
-from catalog import DatasetCatalog, MetadataCatalog, coco, lvis
+from catalog import DatasetCatalog, MetadataCatalog
+from catalog.formats import coco
+
+lvis = coco
 
 PUBLIC = [
     (coco, "load_coco_json"),

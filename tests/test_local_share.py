@@ -174,7 +174,7 @@ def _coco_file(path: Path) -> None:
 
 
 def _catalog_get(rank: int, root: Path, cache: bool) -> dict:
-    import catalog.coco as coco
+    import catalog.formats.coco as coco
     from catalog import DatasetCatalog, MetadataCatalog, register_coco_instances
 
     name = f"shared_coco_{cache}"

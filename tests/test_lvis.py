@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import catalog.lvis as lvis_module
+import catalog.formats.coco as lvis_module
 from catalog import (
     AnnotationFormatError,
     BoxMode,
@@ -140,7 +140,7 @@ def _set(path: tuple, value: object):
         (_set(("images", 0, "neg_category_ids"), [99]), "neg_category_ids"),
         (_set(("images", 0, "neg_category_ids"), "3"), "neg_category_ids"),
         (_set(("images", 1, "not_exhaustive_category_ids"), [1.5]), "not_exhaustive"),
-        (_set(("images", 0), [1]), "image 0"),
+        (_set(("images", 0), [1]), r"image None \(index 0\)"),
         (_set(("categories", 0, "frequency"), "x"), "frequency"),
         (_set(("categories", 0, "image_count"), -1), "image_count"),
         (_set(("categories", 1, "instance_count"), True), "instance_count"),
@@ -194,7 +194,7 @@ def test_register_loads_lazily_and_caches(tmp_path: Path, monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("the cache should have served the records")
 
-    monkeypatch.setattr(lvis_module, "load_lvis_records", refuse)
+    monkeypatch.setattr(lvis_module, "load_coco_records", refuse)
     register_lvis_instances("lvis_test_reg", {"extra_key": 1}, json_file, str(tmp_path))
     assert list(DatasetCatalog.get("lvis_test_reg")) == first
     assert MetadataCatalog.get("lvis_test_reg").class_frequency == ["r", "c", "f"]
@@ -209,7 +209,7 @@ def test_register_rejects_bad_arguments(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(not EXTERNAL_LVIS.is_dir(), reason="external LVIS samples not present")
 def test_real_lvis_v0_5_sample_loads() -> None:
-    from catalog.lvis_categories import LVIS_V0_5_CLASSES
+    from catalog.formats.builtin import LVIS_V0_5_CLASSES
 
     records = load_lvis_json(EXTERNAL_LVIS / "lvis_val_100.json", "coco", "lvis_test_real")
     assert len(records) == 100

@@ -7,9 +7,9 @@ import pickle
 
 import pytest
 
-from catalog import lvis_categories as lc
-from catalog.builtin_metadata import get_builtin_metadata
-from catalog.lvis_categories import LvisCategoriesError, lvis_categories
+from catalog.formats import builtin as lc
+from catalog.formats.builtin import get_builtin_metadata
+from catalog.formats.builtin import LvisCategoriesError, lvis_categories
 
 
 def test_tables_have_the_lvis_shapes() -> None:

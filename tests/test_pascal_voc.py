@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog import AnnotationFormatError, BoxMode, DatasetCatalog, MetadataCatalog
-from catalog.pascal_voc import VOC_CLASSES, load_voc_instances, register_pascal_voc
-from catalog.safe_xml import MAX_XML_BYTES, parse_xml_bytes, read_xml_file
+from catalog.formats.voc import VOC_CLASSES, load_voc_instances, register_pascal_voc
+from catalog.formats.files import MAX_XML_BYTES, parse_xml_bytes, read_xml_file
 
 EXTERNAL_VOC = Path("/work/shared/external/voc")
 

@@ -82,7 +82,7 @@ def _openmmlab_copy(coco_file: Path, out: Path) -> None:
 
 def _coco_classes_copy(coco_file: Path, out: Path) -> None:
     """Write the shapes COCO file with COCO's own 80 categories (as a builtin COCO split has)."""
-    from catalog.builtin_metadata import get_builtin_metadata
+    from catalog.formats.builtin import get_builtin_metadata
 
     meta = get_builtin_metadata("coco")
     id_map = meta["thing_dataset_id_to_contiguous_id"]

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from catalog import DatasetCatalog, MetadataCatalog
-from catalog.format_errors import SemSegPairingError
-from catalog.sem_seg import load_sem_seg, register_sem_seg
+from catalog.formats.validate import SemSegPairingError
+from catalog.formats.panoptic import load_sem_seg, register_sem_seg
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -53,7 +53,7 @@ def test_same_count_but_different_names_is_not_zipped(tmp_path):
 
 def test_intersection_warns_naming_unpaired(tmp_path, caplog):
     gt, img = _tree(tmp_path, ["a.jpg", "b.jpg", "c.jpg"], ["a.png"])
-    with caplog.at_level(logging.WARNING, logger="catalog.sem_seg"):
+    with caplog.at_level(logging.WARNING, logger="catalog.formats.panoptic"):
         records = load_sem_seg(gt, img, "png", "jpg")
     assert len(records) == 1
     assert "b.jpg" in caplog.text and "1 pairs" in caplog.text

@@ -1,6 +1,6 @@
 """An independent reference of the COCO loader's bad-data policy, for the fuzzers.
 
-Written from the policy table of :func:`catalog.coco.load_coco_json` in plain Python (the json
+Written from the policy table of :func:`catalog.formats.coco.load_coco_json` in plain Python (the json
 module, no speed concerns, no code shared with the loader): given a file's bytes it says
 whether the loader must raise :class:`~catalog.errors.AnnotationFormatError`, and otherwise
 which skip counts it must report and how many instances each image keeps. The fuzzers

@@ -12,15 +12,16 @@ Each input is a seed file (default: the files under ``../shared/external/coco`` 
 ``../shared/external/lvis`` that load unmutated) with one random mutation: a value at a random
 path replaced by one of another type, a huge, negative or non-finite number, a deep nesting, a
 lone surrogate; a key deleted; an element or id duplicated; or the bytes truncated, flipped, or
-given invalid UTF-8 or a byte order mark. Every input runs through the msgspec, orjson and
-json paths (:func:`catalog.coco.load_coco_records`) and the independent reference of the policy
-(:mod:`tools.coco_reference`), in a child process with a per-input timeout. Counts printed:
+given invalid UTF-8 or a byte order mark. Every input runs through the loader
+(:func:`catalog.formats.coco.load_coco_records`, the one msgspec decoder) and the independent
+reference of the policy (:mod:`tools.coco_reference`), in a child process with a per-input
+timeout. Counts printed:
 
-* ``typed errors``: every path raised AnnotationFormatError;
-* ``untyped errors``: a path raised anything else (or the child process crashed);
-* ``accepted-malformed``: the reference says error, or other skip counts, and a path accepted;
-* ``rejected-valid``: the reference accepts, a path raised AnnotationFormatError;
-* ``disagreements``: the paths differ (records, categories, skip counts or error class);
+* ``typed errors``: the loader raised AnnotationFormatError;
+* ``untyped errors``: it raised anything else (or the child process crashed);
+* ``accepted-malformed``: the reference says error, or other skip counts, and the loader accepted;
+* ``rejected-valid``: the reference accepts, the loader raised AnnotationFormatError;
+* ``disagreements``: always 0 now that there is one decoder (kept for the table's shape);
 * ``hangs``: an input ran past ``--timeout`` seconds.
 
 Usage:
@@ -206,21 +207,18 @@ def _get(doc: Any, path: tuple) -> Any:
 
 
 def run_paths(path: str, extra_keys: tuple[str, ...]) -> dict[str, tuple]:
-    """Every parser's outcome: ``("ok", records, categories, counts)``, ``("error", class)``
+    """The decoder's outcome: ``("ok", records, categories, counts)``, ``("error", class)``
     for AnnotationFormatError, ``("untyped", class: message)`` for anything else."""
-    from catalog.coco import COCO_PARSERS, load_coco_records
     from catalog.errors import AnnotationFormatError
+    from catalog.formats.coco import load_coco_records
 
-    out: dict[str, tuple] = {}
-    for parser in COCO_PARSERS[1:]:
-        try:
-            records, cats, counts = load_coco_records(path, "", extra_keys, parser=parser)
-            out[parser] = ("ok", records, cats, counts.as_tuple())
-        except AnnotationFormatError:
-            out[parser] = ("error", "AnnotationFormatError")
-        except Exception as exc:  # noqa: BLE001 - what the fuzzer is looking for
-            out[parser] = ("untyped", f"{type(exc).__name__}: {str(exc)[:200]}")
-    return out
+    try:
+        records, cats, counts = load_coco_records(path, "", extra_keys)
+        return {"msgspec": ("ok", records, cats, counts.as_tuple())}
+    except AnnotationFormatError:
+        return {"msgspec": ("error", "AnnotationFormatError")}
+    except Exception as exc:  # noqa: BLE001 - what the fuzzer is looking for
+        return {"msgspec": ("untyped", f"{type(exc).__name__}: {str(exc)[:200]}")}
 
 
 _COUNT_NAMES = ("orphans", "degenerate", "negative_area", "bad_polygons", "no_valid_polygon",
@@ -228,7 +226,7 @@ _COUNT_NAMES = ("orphans", "degenerate", "negative_area", "bad_polygons", "no_va
 
 
 def _counts_dict(counts_tuple: tuple) -> dict[str, int]:
-    from catalog.coco_common import SkipCounts
+    from catalog.formats.validate import SkipCounts
 
     values = dict(zip(SkipCounts.__slots__, counts_tuple, strict=True))
     return {k: values[k] for k in _COUNT_NAMES if values[k]}
@@ -292,7 +290,7 @@ def default_seeds() -> list[str]:
 
 
 def _loadable(path: str) -> bool:
-    from catalog.coco import load_coco_records
+    from catalog.formats.coco import load_coco_records
 
     try:
         load_coco_records(path, "")

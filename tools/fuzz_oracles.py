@@ -129,7 +129,7 @@ def lvis_reference(data: bytes) -> tuple:
 
 
 def _lvis(data: bytes, work: str) -> tuple[str | None, Any]:
-    from catalog.lvis import load_lvis_records
+    from catalog.formats.coco import load_coco_records
     from tools.fuzz_loaders import _counts_dict
 
     path = _write(work, "lvis.json", data)
@@ -152,7 +152,7 @@ def _lvis(data: bytes, work: str) -> tuple[str | None, Any]:
                     out.append(f"segmentation {ann['segmentation']!r:.60}")
         return out
 
-    return expect, (lambda: load_lvis_records(path, root), check)
+    return expect, (lambda: load_coco_records(path, root, lvis=True), check)
 
 
 # -------------------------------------------------------------------------------- Pascal VOC
@@ -201,7 +201,7 @@ def voc_reference(data: bytes) -> tuple:
 
 
 def _voc(data: bytes, work: str) -> tuple[str | None, Any]:
-    from catalog.pascal_voc import load_voc_instances
+    from catalog.formats.voc import load_voc_instances
 
     _write(work, "ImageSets/Main/fuzz.txt", b"000001\n")
     _write(work, "Annotations/000001.xml", data)
@@ -223,7 +223,7 @@ def _voc(data: bytes, work: str) -> tuple[str | None, Any]:
 
 # ---------------------------------------------------------------------------- COCO panoptic
 def _panoptic(data: bytes, work: str) -> tuple[str | None, Any]:
-    from catalog.coco_panoptic import load_coco_panoptic_json
+    from catalog.formats.panoptic import load_coco_panoptic_json
 
     path = _write(work, "panoptic.json", data)
     image_dir, gt_dir = os.path.join(work, "img"), os.path.join(work, "pan")
@@ -272,7 +272,7 @@ def _panoptic(data: bytes, work: str) -> tuple[str | None, Any]:
 
 # ------------------------------------------------------------------------------- Cityscapes
 def _cityscapes(data: bytes, work: str) -> tuple[str | None, Any]:
-    from catalog.cityscapes import load_cityscapes_instances, load_cityscapes_semantic
+    from catalog.formats.cityscapes import load_cityscapes_instances, load_cityscapes_semantic
 
     image_dir, gt_dir = os.path.join(work, "left", "val"), os.path.join(work, "gt", "val")
     base = "aachen/aachen_000000_000019_"
@@ -317,7 +317,7 @@ def _cityscapes(data: bytes, work: str) -> tuple[str | None, Any]:
 
 # ------------------------------------------------------------------------------ OpenMMLab
 def _openmmlab(data: bytes, work: str) -> tuple[str | None, Any]:
-    from catalog.annotation_file import load_annotation_file
+    from catalog.formats.openmmlab import load_annotation_file
     from catalog.box_mode import BoxMode
 
     path = _write(work, "ann.json", data)
@@ -353,7 +353,7 @@ def _openmmlab(data: bytes, work: str) -> tuple[str | None, Any]:
 
 # ------------------------------------------------------------------------- semantic seg
 def _sem_seg(data: bytes, work: str) -> tuple[str | None, Any]:
-    from catalog.sem_seg import load_sem_seg
+    from catalog.formats.panoptic import load_sem_seg
 
     tree = json.loads(data)
     roots = {"gt": os.path.join(work, "gt"), "img": os.path.join(work, "img")}

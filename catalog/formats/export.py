@@ -1,20 +1,12 @@
-"""The COCO evaluation bridge: predictions to COCO results, and pycocotools' COCOeval against
-a registered dataset.
-
-:func:`instances_to_coco_results` turns one image's predictions (any object with
-``pred_boxes``, ``scores``, ``pred_classes`` and optionally ``pred_masks`` /
-``pred_keypoints``, as detectron2's and catmap's ``Instances``) into COCO result dicts;
-:func:`write_coco_results` writes them; :func:`evaluate_coco` runs ``COCOeval`` and returns
-detectron2's metric dicts (AP in percent, 0..100; NaN where a metric cannot be computed).
-
-pycocotools is an optional dependency (``pip install "catmap[coco]"``); it is needed for
-masks and for :func:`evaluate_coco` only.
+"""COCO export (a registered dataset written as a COCO instances file) and the COCO
+evaluation bridge (predictions to COCO results, pycocotools' COCOeval on a dataset).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 import io
 import json
 import logging
@@ -26,23 +18,230 @@ from typing import Any
 
 import numpy as np
 
-from .coco_export import convert_to_coco_dict, convert_to_coco_json
-from .coco_json import parse_json_bytes
-from .errors import missing_dependency
-from .format_errors import CocoEvaluationError
-from .metadata import MetadataCatalog
-from .safe_parse import read_bytes
-from .validation import is_int
-
-__all__ = [
-    "IOU_TYPES",
-    "METRIC_NAMES",
-    "evaluate_coco",
-    "instances_to_coco_results",
-    "write_coco_results",
-]
+from ..box_mode import BoxMode
+from ..dataset_catalog import DatasetCatalog
+from ..errors import missing_dependency
+from ..metadata import MetadataCatalog
+from ..validation import is_int
+from .files import parse_json, read_bytes
+from .validate import CocoEvaluationError, CocoExportError, decode_rle_string
 
 logger = logging.getLogger(__name__)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as plain Python (lists, ints, floats) for json: arrays and tensors too."""
+    if hasattr(value, "detach"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def polygons_area(polygons: Sequence[Sequence[float]]) -> float:
+    """The summed shoelace area of polygons given as flat ``[x0, y0, x1, y1, ...]`` lists."""
+    total = 0.0
+    for polygon in polygons:
+        xy = np.asarray(polygon, dtype=np.float64).reshape(-1, 2)
+        x, y = xy[:, 0], xy[:, 1]
+        total += 0.5 * abs(float(np.dot(x, np.roll(y, 1)) - np.dot(y, np.roll(x, 1))))
+    return total
+
+
+def rle_area(rle: Mapping[str, Any]) -> int:
+    """The number of foreground pixels of an RLE dict (``counts`` compressed or not)."""
+    counts = rle["counts"]
+    if isinstance(counts, bytes):
+        counts = counts.decode("ascii")
+    runs = decode_rle_string(counts) if isinstance(counts, str) else [int(c) for c in counts]
+    return int(sum(runs[1::2]))
+
+
+def _reverse_id_map(dataset_name: str, metadata: Any) -> dict[int, int] | None:
+    id_map = metadata.get("thing_dataset_id_to_contiguous_id")
+    if id_map is None:
+        return None
+    reverse = {int(v): int(k) for k, v in id_map.items()}
+    if len(reverse) != len(id_map):
+        raise CocoExportError(
+            f"dataset {dataset_name!r}: thing_dataset_id_to_contiguous_id maps two dataset ids "
+            "to one contiguous id; the mapping cannot be reversed",
+            dataset=dataset_name,
+            key="thing_dataset_id_to_contiguous_id",
+        )
+    return reverse
+
+
+def _area(annotation: Mapping[str, Any], xywh: list[float], fail: Any) -> float:
+    segmentation = annotation.get("segmentation")
+    if segmentation is None:
+        return float(xywh[2] * xywh[3])  # XYWH_ABS and XYWHA_ABS both hold w, h at 2, 3
+    if isinstance(segmentation, Mapping):
+        try:
+            return float(rle_area(segmentation))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise fail("segmentation", f"is not a valid RLE dict ({exc})") from None
+    if isinstance(segmentation, (list, tuple)):
+        try:
+            return polygons_area(segmentation)
+        except (TypeError, ValueError) as exc:
+            raise fail("segmentation", f"is not a list of flat polygons ({exc})") from None
+    raise fail("segmentation", f"must be polygons or an RLE dict, got {type(segmentation)}")
+
+
+def _annotation(
+    annotation: Any, image_id: Any, reverse: dict[int, int] | None, fail: Any
+) -> dict[str, Any]:
+    if not isinstance(annotation, Mapping):
+        raise fail("annotations", f"an annotation must be a dict, got {type(annotation)}")
+    if "bbox" not in annotation or "bbox_mode" not in annotation:
+        raise fail("bbox", "an annotation needs 'bbox' and 'bbox_mode'")
+    bbox = _plain(annotation["bbox"])
+    if not isinstance(bbox, list) or len(bbox) not in (4, 5):
+        raise fail("bbox", f"must be 4 (or 5, rotated) numbers, got {bbox!r}")
+    to_mode = BoxMode.XYWH_ABS if len(bbox) == 4 else BoxMode.XYWHA_ABS
+    try:
+        xywh = [float(v) for v in BoxMode.convert(bbox, annotation["bbox_mode"], to_mode)]
+    except (TypeError, ValueError) as exc:
+        raise fail("bbox", f"cannot be converted to {to_mode.name}: {exc}") from None
+    if not all(map(math.isfinite, xywh)):
+        raise fail("bbox", f"holds a value that is not finite: {bbox!r}")
+    category = annotation.get("category_id")
+    if not is_int(category):
+        raise fail("category_id", f"must be an int, got {category!r}")
+    if reverse is not None:
+        if int(category) not in reverse:
+            raise fail("category_id", f"contiguous id {category} is not in the metadata's "
+                       "thing_dataset_id_to_contiguous_id")
+        category = reverse[int(category)]
+    out: dict[str, Any] = {
+        "image_id": image_id,
+        "bbox": [round(v, 3) for v in xywh],
+        "area": _area(annotation, xywh, fail),
+        "iscrowd": int(annotation.get("iscrowd", 0)),
+        "category_id": int(category),
+    }
+    if "keypoints" in annotation:
+        keypoints = [float(v) for v in _plain(annotation["keypoints"])]
+        if len(keypoints) % 3:
+            raise fail("keypoints", "must hold 3 values (x, y, visibility) per keypoint")
+        keypoints = [v if i % 3 == 2 else v - 0.5 for i, v in enumerate(keypoints)]
+        out["keypoints"] = [int(v) if v.is_integer() else v for v in keypoints]
+        out["num_keypoints"] = int(annotation.get(
+            "num_keypoints", sum(1 for v in keypoints[2::3] if v > 0)))
+    if "segmentation" in annotation and annotation["segmentation"] is not None:
+        segmentation = annotation["segmentation"]
+        if isinstance(segmentation, Mapping):
+            counts = segmentation["counts"]
+            segmentation = {
+                "size": _plain(segmentation["size"]),
+                "counts": counts.decode("ascii") if isinstance(counts, bytes) else _plain(counts),
+            }
+        else:
+            segmentation = _plain(segmentation)
+        out["segmentation"] = segmentation
+    return out
+
+
+def convert_to_coco_dict(dataset_name: str) -> dict[str, Any]:
+    """The records of a registered dataset as a COCO instances dict."""
+    records = DatasetCatalog.get(dataset_name)
+    metadata = MetadataCatalog.get(dataset_name)
+    classes = metadata.get("thing_classes")
+    if classes is None:
+        raise CocoExportError(
+            f"dataset {dataset_name!r} has no 'thing_classes' in its metadata; COCO categories "
+            "are made from them",
+            dataset=dataset_name,
+            key="thing_classes",
+        )
+    reverse = _reverse_id_map(dataset_name, metadata)
+    categories = [
+        {"id": reverse.get(i, i) if reverse is not None else i, "name": str(name)}
+        for i, name in enumerate(classes)
+    ]
+    images: list[dict[str, Any]] = []
+    annotations: list[dict[str, Any]] = []
+    for index, record in enumerate(records):
+
+        def fail(key: str, problem: str, index: int = index) -> CocoExportError:
+            return CocoExportError(
+                f"dataset {dataset_name!r}, record {index}: key {key!r} {problem}",
+                dataset=dataset_name,
+                index=index,
+                key=key,
+            )
+
+        for key in ("width", "height", "file_name"):
+            if key not in record:
+                raise fail(key, "is missing (COCO images need width, height and file_name)")
+        image_id = _plain(record.get("image_id", index))
+        images.append({
+            "id": image_id,
+            "width": int(record["width"]),
+            "height": int(record["height"]),
+            "file_name": str(record["file_name"]),
+        })
+        for annotation in record.get("annotations") or []:
+            out = _annotation(annotation, image_id, reverse, fail)
+            annotations.append({"id": len(annotations) + 1, **out})
+    logger.info("converted dataset %r: %d images, %d annotations", dataset_name, len(images),
+                len(annotations))
+    coco: dict[str, Any] = {
+        "info": {
+            "date_created": datetime.datetime.now().isoformat(),
+            "description": f"COCO file written by catmap from dataset {dataset_name!r}",
+        },
+        "images": images,
+        "categories": categories,
+        "licenses": None,
+    }
+    if annotations:
+        coco["annotations"] = annotations
+    return coco
+
+
+def _write_json(value: Any, path: str) -> None:
+    """Write ``value`` as JSON atomically: a temporary file in the same directory, renamed."""
+    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp",
+                               dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(value, f, allow_nan=False)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def convert_to_coco_json(
+    dataset_name: str, output_file: str | os.PathLike, allow_cached: bool = True
+) -> None:
+    """Write :func:`convert_to_coco_dict` of ``dataset_name`` to ``output_file``.
+
+    Example:
+        >>> convert_to_coco_json("my_val", "out/my_val_coco.json")  # doctest: +SKIP
+    """
+    from filelock import FileLock
+
+    output_file = os.fspath(output_file)
+    directory = os.path.dirname(os.path.abspath(output_file))
+    os.makedirs(directory, exist_ok=True)
+    with FileLock(output_file + ".lock"):
+        if allow_cached and os.path.exists(output_file):
+            logger.warning(
+                "using the COCO file already at %r for dataset %r; delete it if the dataset "
+                "changed", output_file, dataset_name,
+            )
+            return
+        _write_json(convert_to_coco_dict(dataset_name), output_file)
+        logger.info("wrote dataset %r as COCO json to %r", dataset_name, output_file)
+
 
 #: The evaluation kinds COCOeval knows, and the result field each needs.
 IOU_TYPES = {"bbox": "bbox", "segm": "segmentation", "keypoints": "keypoints"}
@@ -94,35 +293,7 @@ def _reverse_map(metadata: Any) -> dict[int, int] | None:
 def instances_to_coco_results(
     instances: Any, image_id: int | str, metadata: Any = None
 ) -> list[dict[str, Any]]:
-    """One image's predictions as COCO result dicts.
-
-    Args:
-        instances: predictions with ``pred_boxes`` (XYXY_ABS; a ``Boxes``-like object with
-            ``.tensor``, a tensor or an array of shape (N, 4)), ``scores`` (N,),
-            ``pred_classes`` (N,, contiguous ids) and optionally ``pred_masks`` (N, H, W
-            booleans, written as compressed RLE) and ``pred_keypoints`` (N, K, 3: x, y,
-            score). Read through ``has``/attributes (``Instances``) or as a mapping.
-        image_id: the image's id in the dataset (the record's ``image_id``).
-        metadata: a dataset name, ``Metadata`` or mapping whose
-            ``thing_dataset_id_to_contiguous_id`` maps classes back to dataset category ids;
-            None keeps the contiguous ids.
-
-    Returns:
-        ``[{"image_id", "category_id", "bbox" (XYWH_ABS), "score", "segmentation"?,
-        "keypoints"?}]``; keypoints are shifted back by 0.5, as detectron2 writes them.
-
-    Raises:
-        CocoEvaluationError: a field is missing or has the wrong shape, a value is not finite,
-            or a class is not in the id map (names the image id and the field).
-        MissingDependencyError: masks are given and pycocotools is not installed.
-
-    Example:
-        >>> import torch
-        >>> preds = {"pred_boxes": torch.tensor([[10., 20., 30., 60.]]),
-        ...          "scores": torch.tensor([0.5]), "pred_classes": torch.tensor([0])}
-        >>> instances_to_coco_results(preds, 42, {"thing_dataset_id_to_contiguous_id": {7: 0}})
-        [{'image_id': 42, 'category_id': 7, 'bbox': [10.0, 20.0, 20.0, 40.0], 'score': 0.5}]
-    """
+    """One image's predictions as COCO result dicts."""
     if not (is_int(image_id) or isinstance(image_id, str)):
         raise CocoEvaluationError(f"image_id must be an int or a str, got {image_id!r}",
                                   image_id=image_id, key="image_id")
@@ -189,37 +360,22 @@ def instances_to_coco_results(
 
 
 def write_coco_results(results: Sequence[Mapping[str, Any]], path: str | os.PathLike) -> None:
-    """Write COCO result dicts as a json list, atomically (a temporary file renamed).
-
-    Raises:
-        CocoEvaluationError: ``results`` is not a list of dicts, or holds NaN/Infinity.
-
-    Example:
-        >>> write_coco_results(results, "out/coco_instances_results.json")  # doctest: +SKIP
-    """
+    """Write COCO result dicts as a json list, atomically (a temporary file renamed)."""
     if isinstance(results, (str, bytes, Mapping)) or not all(
         isinstance(r, Mapping) for r in results
     ):
         raise CocoEvaluationError("results must be a list of COCO result dicts", key="results")
     path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump([dict(r) for r in results], f, allow_nan=False)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        _write_json([dict(r) for r in results], path)
     except ValueError as exc:
         raise CocoEvaluationError(f"results cannot be written to {path!r}: {exc}",
                                   key="results") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _read_json(path: str, what: str) -> Any:
-    return parse_json_bytes(read_bytes(path, limit=MAX_JSON_BYTES, what=what), path)
+    return parse_json(read_bytes(path, limit=MAX_JSON_BYTES, what=what), path)
 
 
 def _ground_truth(dataset_name: str, output_dir: str | None, allow_cached: bool) -> dict:
@@ -296,33 +452,6 @@ def evaluate_coco(
     kpt_oks_sigmas: Sequence[float] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Evaluate COCO results against a registered dataset with pycocotools' ``COCOeval``.
-
-    The ground truth is the metadata's ``json_file`` when it exists; otherwise the dataset's
-    records are converted (:func:`convert_to_coco_json` into ``output_dir`` when given, else
-    in memory). As detectron2 does, ``segm`` is evaluated without the results' boxes (so mask
-    areas decide small/medium/large). A kind in ``iou_types`` whose field no result carries
-    (``segmentation``, ``keypoints``), or ``keypoints`` on a dataset without keypoints, is
-    skipped and absent from the answer.
-
-    Args:
-        dataset_name: the registered dataset.
-        results: COCO result dicts with dataset category ids (see
-            :func:`instances_to_coco_results`), or the path of a results json file.
-        iou_types: kinds to evaluate, among ``"bbox"``, ``"segm"``, ``"keypoints"``.
-        output_dir: where to keep the converted ground truth (reused when ``allow_cached``).
-        allow_cached: reuse a converted ground-truth file already in ``output_dir``.
-        img_ids: evaluate on these image ids only.
-        kpt_oks_sigmas: per-keypoint OKS sigmas (COCO's 17 person sigmas by default).
-
-    Returns:
-        ``{iou_type: {"AP", "AP50", "AP75", "APs", "APm", "APl", "AP-<class>"...}}`` in percent
-        (``APs`` is absent for keypoints); NaN where COCOeval gives -1 or there are no results.
-
-    Raises:
-        MissingDependencyError: pycocotools is not installed.
-        CocoEvaluationError: a result names an image or category the dataset lacks, a kind is
-            unknown, only some results carry a kind's field, or the keypoint counts differ.
-        CocoExportError, DatasetNotRegisteredError: from converting the dataset.
 
     Example:
         >>> results = []

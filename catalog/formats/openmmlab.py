@@ -1,18 +1,5 @@
-"""OpenMMLab 2.0 annotation files: a top-level ``metainfo`` dict and a ``data_list`` list.
-
-Formats by extension: ``.json``; ``.yaml`` / ``.yml`` (a bounded ``yaml.safe_load``: no
-arbitrary objects, no anchors or aliases unless ``allow_yaml_aliases=True``, at most 100 levels
-of nesting); ``.pkl`` / ``.pickle`` only with ``allow_pickle=True``, because unpickling a file
-runs whatever code it names.
-
-An annotation file is untrusted input: its bytes are parsed with bounds
-(:mod:`catalog.safe_parse`), every field the loader knows is checked by type and range
-(:mod:`catalog.annotation_validate`, which documents the policy), and nothing in it makes the
-loader read another file. A file of class names is read only when the caller names it in the
-``metainfo`` argument (``metainfo={"classes": "classes.txt"}``): an absolute path is used as
-is; a relative one is resolved under ``data_root`` only (never the current directory when a
-``data_root`` is given) and may not leave it with ``..``; it must be a regular UTF-8 file, not
-a symbolic link, of at most 16 MiB.
+"""OpenMMLab 2.0 annotation files (a ``metainfo`` dict and a ``data_list`` list, JSON or YAML;
+pickle only when allowed), loaded as detectron2-style records or kept as entries.
 """
 
 from __future__ import annotations
@@ -24,30 +11,109 @@ import pickle
 from collections.abc import Callable
 from typing import Any, TypedDict, Unpack
 
-from .annotation_validate import (
+from ..box_mode import BoxMode
+from ..dataset_catalog import DatasetCatalog
+from ..errors import AnnotationFormatError, DatasetAlreadyRegisteredError, RecordFormatError
+from ..metadata import MetadataCatalog
+from ..version import __version__
+from .files import MAX_DEPTH, parse_json, parse_yaml, read_bytes, read_text_lines
+from .validate import (
     AnnotationFieldError,
     AnnotationFieldTypeError,
-    AnnotationSkips,
     ParseDataInfoError,
     Validator,
+    short_repr,
 )
-from .dataset_catalog import DatasetCatalog
-from .errors import AnnotationFormatError, DatasetAlreadyRegisteredError, RecordFormatError
-from .metadata import MetadataCatalog
-from .openmmlab_records import check_record_format, to_detectron2_record
-from .safe_parse import MAX_DEPTH, parse_json, parse_yaml, read_bytes, read_text_lines
-from .version import __version__
 
-__all__ = [
-    "AnnotationFileOptions",
-    "load_annotation_file",
-    "register_annotation_file",
-    "read_metainfo",
-    "AnnotationFieldError",
-    "AnnotationFieldTypeError",
-    "AnnotationSkips",
-    "ParseDataInfoError",
-]
+#: Values of the ``record_format`` option of the annotation-file loader.
+RECORD_FORMATS = ("detectron2", "openmmlab")
+
+_ENTRY_KEYS = {"img_path": "file_name", "img_id": "image_id", "seg_map_path": "sem_seg_file_name"}
+_INSTANCE_KEYS = {"bbox_label": "category_id", "ignore_flag": "iscrowd", "mask": "segmentation"}
+# Record keys the conversion sets, and the OpenMMLab key each comes from: an entry or instance
+# may hold one only with the value the conversion gives it (else the unchecked value would
+# shadow, or stand in for, the checked one).
+_ENTRY_TARGETS = {**{v: k for k, v in _ENTRY_KEYS.items()}, "annotations": "instances"}
+_INSTANCE_TARGETS = {**{v: k for k, v in _INSTANCE_KEYS.items()}, "bbox_mode": "bbox"}
+
+
+def check_record_format(record_format: Any) -> str:
+    """Return ``record_format`` if it is one of :data:`RECORD_FORMATS`, else raise ValueError."""
+    if record_format not in RECORD_FORMATS:
+        raise ValueError(
+            f"record_format must be one of {RECORD_FORMATS}, got {record_format!r}"
+        )
+    return record_format
+
+
+def to_detectron2_record(entry: dict, *, index: int, path: str) -> dict:
+    """Turn one (checked) OpenMMLab ``data_list`` entry into a detectron2-style record."""
+    img_id = entry.get("img_id")
+    if not isinstance(entry.get("img_path"), str):
+        raise AnnotationFieldError(
+            f"{path}: data_list entry {index} has no 'img_path' string, so it cannot become a "
+            "record with a 'file_name' (pass record_format='openmmlab' to keep entries as "
+            "they are)",
+            path=path, index=index, img_id=img_id, key="img_path",
+        )
+    record: dict[str, Any] = {k: v for k, v in entry.items() if k not in _ENTRY_KEYS}
+    for key, value in entry.items():
+        if key == "instances":
+            record["annotations"] = [
+                _annotation(inst, j, index=index, img_id=img_id, path=path)
+                for j, inst in enumerate(value)
+            ]
+        elif key in _ENTRY_KEYS:
+            record[_ENTRY_KEYS[key]] = value
+    record.setdefault("image_id", index)
+    record.setdefault("annotations", [])
+    _check_shadowing(entry, record, _ENTRY_TARGETS, f"{path}: data_list entry {index}",
+                     path=path, index=index, img_id=img_id)
+    return record
+
+
+def _check_shadowing(item: dict, converted: dict, targets: dict[str, str], where: str,
+                     **fields: Any) -> None:
+    for target, source in targets.items():
+        if target in item and (source not in item or not _same(item[target], converted[target])):
+            raise AnnotationFieldError(
+                f"{where} holds {target!r} (value {short_repr(item[target])}) beside {source!r}; the "
+                f"record's {target!r} is made from {source!r}, so the file may not set it "
+                "differently (pass record_format='openmmlab' to keep entries as they are)",
+                key=target, **fields,
+            )
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return a is b or bool(a == b)
+    except (TypeError, ValueError):  # e.g. arrays from a pickle file
+        return False
+
+
+def _annotation(inst: dict, j: int, *, index: int, img_id: Any, path: str) -> dict:
+    for required in ("bbox", "bbox_label"):
+        if required not in inst:
+            raise AnnotationFieldError(
+                f"{path}: data_list entry {index} (img_id {img_id!r}) instance {j} has no "
+                f"{required!r}; a catmap annotation needs a box and a class (pass "
+                "record_format='openmmlab' to keep entries as they are)",
+                path=path, index=index, img_id=img_id, instance=j, key=required,
+            )
+    annotation: dict[str, Any] = {k: v for k, v in inst.items() if k not in _INSTANCE_TARGETS}
+    for key, value in inst.items():
+        if key == "bbox":
+            annotation["bbox"] = list(value)
+            annotation["bbox_mode"] = BoxMode.XYXY_ABS
+        elif key == "ignore_flag":
+            annotation["iscrowd"] = int(value)
+        elif key in _INSTANCE_KEYS:
+            annotation[_INSTANCE_KEYS[key]] = value
+    annotation.setdefault("iscrowd", 0)
+    _check_shadowing(inst, annotation, _INSTANCE_TARGETS,
+                     f"{path}: data_list entry {index} (img_id {img_id!r}) instance {j}",
+                     path=path, index=index, img_id=img_id, instance=j)
+    return annotation
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +134,7 @@ def _resolve(path: str | os.PathLike, data_root: str) -> str:
 def _read(ann_file: str, allow_pickle: bool, allow_yaml_aliases: bool) -> Any:
     suffix = os.path.splitext(ann_file)[1].lower()
     if suffix in JSON_SUFFIXES:
-        return parse_json(read_bytes(ann_file, what="annotation file"), ann_file)
+        return parse_json(read_bytes(ann_file, what="annotation file"), ann_file, bom=True)
     if suffix in YAML_SUFFIXES:
         data = read_bytes(ann_file, what="annotation file")
         return parse_yaml(data, ann_file, max_depth=MAX_DEPTH, allow_aliases=allow_yaml_aliases)
@@ -175,14 +241,7 @@ def read_metainfo(
     allow_pickle: bool = False,
     allow_yaml_aliases: bool = False,
 ) -> dict[str, Any]:
-    """The merged metainfo of an annotation file (argument over file), records not built.
-
-    The options are those of :func:`load_annotation_file`.
-
-    Example:
-        >>> read_metainfo("ann.json", metainfo={"classes": ["cat"]})["classes"]  # doctest: +SKIP
-        ['cat']
-    """
+    """The merged metainfo of an annotation file (argument over file), records not built."""
     data_root = os.fspath(data_root)
     path = _resolve(ann_file, data_root)
     content = _check_top_level(_read(path, allow_pickle, allow_yaml_aliases), path)
@@ -206,49 +265,6 @@ def load_annotation_file(
     record_format: str = "detectron2",
 ) -> tuple[dict[str, Any], list[dict]]:
     """Load an OpenMMLab 2.0 annotation file: ``(metainfo, records)``.
-
-    Each ``data_list`` entry is checked (see :mod:`catalog.annotation_validate` for the
-    policy: malformed values raise :class:`AnnotationFieldError` naming the file, index,
-    ``img_id``, instance and key; degenerate boxes and invalid polygons are skipped and
-    reported in one warning per file) before ``parse_data_info`` sees it. The records are
-    then detectron2-style (``file_name``, ``image_id``, ``annotations`` with ``bbox`` +
-    ``bbox_mode``, ``category_id``, ``iscrowd`` ...; see :mod:`catalog.openmmlab_records` for
-    the key mapping), unless ``record_format="openmmlab"`` keeps the OpenMMLab keys.
-
-    Args:
-        ann_file: the file; relative paths are joined to ``data_root``.
-        data_root: root directory joined to a relative ``ann_file``, relative
-            ``data_prefix`` values and a relative ``classes`` file named in ``metainfo``.
-        data_prefix: record key -> directory; each record's value under that key is joined to
-            the directory (e.g. ``{"img_path": "images"}``). Applied after ``parse_data_info``.
-        metainfo: overrides the file's metainfo key by key. ``metainfo["classes"]`` may be
-            the path of a text file with one class name per line (see the module docstring);
-            no value in the file's own metainfo is ever read as a file name.
-        parse_data_info: turns one checked ``data_list`` entry into a record (a dict) or into
-            several (a list of dicts); identity by default.
-        allow_pickle: allow ``.pkl`` / ``.pickle`` files (unpickling runs code).
-        allow_yaml_aliases: accept YAML anchors and aliases, as long as they expand to at
-            most 1,000,000 values beyond those in the file.
-        record_format: ``"detectron2"`` (default) converts each entry (after
-            ``parse_data_info`` and ``data_prefix``) into the record format every catmap
-            function reads; ``"openmmlab"`` keeps the entries' own keys.
-
-    Returns:
-        The merged metainfo and the list of records.
-
-    Raises:
-        AnnotationFormatError: (a ValueError) unsupported or refused format, invalid
-            JSON/YAML, not UTF-8, nested more than 100 levels, missing ``metainfo`` /
-            ``data_list`` (names the keys found), an unreadable ``classes`` file;
-            :class:`AnnotationFieldError` (a subclass) for a malformed value,
-            :class:`AnnotationFieldTypeError` (also a ``TypeError``) for a wrong type.
-        ParseDataInfoError: (a TypeError) ``parse_data_info`` returned something other than
-            a dict or a list of dicts.
-        RecordFormatError: a record lacks a key named in ``data_prefix``, or its value there
-            is not a string (names the record).
-        ValueError: ``record_format`` is not ``"detectron2"`` or ``"openmmlab"``.
-        TypeError: the ``metainfo`` argument is not a dict, or its ``classes`` is neither a
-            list of strings nor a path.
 
     Example:
         >>> meta, records = load_annotation_file(
@@ -298,7 +314,8 @@ def load_annotation_file(
 
 class AnnotationFileOptions(TypedDict, total=False):
     """The keyword options of :func:`load_annotation_file` (its signature holds the defaults),
-    as :func:`register_annotation_file` takes them."""
+    as :func:`register_annotation_file` takes them.
+    """
 
     data_root: str | os.PathLike
     data_prefix: dict[str, str] | None
@@ -317,20 +334,6 @@ def register_annotation_file(
     **options: Unpack[AnnotationFileOptions],
 ) -> None:
     """Register an OpenMMLab 2.0 annotation file as dataset ``name``.
-
-    The metainfo is read now and stored in ``MetadataCatalog.get(name)`` (so it is available
-    without building the records), together with ``ann_file``; ``classes`` is also stored as
-    ``thing_classes`` unless that key is given. The records are built at the first
-    ``DatasetCatalog.get(name)``. ``options`` are those of :func:`load_annotation_file`, with
-    its defaults; ``cache=False`` keeps the records out of the on-disk cache (``CATMAP_CACHE=0`` turns it
-    off everywhere). Records built with a ``parse_data_info`` function are not cached, since
-    a change to the function's code would go unnoticed.
-
-    Raises:
-        DatasetAlreadyRegisteredError: the name is taken.
-        AnnotationFormatError, TypeError: see :func:`load_annotation_file` (an unknown
-            option is a TypeError).
-        MetadataConflictError: the metadata already holds different values.
 
     Example:
         >>> register_annotation_file("toy_train", "train.json", data_root="data/toy")  # doctest: +SKIP

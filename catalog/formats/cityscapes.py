@@ -1,57 +1,85 @@
-"""Cityscapes (fine annotations): instance records from the per-image polygon json files or the
-``*_instanceIds.png`` images, and semantic records pointing at ``*_labelTrainIds.png``.
-
-Layout (as distributed): ``image_dir/<city>/<base>_leftImg8bit.png`` and
-``gt_dir/<city>/<base>_gtFine_{polygons.json,instanceIds.png,labelIds.png,labelTrainIds.png}``.
-
-How polygons become instances (``from_json=True``): as cityscapesScripts renders its
-instance images, every object of the file is drawn in file order, each covering the ones
-before it (stuff objects too; ``license plate`` and ``deleted`` objects are not drawn). Each
-object of one of the 8 instance classes then becomes an annotation, in reverse file order
-(as detectron2): ``category_id`` contiguous 0..7, ``iscrowd`` 1 for ``<class>group`` labels,
-``bbox`` XYXY_ABS, ``segmentation``:
-
-* an object no later object covers keeps its own polygon, shifted by +0.5 (Cityscapes
-  coordinates are pixel indices; records use pixel centers) and its box is the pixel extent
-  ``[xmin, ymin, xmax + 1, ymax + 1]`` of its integer coordinates (detectron2's box for it);
-* a partly covered object gets the outlines of its visible pixels (OpenCV contours, +0.5)
-  and the pixel extent of those pixels; a fully covered one is dropped.
-
-detectron2 instead clips polygons with shapely after dilating them by 0.5 pixel, so the
-polygons of covered objects differ in detail (not in area or box beyond a pixel).
-``to_polygons=False`` gives compressed RLE masks of the visible pixels (pycocotools).
-``from_json=False`` reads ``*_instanceIds.png`` instead (ids >= 24; ``id // 1000`` the label,
-ids below 1000 crowds), with the same pixel-extent boxes.
-
-Every file is input: json files are read as regular files of at most
-:data:`MAX_JSON_BYTES` with the bounded parser and every value used is checked; images are
-refused beyond :data:`MAX_PIXELS`. Errors are :class:`CityscapesFormatError` naming the file,
-the object index and the key.
+"""Cityscapes (fine annotations): instance records from the per-image polygon json files or
+the ``*_instanceIds.png`` images, and semantic records pointing at ``*_labelTrainIds.png``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from .box_mode import BoxMode
-from .cityscapes_labels import ID_TO_LABEL, NAME_TO_LABEL, THING_ID_TO_CONTIGUOUS, CityscapesLabel
-from .coco_common import short_repr
-from .coco_json import parse_json_bytes
-from .errors import missing_dependency
-from .format_errors import CityscapesFormatError
-from .safe_parse import read_bytes
+from ..box_mode import BoxMode
+from ..errors import missing_dependency
+from .files import parse_json, read_bytes
+from .validate import CityscapesFormatError, short_repr
 
-__all__ = [
-    "MAX_JSON_BYTES",
-    "MAX_PIXELS",
-    "MAX_RASTER_WORK",
-    "load_cityscapes_instances",
-    "load_cityscapes_semantic",
-]
+class CityscapesLabel(NamedTuple):
+    """One row of the Cityscapes label table."""
+
+    name: str
+    id: int
+    train_id: int
+    has_instances: bool
+    ignore_in_eval: bool
+
+
+def _row(name: str, id_: int, train_id: int, instances: bool = False) -> CityscapesLabel:
+    return CityscapesLabel(name, id_, train_id, instances, train_id == 255)
+
+
+#: Every label, in id order (``license plate`` has id -1: never drawn).
+LABELS: tuple[CityscapesLabel, ...] = (
+    _row("unlabeled", 0, 255),
+    _row("ego vehicle", 1, 255),
+    _row("rectification border", 2, 255),
+    _row("out of roi", 3, 255),
+    _row("static", 4, 255),
+    _row("dynamic", 5, 255),
+    _row("ground", 6, 255),
+    _row("road", 7, 0),
+    _row("sidewalk", 8, 1),
+    _row("parking", 9, 255),
+    _row("rail track", 10, 255),
+    _row("building", 11, 2),
+    _row("wall", 12, 3),
+    _row("fence", 13, 4),
+    _row("guard rail", 14, 255),
+    _row("bridge", 15, 255),
+    _row("tunnel", 16, 255),
+    _row("pole", 17, 5),
+    _row("polegroup", 18, 255),
+    _row("traffic light", 19, 6),
+    _row("traffic sign", 20, 7),
+    _row("vegetation", 21, 8),
+    _row("terrain", 22, 9),
+    _row("sky", 23, 10),
+    _row("person", 24, 11, True),
+    _row("rider", 25, 12, True),
+    _row("car", 26, 13, True),
+    _row("truck", 27, 14, True),
+    _row("bus", 28, 15, True),
+    _row("caravan", 29, 255, True),
+    _row("trailer", 30, 255, True),
+    _row("train", 31, 16, True),
+    _row("motorcycle", 32, 17, True),
+    _row("bicycle", 33, 18, True),
+    _row("license plate", -1, 255),
+)
+
+NAME_TO_LABEL = {label.name: label for label in LABELS}
+ID_TO_LABEL = {label.id: label for label in LABELS}
+#: The 8 instance classes (contiguous ids 0..7), as detectron2's ``thing_classes``.
+THING_CLASSES = [lb.name for lb in LABELS if lb.has_instances and not lb.ignore_in_eval]
+#: The 19 train-id classes in train-id order, as detectron2's ``stuff_classes``.
+STUFF_CLASSES = [lb.name for lb in sorted(LABELS, key=lambda lb: lb.train_id)
+                 if lb.train_id != 255]
+#: Cityscapes label id -> contiguous thing id.
+THING_ID_TO_CONTIGUOUS = {
+    lb.id: i
+    for i, lb in enumerate(lb for lb in LABELS if lb.has_instances and not lb.ignore_in_eval)
+}
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +126,7 @@ def _files(image_dir: str, gt_dir: str) -> list[tuple[str, str, str, str]]:
 def _read_json(path: str) -> dict[str, Any]:
     if not os.path.exists(path):
         raise CityscapesFormatError(f"Cityscapes annotation {path!r} does not exist", path=path)
-    data = parse_json_bytes(read_bytes(path, limit=MAX_JSON_BYTES, what="Cityscapes json"), path)
+    data = parse_json(read_bytes(path, limit=MAX_JSON_BYTES, what="Cityscapes json"), path)
     if type(data) is not dict:
         raise CityscapesFormatError(f"{path}: the top level must be a dict", path=path)
     for key in ("imgHeight", "imgWidth"):
@@ -357,22 +385,6 @@ def load_cityscapes_instances(
 ) -> list[dict[str, Any]]:
     """Cityscapes instance-segmentation records (see the module docstring for the rules).
 
-    Args:
-        image_dir: e.g. ``cityscapes/leftImg8bit/train``.
-        gt_dir: e.g. ``cityscapes/gtFine/train``.
-        from_json: read ``*_gtFine_polygons.json`` (True) or ``*_gtFine_instanceIds.png``.
-        to_polygons: polygons (needs OpenCV for covered objects) or RLE masks (pycocotools).
-
-    Returns:
-        One record per image: ``file_name``, ``image_id`` (the image's base name), ``height``,
-        ``width``, ``annotations`` (``iscrowd``, ``category_id`` 0..7, ``bbox`` XYXY_ABS,
-        ``bbox_mode``, ``segmentation``).
-
-    Raises:
-        CityscapesFormatError: no images, a missing annotation file, a malformed json (file,
-            object index and key named) or a too large image.
-        MissingDependencyError: Pillow, OpenCV or pycocotools is needed and missing.
-
     Example:
         >>> records = load_cityscapes_instances("cityscapes/leftImg8bit/val",
         ...                                     "cityscapes/gtFine/val")  # doctest: +SKIP
@@ -393,13 +405,6 @@ def load_cityscapes_semantic(
     """Cityscapes semantic-segmentation records: ``file_name``, ``sem_seg_file_name`` (the
     ``*_gtFine_labelTrainIds.png``, made by cityscapesScripts' ``createTrainIdLabelImgs.py``),
     ``height`` and ``width`` (from the polygon json).
-
-    Raises:
-        CityscapesFormatError: no images, a missing or malformed json.
-        FileNotFoundError: the first ``labelTrainIds`` file is missing (says how to make them).
-
-    Example:
-        >>> load_cityscapes_semantic("leftImg8bit/val", "gtFine/val")[0]  # doctest: +SKIP
     """
     image_dir, gt_dir = os.fspath(image_dir), os.fspath(gt_dir)
     records = []
@@ -416,4 +421,3 @@ def load_cityscapes_semantic(
             f"{records[0]['sem_seg_file_name']!r} does not exist: make the labelTrainIds "
             "images with cityscapesScripts' createTrainIdLabelImgs.py")
     return records
-

@@ -1,8 +1,4 @@
 """Pascal VOC detection annotations (``VOCdevkit/VOC20xx``): a loader and registration.
-
-A VOC directory holds ``ImageSets/Main/<split>.txt`` (one image id per line),
-``Annotations/<id>.xml`` and ``JPEGImages/<id>.jpg``. The XML files are untrusted input, parsed
-by :mod:`catalog.safe_xml` (no DTD, no entities, bounded size and depth).
 """
 
 from __future__ import annotations
@@ -15,15 +11,12 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from typing import Any
 
-from .box_mode import BoxMode
-from .coco_common import MAX_IMAGE_SIDE, short_repr
-from .dataset_catalog import DatasetCatalog
-from .errors import AnnotationFormatError, DatasetFileNotFoundError
-from .metadata import MetadataCatalog
-from .safe_parse import read_text_lines
-from .safe_xml import read_xml_file
-
-__all__ = ["VOC_CLASSES", "CLASS_NAMES", "load_voc_instances", "register_pascal_voc"]
+from ..box_mode import BoxMode
+from ..dataset_catalog import DatasetCatalog
+from ..errors import AnnotationFormatError, DatasetFileNotFoundError
+from ..metadata import MetadataCatalog
+from .files import read_text_lines, read_xml_file
+from .validate import MAX_IMAGE_SIDE, short_repr
 
 logger = logging.getLogger(__name__)
 
@@ -44,41 +37,7 @@ _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z"
 def load_voc_instances(
     dirname: str | os.PathLike, split: str, class_names: Sequence[str] = VOC_CLASSES
 ) -> list[dict]:
-    """Load the Pascal VOC detection annotations of one split as detectron2-format records.
-
-    One record per id of ``ImageSets/Main/<split>.txt`` (in file order): ``file_name``
-    (``JPEGImages/<id>.jpg``), ``image_id`` (the id, a str), ``height`` and ``width`` (from
-    ``size``; an image without them is kept without those keys, counted in one warning) and ``annotations``: ``category_id`` (the index of the object's ``name`` in
-    ``class_names``), ``bbox`` ``[xmin - 1, ymin - 1, xmax, ymax]`` (VOC's 1-based inclusive
-    pixel indices as coordinates, as detectron2 does) and ``bbox_mode`` XYXY_ABS. Objects
-    marked ``difficult`` are kept, as detectron2 does. Only an object's own ``bndbox`` is read
-    (not those of its ``part`` children).
-
-    Policy: a missing split file raises ``FileNotFoundError``, a missing XML file
-    :class:`DatasetFileNotFoundError` (a ``FileNotFoundError``) naming the split file's
-    line; an image id that is
-    empty, holds a path separator, whitespace, NUL or is ``.``/``..``; XML that is refused by
-    :mod:`catalog.safe_xml`; a ``size/width`` or ``size/height`` that is not an integer in
-    [1, 2**20]; an object without ``name`` or ``bndbox``; a class not in
-    ``class_names``; a box coordinate missing or not a finite number (plain ASCII decimal
-    notation; ``1_0``, ``0x10`` or non-ASCII digits are refused): all
-    :class:`AnnotationFormatError` naming the XML file, the object index and the field. A box
-    with ``xmax <= xmin - 1`` or ``ymax <= ymin - 1`` (empty after conversion) is skipped and
-    counted in one warning per split.
-
-    Args:
-        dirname: the VOC directory (holding ``Annotations``, ``ImageSets``, ``JPEGImages``).
-        split: the split name, e.g. ``"train"``, ``"val"``, ``"trainval"``, ``"test"``.
-        class_names: the class names; an object's index in it is its ``category_id``.
-
-    Returns:
-        The list of record dicts.
-
-    Example:
-        >>> records = load_voc_instances("VOCdevkit/VOC2007", "test")  # doctest: +SKIP
-        >>> records[0]["annotations"][0]["bbox_mode"]  # doctest: +SKIP
-        <BoxMode.XYXY_ABS: 0>
-    """
+    """Load the Pascal VOC detection annotations of one split as detectron2-format records."""
     dirname = os.fspath(dirname)
     if not isinstance(split, str) or not split or os.sep in split or "/" in split:
         raise ValueError(f"split must be a plain name such as 'train', got {split!r}")
@@ -216,13 +175,6 @@ def register_pascal_voc(
     class_names: Sequence[str] = VOC_CLASSES,
 ) -> None:
     """Register a Pascal VOC split as dataset ``name``; the XML files are read at the first get.
-
-    Sets ``thing_classes``, ``dirname``, ``year`` and ``split`` in ``MetadataCatalog.get(name)``
-    (the builtin VOC datasets add ``evaluator_type="pascal_voc"``).
-
-    Raises:
-        DatasetAlreadyRegisteredError: the name is taken.
-        MetadataConflictError: the metadata already holds different values.
 
     Example:
         >>> register_pascal_voc("my_voc", "VOCdevkit/VOC2007", "test", 2007)  # doctest: +SKIP

@@ -1,17 +1,5 @@
-"""COCO panoptic segmentation: the loader and detectron2's two registrations.
-
-:func:`load_coco_panoptic_json` reads a COCO panoptic file (``annotations``: one entry per
-image with ``file_name`` of its PNG and ``segments_info``) into records with
-``file_name``, ``image_id``, ``pan_seg_file_name`` and ``segments_info`` whose
-``category_id`` is contiguous and whose ``isthing`` says which id map it came from.
-:func:`register_coco_panoptic` registers that form ("standard");
-:func:`register_coco_panoptic_separated` registers detectron2's PanopticFPN form (instances
-from the COCO instances file merged with stuff label maps) and its ``_stuffonly`` companion.
-
-The file is untrusted: it is read as a regular file of at most
-:data:`MAX_PANOPTIC_JSON_BYTES`, parsed with the bounded COCO JSON parser, and every value the
-records hold is checked; errors are :class:`PanopticFormatError` naming the file, the image id,
-the segment id and the key.
+"""Semantic segmentation (images paired with label maps by relative path) and COCO panoptic
+segmentation (the loader and detectron2's two registrations).
 """
 
 from __future__ import annotations
@@ -22,36 +10,143 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..dataset_catalog import DatasetCatalog
+from ..errors import DatasetFileNotFoundError
+from ..metadata import MetadataCatalog
+from ..version import __version__
 from .coco import load_coco_json
-from .coco_common import INT64_MAX, INT64_MIN, short_repr
-from .coco_json import parse_json_bytes
-from .dataset_catalog import DatasetCatalog
-from .errors import DatasetFileNotFoundError
-from .format_errors import PanopticFormatError, SemSegPairingError
-from .metadata import MetadataCatalog
-from .panoptic_validate import (
-    MAX_SEGMENT_ID,
+from .files import parse_json, read_bytes
+from .validate import (
+    INT64_MAX,
+    INT64_MIN,
+    PanopticFormatError,
+    SemSegPairingError,
     as_dict,
     check_segment,
     fail,
     id_map,
     image_index,
     relative_name,
+    short_repr,
 )
-from .safe_parse import read_bytes
-from .sem_seg import load_sem_seg
-from .version import __version__
-
-__all__ = [
-    "MAX_PANOPTIC_JSON_BYTES",
-    "MAX_SEGMENT_ID",
-    "load_coco_panoptic_json",
-    "merge_to_panoptic",
-    "register_coco_panoptic",
-    "register_coco_panoptic_separated",
-]
 
 logger = logging.getLogger(__name__)
+
+#: Most files listed under one root (a guard against pointing at a whole file system).
+MAX_FILES = 10_000_000
+#: How many unpaired files a message names.
+_EXAMPLES = 5
+
+
+def _suffix(ext: str, what: str) -> str:
+    """The file-name suffix for ``ext``: ``"png"`` means ``".png"``; a value holding a dot
+    (``".png"``, ``"_gtFine_labelTrainIds.png"``) is used as it is.
+    """
+    if not isinstance(ext, str) or not ext or "/" in ext or "\x00" in ext:
+        raise ValueError(f"{what} must be a non-empty file extension, got {ext!r}")
+    return ext if "." in ext else "." + ext
+
+
+def _list_files(root: str, suffix: str, what: str) -> dict[str, str]:
+    """``{relative path without suffix: path}`` of the files under ``root`` ending with
+    ``suffix``; symbolic links to directories are not followed (no cycles).
+    """
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"{what} {root!r} is not a directory")
+    found: dict[str, str] = {}
+    seen = 0
+    for directory, subdirs, files in os.walk(root):
+        subdirs.sort()
+        for name in sorted(files):
+            seen += 1
+            if seen > MAX_FILES:
+                raise SemSegPairingError(
+                    f"{what} {root!r} holds more than {MAX_FILES} files; point it at the "
+                    "dataset's own directory",
+                    **({"gt_root": root} if what == "gt_root" else {"image_root": root}),
+                )
+            if not name.endswith(suffix) or len(name) == len(suffix) or name.startswith("."):
+                continue
+            path = os.path.join(directory, name)
+            key = os.path.normpath(os.path.relpath(path, root))[: -len(suffix)]
+            found[key] = path
+    return found
+
+
+def load_sem_seg(
+    gt_root: str | os.PathLike,
+    image_root: str | os.PathLike,
+    gt_ext: str = "png",
+    image_ext: str = "jpg",
+    *,
+    strict: bool = False,
+) -> list[dict[str, Any]]:
+    """Pair the images under ``image_root`` with the label maps under ``gt_root``.
+
+    Example:
+        >>> records = load_sem_seg("ade/annotations/val", "ade/images/val")  # doctest: +SKIP
+        >>> sorted(records[0])  # doctest: +SKIP
+        ['file_name', 'sem_seg_file_name']
+    """
+    gt_root, image_root = os.fspath(gt_root), os.fspath(image_root)
+    gt_files = _list_files(gt_root, _suffix(gt_ext, "gt_ext"), "gt_root")
+    image_files = _list_files(image_root, _suffix(image_ext, "image_ext"), "image_root")
+    where = {"gt_root": gt_root, "image_root": image_root}
+    if not gt_files:
+        raise SemSegPairingError(
+            f"no label maps ending with {_suffix(gt_ext, 'gt_ext')!r} under {gt_root!r}",
+            **where,
+        )
+    keys = sorted(gt_files.keys() & image_files.keys())
+    unpaired = sorted(
+        [gt_files[k] for k in gt_files.keys() - image_files.keys()]
+        + [image_files[k] for k in image_files.keys() - gt_files.keys()]
+    )
+    if unpaired:
+        message = (
+            f"{len(gt_files) - len(keys)} of {len(gt_files)} label maps under {gt_root!r} have "
+            f"no image and {len(image_files) - len(keys)} of {len(image_files)} images under "
+            f"{image_root!r} have no label map (files are paired by relative path without the "
+            f"extension), e.g. {unpaired[:_EXAMPLES]}"
+        )
+        if strict or not keys:
+            raise SemSegPairingError(message, unpaired=unpaired[:_EXAMPLES], **where)
+        logger.warning("%s; using the %d pairs", message, len(keys))
+    logger.info("paired %d images with label maps from %s", len(keys), image_root)
+    return [{"file_name": image_files[k], "sem_seg_file_name": gt_files[k]} for k in keys]
+
+
+def register_sem_seg(
+    name: str,
+    metadata: Mapping[str, Any] | None,
+    gt_root: str | os.PathLike,
+    image_root: str | os.PathLike,
+    gt_ext: str = "png",
+    image_ext: str = "jpg",
+    *,
+    strict: bool = False,
+) -> None:
+    """Register a semantic-segmentation dataset read by :func:`load_sem_seg` at the first get."""
+    gt_root, image_root = os.fspath(gt_root), os.fspath(image_root)
+    _suffix(gt_ext, "gt_ext"), _suffix(image_ext, "image_ext")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise TypeError(
+            f"metadata of dataset {name!r} must be a mapping, got {type(metadata).__name__}"
+        )
+    values = {"ignore_label": 255, **dict(metadata or {})}
+
+    def load() -> list[dict[str, Any]]:
+        return load_sem_seg(gt_root, image_root, gt_ext, image_ext, strict=strict)
+
+    DatasetCatalog.register(name, load)
+    try:
+        MetadataCatalog.get(name).set(
+            sem_seg_root=gt_root, image_root=image_root, evaluator_type="sem_seg", **values
+        )
+    except Exception:
+        DatasetCatalog.remove(name)
+        raise
+
 
 #: Largest panoptic json file read (COCO's train file is about 0.4 GiB).
 MAX_PANOPTIC_JSON_BYTES = 4 * 1024**3
@@ -62,40 +157,7 @@ def load_coco_panoptic_json(
     gt_dir: str | os.PathLike,
     meta: Mapping[str, Any],
 ) -> list[dict[str, Any]]:
-    """Load a COCO panoptic file as detectron2-format records.
-
-    One record per entry of ``annotations``, in file order: ``file_name`` (the image: the
-    ``images`` entry's ``file_name`` when the file lists the image, else the PNG's name with
-    ``.jpg``, as detectron2 assumes, joined to ``image_dir``), ``height`` / ``width`` when the
-    ``images`` entry has them, ``image_id``, ``pan_seg_file_name`` (the PNG under ``gt_dir``)
-    and ``segments_info``: dicts with ``id``, ``category_id`` (contiguous, through the thing
-    map first, then the stuff map), ``iscrowd``, ``bbox`` / ``area`` when present, any other
-    key of the file (bounded JSON values) and ``isthing``.
-
-    Args:
-        json_file: the panoptic json file (e.g. ``panoptic_val2017.json``).
-        image_dir: directory of the images.
-        gt_dir: directory of the panoptic PNGs.
-        meta: a mapping (or :class:`Metadata`) with ``thing_dataset_id_to_contiguous_id`` and
-            ``stuff_dataset_id_to_contiguous_id`` (an absent map counts as empty).
-
-    Raises:
-        PanopticFormatError: the file or ``meta`` is malformed: not a dict; ``annotations``
-            not a non-empty list; an ``image_id`` not a 64-bit int or repeated; a
-            ``file_name`` not a relative path without ``..``; a segment ``id`` not an int in
-            ``[0, 256**3)`` or repeated in an image; a ``category_id`` in neither map;
-            ``iscrowd`` not 0/1; ``bbox`` not 4 finite numbers; ``area`` negative; or the file
-            is larger than :data:`MAX_PANOPTIC_JSON_BYTES`, not UTF-8 or not valid JSON.
-        FileNotFoundError: the file does not exist; :class:`DatasetFileNotFoundError` (a
-            ``FileNotFoundError``) when the first record's image or PNG does not exist.
-
-    Example:
-        >>> meta = {"thing_dataset_id_to_contiguous_id": {1: 0},
-        ...         "stuff_dataset_id_to_contiguous_id": {92: 1}}
-        >>> records = load_coco_panoptic_json("pan.json", "val2017", "pan_val", meta)  # doctest: +SKIP
-        >>> records[0]["segments_info"][0]["isthing"]  # doctest: +SKIP
-        True
-    """
+    """Load a COCO panoptic file as detectron2-format records."""
     path, image_dir, gt_dir = os.fspath(json_file), os.fspath(image_dir), os.fspath(gt_dir)
     meta = as_dict(
         meta,
@@ -107,7 +169,7 @@ def load_coco_panoptic_json(
     )
     things = id_map(meta, "thing_dataset_id_to_contiguous_id", path)
     stuff = id_map(meta, "stuff_dataset_id_to_contiguous_id", path)
-    data = parse_json_bytes(
+    data = parse_json(
         read_bytes(path, limit=MAX_PANOPTIC_JSON_BYTES, what="COCO panoptic file"), path
     )
     if type(data) is not dict:
@@ -192,14 +254,6 @@ def register_coco_panoptic(
     """Register the "standard" COCO panoptic dataset ``name`` (records of
     :func:`load_coco_panoptic_json`, read at the first get).
 
-    Sets ``panoptic_root``, ``image_root``, ``panoptic_json``, ``json_file`` (the instances
-    file, or None), ``evaluator_type="coco_panoptic_seg"``, ``ignore_label=255``,
-    ``label_divisor=1000`` and ``metadata`` (which must hold the id maps) in MetadataCatalog.
-
-    Raises:
-        DatasetAlreadyRegisteredError: the name is taken.
-        MetadataConflictError: the metadata already holds different values.
-
     Example:
         >>> register_coco_panoptic("pan_val", meta, "val2017", "panoptic_val2017",
         ...                        "panoptic_val2017.json")  # doctest: +SKIP
@@ -249,15 +303,6 @@ def merge_to_panoptic(
 ) -> list[dict[str, Any]]:
     """One record per detection record, updated with the keys of the semantic-segmentation
     record of the same ``file_name``.
-
-    Raises:
-        SemSegPairingError: ``sem_seg_dicts`` is empty, or a detection record's image has no
-            label map (names the image).
-
-    Example:
-        >>> merge_to_panoptic([{"file_name": "a.jpg", "annotations": []}],
-        ...                   [{"file_name": "a.jpg", "sem_seg_file_name": "a.png"}])
-        [{'file_name': 'a.jpg', 'annotations': [], 'sem_seg_file_name': 'a.png'}]
     """
     by_file = {r["file_name"]: r for r in sem_seg_dicts}
     if not by_file:
@@ -290,17 +335,6 @@ def register_coco_panoptic_separated(
     instance annotations from ``instances_json`` (:func:`load_coco_json`) merged with the stuff
     label maps under ``sem_seg_root`` (:func:`load_sem_seg`, things labelled 0); and the stuff
     maps alone as ``name + "_stuffonly"`` (``evaluator_type="sem_seg"``).
-
-    Raises:
-        DatasetAlreadyRegisteredError: one of the two names is taken.
-        MetadataConflictError: the metadata already holds different values.
-
-    Example:
-        >>> register_coco_panoptic_separated("pan_val", meta, "val2017", "panoptic_val2017",
-        ...     "panoptic_val2017.json", "panoptic_stuff_val2017",
-        ...     "instances_val2017.json")  # doctest: +SKIP
-        >>> "pan_val_separated" in DatasetCatalog  # doctest: +SKIP
-        True
     """
     values = _metadata_dict(name, metadata)
     image_root, panoptic_root = os.fspath(image_root), os.fspath(panoptic_root)

@@ -1,0 +1,608 @@
+"""COCO and LVIS instances files: one msgspec decoder into checked records, and registration.
+
+msgspec decodes the file straight into small structs that hold only the keys records need
+(``coco_url``, ``license`` ... are skipped while parsing) and carry the type and range rules as
+``msgspec.Meta`` constraints, so checking costs almost nothing beyond decoding. What a schema
+cannot say (duplicate ids, unknown categories, keypoint counts, RLE sums) is checked after. Any
+bad value is an :class:`AnnotationFormatError` naming the file, the image, annotation or
+category (id and index) and the key. The garbage collector is paused while records are built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from operator import attrgetter
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta, Struct, UNSET, UnsetType
+
+from ..box_mode import BoxMode
+from ..config_values import plain_container
+from ..dataset_catalog import DatasetCatalog
+from ..errors import AnnotationFormatError
+from ..gc_pause import gc_paused
+from ..metadata import MetadataCatalog
+from ..version import __version__
+from .files import read_bytes
+from .validate import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_IMAGE_SIDE,
+    MAX_NUM_KEYPOINTS,
+    MAX_RLE_RUN,
+    RLE_CHARS,
+    SkipCounts,
+    extra_value_problem,
+    keypoints_problem,
+    short_repr,
+)
+
+logger = logging.getLogger(__name__)
+_get_id = attrgetter("id")
+
+#: Deepest nesting of JSON arrays and objects accepted anywhere in the file (the top level is 1).
+MAX_JSON_DEPTH = 1024
+#: Annotation keys the record sets itself; as ``extra_annotation_keys`` they change nothing.
+RECORD_KEYS = frozenset(("bbox", "bbox_mode", "category_id", "iscrowd", "segmentation", "keypoints"))
+#: Annotation keys read and checked by the loader; as extra keys their checked value is copied.
+VALIDATED_KEYS = frozenset(("id", "image_id", "area", "num_keypoints", "ignore"))
+
+# ---- the schema (fields in the order COCO files write them: msgspec matches keys fastest so)
+_Id = Annotated[int, Meta(ge=INT64_MIN, le=INT64_MAX)]
+_Side = Annotated[int, Meta(ge=1, le=MAX_IMAGE_SIDE)]
+_Count = Annotated[int, Meta(ge=0, le=INT64_MAX)]
+_Coord = _Id | float  # msgspec refuses floats too large for a double by itself
+
+
+class _Image(Struct, gc=False, kw_only=True):
+    file_name: Annotated[str, Meta(min_length=1)]
+    height: _Side | None = None
+    width: _Side | None = None
+    id: _Id
+
+
+class _LvisImage(Struct, gc=False, kw_only=True):
+    file_name: Any = None  # read (and checked) only when the image has no coco_url
+    coco_url: str | None = None
+    height: _Side | None = None
+    width: _Side | None = None
+    id: _Id
+    not_exhaustive_category_ids: list[_Id] | None = None
+    neg_category_ids: list[_Id] | None = None
+
+
+class _Category(Struct, gc=False, kw_only=True):
+    id: _Id
+    name: str | None = None
+    keypoints: list[str] | None = None
+
+
+class _LvisCategory(_Category, kw_only=True):
+    synonyms: Annotated[list[str], Meta(min_length=1)] | None = None
+    frequency: Literal["r", "c", "f"] | None = None
+    image_count: _Count | None = None
+    instance_count: _Count | None = None
+
+
+class _Rle(Struct, gc=False):
+    size: Annotated[list[_Side], Meta(min_length=2, max_length=2)]
+    counts: Annotated[str, Meta(pattern=RLE_CHARS)] | list[Annotated[int, Meta(ge=0, le=MAX_RLE_RUN)]]
+
+
+_ANNOTATION_FIELDS: list[tuple[Any, ...]] = [
+    ("segmentation", list[list[_Coord]] | _Rle | None, None),
+    ("area", _Coord | UnsetType, UNSET),
+    ("iscrowd", Literal[0, 1], 0),
+    ("image_id", _Id),
+    ("bbox", Annotated[list[_Coord], Meta(min_length=4, max_length=4)]),
+    ("category_id", _Id),
+    ("id", _Id | None, None),
+    ("keypoints", list[_Coord] | None, None),
+    ("ignore", Literal[0, 1] | bool | UnsetType, UNSET),
+    ("num_keypoints", Annotated[int, Meta(ge=0, le=MAX_NUM_KEYPOINTS)] | UnsetType, UNSET),
+]
+_FIELD_NAMES = frozenset(f[0] for f in _ANNOTATION_FIELDS)
+
+
+@functools.lru_cache(maxsize=16)
+def _decoder(extra_keys: tuple[str, ...], lvis: bool) -> msgspec.json.Decoder:
+    """The decoder of a file whose annotations also carry ``extra_keys`` (any JSON value)."""
+    fields = _ANNOTATION_FIELDS + [(f"extra_{i}", Any, UNSET) for i in range(len(extra_keys))]
+    rename = {f"extra_{i}": key for i, key in enumerate(extra_keys)}
+    annotation = msgspec.defstruct("_Annotation", fields, gc=False, kw_only=True,
+                                   rename=rename or None)
+    image, category = (_LvisImage, _LvisCategory) if lvis else (_Image, _Category)
+    coco_file = msgspec.defstruct("_CocoFile", [
+        ("images", list[image]),
+        ("annotations", list[annotation] | None, None),
+        ("categories", list[category] | None, None),
+    ])
+    return msgspec.json.Decoder(type=coco_file)
+
+
+class _Items(Struct):
+    images: list[msgspec.Raw] | None = None
+    annotations: list[msgspec.Raw] | None = None
+    categories: list[msgspec.Raw] | None = None
+
+
+class _ItemId(Struct):
+    id: Any = None
+
+
+_PATH = re.compile(r"(.*) - at `\$(?:\.(\w+)\[(\d+)\])?(?:\.(\w+))?")
+
+
+def _decode(json_file: str, extra_keys: tuple[str, ...], lvis: bool) -> Any:
+    """The decoded file; every failure an :class:`AnnotationFormatError` naming the item."""
+    raw = read_bytes(json_file, what="LVIS annotation file" if lvis else "COCO annotation file")
+    decoder = _decoder(extra_keys, lvis)
+    try:
+        if not raw.isascii():
+            raw.decode("utf-8")  # msgspec does not check the strings it skips
+        try:
+            return decoder.decode(raw)
+        except RecursionError:  # msgspec stops at Python's recursion limit (about 1,000 levels)
+            with _recursion_headroom():
+                if _nesting(msgspec.json.decode(raw)) > MAX_JSON_DEPTH:
+                    raise
+                return decoder.decode(raw)
+    except UnicodeDecodeError as exc:
+        problem = f"not valid JSON: not UTF-8 near byte {exc.start}"
+    except RecursionError:
+        problem = f"not valid JSON: nested deeper than {MAX_JSON_DEPTH}"
+    except msgspec.ValidationError as exc:  # a DecodeError: caught first
+        problem = _validation_problem(raw, str(exc), extra_keys)
+    except msgspec.DecodeError as exc:
+        problem = f"not valid JSON: {exc}"
+    raise AnnotationFormatError(f"{json_file}: {problem}")
+
+
+@contextlib.contextmanager
+def _recursion_headroom() -> Iterator[None]:
+    """Room for MAX_JSON_DEPTH levels of nesting above the caller's stack."""
+    old, frame, depth = sys.getrecursionlimit(), sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    sys.setrecursionlimit(max(old, depth + MAX_JSON_DEPTH + 50))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def _nesting(value: Any) -> int:
+    """How deep lists and dicts nest in ``value`` (the top level is 1); iterative."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if type(item) is list or type(item) is dict:
+            deepest = max(deepest, level)
+            stack.extend((c, level + 1) for c in (item.values() if type(item) is dict else item))
+    return deepest
+
+
+def _validation_problem(raw: bytes, message: str, extra_keys: tuple[str, ...]) -> str:
+    """A schema error as the item (kind, id, index) and key it is about."""
+    match = _PATH.match(message)
+    problem, kind, index, key = match.groups() if match else (message, None, None, None)
+    if kind is None:
+        if "got `array`" in problem and key is None:
+            return ("holds a JSON list: it looks like a COCO *results* file (detections), not an "
+                    "instances file with 'images', 'annotations' and 'categories'")
+        if key is None:
+            return f"is not a COCO instances file with an 'images' list: {problem}"
+        return f"{key!r}: {problem}"
+    try:  # the item's id, read without checking anything else
+        items = getattr(msgspec.json.decode(raw, type=_Items), kind)
+        item_id = msgspec.json.decode(items[int(index)], type=_ItemId).id
+    except (msgspec.MsgspecError, RecursionError):
+        item_id = None
+    if key and key.startswith("extra_"):
+        key = extra_keys[int(key[6:])]
+    where = f"{kind[:-1].replace('categorie', 'category')} {short_repr(item_id)} (index {index})"
+    return f"{where}: {key!r} {problem}" if key else f"{where}: {problem}"
+
+
+def load_coco_records(
+    json_file: str | os.PathLike,
+    image_root: str | os.PathLike,
+    extra_annotation_keys: Sequence[str] = (),
+    *,
+    lvis: bool = False,
+) -> tuple[list[dict], list[Any], SkipCounts]:
+    """The work of :func:`load_coco_json` without metadata or warnings:
+    ``(records, category structs sorted by id, skip counts)``."""
+    json_file, image_root = os.fspath(json_file), os.fspath(image_root)
+    keys = tuple(dict.fromkeys(extra_annotation_keys))
+    extra = tuple(k for k in keys if k not in RECORD_KEYS and k not in _FIELD_NAMES)
+    validated = tuple(k for k in keys if k in VALIDATED_KEYS)
+    counts = SkipCounts()
+    with gc_paused(promote=True):
+        data = _decode(json_file, extra, lvis)
+        categories, keypoint_counts = _categories(data.categories or [], json_file)
+        records, annos_of_image = _image_records(data.images, json_file, image_root, lvis, counts)
+        _attach(data.annotations or [], annos_of_image, {c.id: i for i, c in enumerate(categories)},
+                keypoint_counts, extra, validated, json_file, counts)
+        if lvis:
+            _lvis_id_lists(data.images, records, {c.id for c in categories}, json_file)
+            records.sort(key=lambda r: r["image_id"])
+    return records, categories, counts
+
+
+def _fail(json_file: str, kind: str, item_id: Any, index: int, problem: str) -> None:
+    raise AnnotationFormatError(f"{json_file}: {kind} {short_repr(item_id)} (index {index}): {problem}")
+
+
+def _categories(categories: list[Any], json_file: str) -> tuple[list[Any], list[int | None]]:
+    seen: set[int] = set()
+    for index, cat in enumerate(categories):
+        if cat.id in seen:
+            _fail(json_file, "category", cat.id, index, f"category id {cat.id} appears more than once")
+        seen.add(cat.id)
+    ordered = sorted(categories, key=lambda c: c.id)
+    return ordered, [len(c.keypoints) if c.keypoints else None for c in ordered]
+
+
+_BAD_URL_PARTS = ("", ".", "..")
+
+
+def _lvis_file_name(img: Any, index: int, json_file: str) -> str:
+    """``split_folder/file`` from the last two components of an LVIS image's ``coco_url``."""
+    url = img.coco_url
+    if url is None:
+        if type(img.file_name) is not str or not img.file_name:
+            _fail(json_file, "image", img.id, index, "has no 'coco_url' and no 'file_name' str")
+        return img.file_name
+    tail = url.rsplit("/", 2)[-2:] if url.count("/") >= 2 else []
+    if (len(tail) != 2 or "?" in url or "#" in url
+            or any(p in _BAD_URL_PARTS or "\x00" in p or "\\" in p for p in tail)):
+        _fail(json_file, "image", img.id, index, f"'coco_url' {short_repr(url)} does not end in "
+              "'<split folder>/<file>' (needed to find the image under image_root)")
+    return tail[0] + "/" + tail[1]
+
+
+def _image_records(
+    images: list[Any], json_file: str, image_root: str, lvis: bool, counts: SkipCounts
+) -> tuple[list[dict], dict[int, list[dict]]]:
+    records: list[dict] = []
+    annos_of_image: dict[int, list[dict]] = {}
+    posix = os.sep == "/"
+    for index, img in enumerate(images):
+        image_id = img.id
+        file_name = _lvis_file_name(img, index, json_file) if lvis else img.file_name
+        if "\x00" in file_name:
+            _fail(json_file, "image", image_id, index, "'file_name' holds a NUL character")
+        if image_id in annos_of_image:
+            _fail(json_file, "image", image_id, index, f"image id {image_id} appears more than once")
+        if not image_root or (posix and file_name.startswith("/")):
+            path = file_name
+        elif posix:  # os.path.join without its per-call overhead
+            path = image_root + file_name if image_root.endswith("/") else image_root + "/" + file_name
+        else:  # pragma: no cover - Windows
+            path = os.path.join(image_root, file_name)
+        annos: list[dict] = []
+        annos_of_image[image_id] = annos
+        height, width = img.height, img.width
+        if height is not None and width is not None:
+            records.append({"file_name": path, "height": height, "width": width,
+                            "image_id": image_id, "annotations": annos})
+            continue
+        counts.missing_size += 1  # kept without the missing keys
+        record: dict[str, Any] = {"file_name": path}
+        if height is not None:
+            record["height"] = height
+        if width is not None:
+            record["width"] = width
+        record["image_id"] = image_id
+        record["annotations"] = annos
+        records.append(record)
+    return records, annos_of_image
+
+
+def _attach(
+    annotations: list[Any],
+    annos_of_image: dict[int, list[dict]],
+    id_map: dict[int, int],
+    keypoint_counts: list[int | None],
+    extra_keys: tuple[str, ...],
+    validated_keys: tuple[str, ...],
+    json_file: str,
+    counts: SkipCounts,
+) -> None:
+    """Check every annotation, then skip (orphan, empty box, negative area, ignore) or attach."""
+    xywh = BoxMode.XYWH_ABS
+    find_image, find_category = annos_of_image.get, id_map.get
+    ids = list(map(_get_id, annotations))
+    unique = set(ids)
+    if None in unique:
+        unique.discard(None)
+        ids = [i for i in ids if i is not None]
+    if len(unique) != len(ids):  # a duplicate: find it
+        ids = list(map(_get_id, annotations))
+        seen: set[int] = set()
+        for index, ann_id in enumerate(ids):
+            if ann_id in seen:
+                _fail(json_file, "annotation", ann_id, index, f"annotation id {ann_id} appears "
+                      "more than once; annotation ids must be unique")
+            if ann_id is not None:
+                seen.add(ann_id)
+    del ids, unique
+    extra_fields = [(f"extra_{i}", key) for i, key in enumerate(extra_keys)]
+    extra: dict[str, Any] = {}
+    rle, unset, find_problem = _Rle, UNSET, keypoints_problem
+    for ann in annotations:
+        ann_id, segm, keypoints = ann.id, ann.segmentation, ann.keypoints
+        if keypoints:
+            problem = find_problem(keypoints, None)
+            if problem:
+                _fail(json_file, "annotation", ann_id, annotations.index(ann), f"'keypoints' {problem}")
+        if type(segm) is rle and type(segm.counts) is list:
+            total, pixels = sum(segm.counts), segm.size[0] * segm.size[1]
+            if total != pixels:
+                _fail(json_file, "annotation", ann_id, annotations.index(ann), f"'segmentation' RLE counts sum to "
+                      f"{total}, not height * width = {pixels}")
+        if extra_fields or validated_keys:
+            extra = {}
+            for field, key in extra_fields:
+                value = getattr(ann, field)
+                if value is not unset:
+                    problem = extra_value_problem(value)
+                    if problem:
+                        _fail(json_file, "annotation", ann_id, annotations.index(ann), f"{key!r} (an extra key) {problem}")
+                    extra[key] = value
+            for key in validated_keys:
+                value = getattr(ann, key)
+                if value is not unset and value is not None:
+                    extra[key] = value
+        target = find_image(ann.image_id)
+        if target is None:
+            counts.skip_orphan(ann_id, ann.image_id)
+            continue
+        category = find_category(ann.category_id)
+        if category is None:
+            _fail(json_file, "annotation", ann_id, annotations.index(ann), f"category_id {ann.category_id} is not "
+                  f"among the file's categories {sorted(id_map)[:20]}")
+        if keypoints and keypoint_counts[category] is not None:
+            problem = find_problem(keypoints, keypoint_counts[category])
+            if problem:
+                _fail(json_file, "annotation", ann_id, annotations.index(ann), f"'keypoints' {problem}")
+        bbox = ann.bbox
+        if not (bbox[2] > 0 and bbox[3] > 0):
+            counts.skip_degenerate(ann_id, bbox)
+            continue
+        area = ann.area
+        if area is not unset and area < 0:
+            counts.skip_negative_area(ann_id, area)
+            continue
+        if ann.ignore:
+            counts.ignored += 1
+            continue
+        obj = {"iscrowd": ann.iscrowd, "bbox": bbox, "category_id": category, "bbox_mode": xywh}
+        if segm:
+            if type(segm) is list:
+                for polygon in segm:  # the common case: every polygon valid, no copy
+                    if len(polygon) < 6 or len(polygon) & 1:
+                        segm = counts.drop_invalid_polygons(segm, ann_id)
+                        break
+                if segm is None:
+                    continue
+                obj["segmentation"] = segm
+            else:
+                obj["segmentation"] = {"size": segm.size, "counts": segm.counts}
+        if keypoints:
+            obj["keypoints"] = [v if i % 3 == 2 else v + 0.5 for i, v in enumerate(keypoints)]
+        if extra:
+            obj.update(extra)
+        target.append(obj)
+
+
+def _lvis_id_lists(images: list[Any], records: list[dict], known: set[int], json_file: str) -> None:
+    by_id = {r["image_id"]: r for r in records}
+    for index, img in enumerate(images):
+        record = by_id[img.id]
+        for key in ("not_exhaustive_category_ids", "neg_category_ids"):
+            ids = getattr(img, key) or []
+            unknown = [i for i in ids if i not in known]
+            if unknown:
+                _fail(json_file, "image", img.id, index, f"{key!r} holds category ids not among "
+                      f"the file's categories: {short_repr(unknown)}")
+            record[key] = ids
+
+
+def report_skips(counts: SkipCounts, json_file: str) -> None:
+    """Log one summary warning per kind of what loading ``json_file`` skipped."""
+    if counts.orphans:
+        logger.warning("%s: skipped %d annotations whose image_id is not among the images "
+                       "(annotation id, image_id): %s", json_file, counts.orphans, counts.orphan_examples)
+    if counts.degenerate:
+        logger.warning("%s: skipped %d annotations with an empty or negative bbox (width or height "
+                       "<= 0) (annotation id, bbox): %s", json_file, counts.degenerate,
+                       counts.degenerate_examples)
+    if counts.negative_area:
+        logger.warning("%s: skipped %d annotations with a negative area (annotation id, area): %s",
+                       json_file, counts.negative_area, counts.negative_area_examples)
+    if counts.bad_polygons:
+        logger.warning("%s: dropped %d invalid polygons (fewer than 6 coordinates or an odd count); "
+                       "skipped %d instances left without a valid polygon (annotation ids: %s)",
+                       json_file, counts.bad_polygons, counts.no_valid_polygon,
+                       counts.no_valid_polygon_examples)
+    if counts.ignored:
+        logger.warning("%s: skipped %d annotations marked 'ignore'", json_file, counts.ignored)
+    if counts.missing_size:
+        logger.warning("%s: %d images have no 'height' or 'width'; their records lack those keys",
+                       json_file, counts.missing_size)
+
+
+def _finish(records: list[dict], counts: SkipCounts, json_file: str, kind: str) -> list[dict]:
+    report_skips(counts, json_file)
+    logger.info("loaded %d images and %d instances from %s (%s)", len(records),
+                sum(len(r["annotations"]) for r in records), json_file, kind)
+    return records
+
+
+def load_coco_json(
+    json_file: str | os.PathLike,
+    image_root: str | os.PathLike,
+    dataset_name: str | None = None,
+    extra_annotation_keys: Sequence[str] | None = None,
+) -> list[dict]:
+    """Load a COCO instances (or person keypoints) file as detectron2-format records.
+
+    One record per image, in file order (images without annotations kept): ``file_name``
+    under ``image_root``, ``height``, ``width``, ``image_id``, ``annotations`` with XYWH_ABS
+    ``bbox``, ``category_id`` contiguous by sorted COCO id, ``iscrowd``, ``segmentation``
+    (polygons or RLE), ``keypoints`` (x and y + 0.5, as detectron2) and the extra keys.
+    Every value read is checked by type and range (:class:`AnnotationFormatError`); orphan
+    annotations, empty boxes, negative areas, ``ignore`` and invalid polygons are skipped
+    and counted in one warning per kind. ``dataset_name`` sets ``thing_classes`` and
+    ``thing_dataset_id_to_contiguous_id`` in its metadata.
+
+    Example:
+        >>> records = load_coco_json("val2017.json", "val2017", "coco_val")  # doctest: +SKIP
+        >>> records[0]["annotations"][0]["bbox_mode"]  # doctest: +SKIP
+        <BoxMode.XYWH_ABS: 1>
+    """
+    json_file = os.fspath(json_file)
+    records, categories, counts = load_coco_records(json_file, image_root, extra_annotation_keys or ())
+    if dataset_name is not None:
+        MetadataCatalog.get(dataset_name, warn_unregistered=False).set(
+            thing_classes=[c.name if c.name is not None else str(c.id) for c in categories],
+            thing_dataset_id_to_contiguous_id={c.id: i for i, c in enumerate(categories)},
+        )
+    return _finish(records, counts, json_file, "COCO")
+
+
+def load_lvis_json(
+    json_file: str | os.PathLike,
+    image_root: str | os.PathLike,
+    dataset_name: str | None = None,
+    extra_annotation_keys: Sequence[str] | None = None,
+) -> list[dict]:
+    """Load an LVIS (v0.5 or v1) instances file as detectron2-format records, sorted by image id.
+
+    As :func:`load_coco_json`, plus ``not_exhaustive_category_ids`` and ``neg_category_ids``
+    per record; ``file_name`` is the last two components of ``coco_url`` (split folder and
+    file) under ``image_root``. ``dataset_name`` also gets ``class_image_count`` and
+    ``class_frequency`` when every category carries them.
+    """
+    json_file = os.fspath(json_file)
+    records, categories, counts = load_coco_records(
+        json_file, image_root, extra_annotation_keys or (), lvis=True
+    )
+    if dataset_name is not None:
+        meta = MetadataCatalog.get(dataset_name, warn_unregistered=False)
+        values: dict[str, Any] = {
+            "thing_classes": [c.synonyms[0] if c.synonyms else c.name if c.name is not None
+                              else str(c.id) for c in categories],
+            "thing_dataset_id_to_contiguous_id": {c.id: i for i, c in enumerate(categories)},
+        }
+        if categories and all(c.image_count is not None for c in categories):
+            if meta.get("class_image_count") is None:
+                values["class_image_count"] = [{"id": c.id, "image_count": c.image_count}
+                                               for c in categories]
+        if categories and all(c.frequency is not None for c in categories):
+            if meta.get("class_frequency") is None:
+                values["class_frequency"] = [c.frequency for c in categories]
+        meta.set(**values)
+    return _finish(records, counts, json_file, "LVIS")
+
+
+def register_json_instances(
+    name: str,
+    metadata: Any,
+    json_file: str | os.PathLike,
+    image_root: str | os.PathLike,
+    load: Callable[..., list[dict]],
+    *,
+    loader_name: str,
+    evaluator_type: str,
+    keys_set_by_loader: tuple[str, ...],
+    extra_annotation_keys: Iterable[str] | None,
+    cache: bool,
+) -> None:
+    """Register a COCO-style file read by ``load`` at the first get, through the disk cache."""
+    json_file, image_root = os.fspath(json_file), os.fspath(image_root)
+    if not isinstance(name, str):
+        raise TypeError(f"a dataset name must be a str, got {type(name).__name__}: {name!r}")
+    metadata = plain_container(metadata)  # a DictConfig or any Mapping: a dict
+    if metadata is not None and not isinstance(metadata, dict):
+        raise TypeError(f"metadata of dataset {name!r} must be a dict, got {type(metadata).__name__}")
+    extra = tuple(extra_annotation_keys or ())
+
+    def load_records() -> list[dict]:
+        return load(json_file, image_root, name, extra_annotation_keys=extra)
+
+    DatasetCatalog.register(name, load_records, source_files=(json_file,), options={"cache": cache},
+                            cache_key={
+                                "loader": loader_name,
+                                "catmap_version": __version__,
+                                "json_file": os.path.abspath(json_file),
+                                "image_root": image_root,
+                                "extra_annotation_keys": list(extra),
+                                "metadata_keys_set_by_loader": list(keys_set_by_loader),
+                            })
+    try:
+        values = {"evaluator_type": evaluator_type, **(metadata or {})}
+        values.update(json_file=json_file, image_root=image_root)
+        MetadataCatalog.get(name, warn_unregistered=False).set(**values)
+    except Exception:
+        DatasetCatalog.remove(name)
+        raise
+
+
+def register_coco_instances(
+    name: str,
+    metadata: dict[str, Any] | None,
+    json_file: str | os.PathLike,
+    image_root: str | os.PathLike,
+    *,
+    extra_annotation_keys: Iterable[str] | None = None,
+    cache: bool = True,
+) -> None:
+    """Register a COCO instances file as dataset ``name``; the file is read at the first get.
+
+    ``json_file``, ``image_root``, ``evaluator_type="coco"`` and ``metadata`` are set in its
+    metadata now, the classes when the file is loaded; records go through the disk cache.
+
+    Example:
+        >>> register_coco_instances("my_val", {}, "ann/val.json", "images/val")  # doctest: +SKIP
+        >>> DatasetCatalog.get("my_val")  # reads the file now  # doctest: +SKIP
+    """
+    register_json_instances(
+        name, metadata, json_file, image_root, load_coco_json,
+        loader_name="catalog.coco.load_coco_json", evaluator_type="coco",
+        keys_set_by_loader=("thing_classes", "thing_dataset_id_to_contiguous_id"),
+        extra_annotation_keys=extra_annotation_keys, cache=cache,
+    )
+
+
+def register_lvis_instances(
+    name: str,
+    metadata: dict[str, Any] | None,
+    json_file: str | os.PathLike,
+    image_root: str | os.PathLike,
+    *,
+    extra_annotation_keys: Iterable[str] | None = None,
+    cache: bool = True,
+) -> None:
+    """Register an LVIS instances file as dataset ``name`` (``evaluator_type="lvis"``).
+
+    Example:
+        >>> register_lvis_instances("my_lvis", {}, "lvis_v1_val.json", "coco")  # doctest: +SKIP
+    """
+    register_json_instances(
+        name, metadata, json_file, image_root, load_lvis_json,
+        loader_name="catalog.lvis.load_lvis_json", evaluator_type="lvis",
+        keys_set_by_loader=("thing_classes", "thing_dataset_id_to_contiguous_id",
+                            "class_image_count", "class_frequency"),
+        extra_annotation_keys=extra_annotation_keys, cache=cache,
+    )
+
