@@ -15,12 +15,12 @@ Importable: ``make_synthetic_coco(path, num_images, seed)`` returns summary coun
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from catalog.seeding import numpy_generator
@@ -164,12 +164,7 @@ def make_synthetic_coco(path: str, num_images: int = 118_287, seed: int = 0) -> 
         "categories": categories,
     }
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    try:
-        import orjson
-
-        data = orjson.dumps(content)
-    except ImportError:
-        data = json.dumps(content, separators=(",", ":")).encode()
+    data = msgspec.json.encode(content)
     with open(path, "wb") as f:
         f.write(data)
     summary = {
