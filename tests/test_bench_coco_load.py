@@ -34,7 +34,7 @@ def test_pycocotools_baseline_builds_the_same_records_as_load_coco_json(tmp_path
 def test_benchmark_runs_every_method_in_subprocesses(tmp_path):
     out = tmp_path / "results.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "bench_coco_load.py"), "--images", "200",
+        [sys.executable, "-m", "tools.bench_coco_load", "--images", "200",
          "--json", str(out)],
         capture_output=True, text=True, cwd=ROOT, timeout=600, check=True,
     )  # fmt: skip

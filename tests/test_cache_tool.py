@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import os
 import signal
@@ -18,10 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("catmap_cache_tool", ROOT / "tools" / "cache.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("tools.cache")
 
 
 @pytest.fixture
@@ -73,7 +70,8 @@ def test_clear_by_name_and_everything(filled_cache, capsys):
 def test_runs_as_a_script(filled_cache):
     directory, _ = filled_cache
     result = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "cache.py"), "list"],
+        [sys.executable, "-m", "tools.cache", "list"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         env={**os.environ, "CATMAP_CACHE_DIR": str(directory)},

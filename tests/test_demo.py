@@ -24,9 +24,10 @@ def run_demo_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
         CATMAP_CACHE_DIR=str(tmp_path / "cache"),
         CATMAP_DEMO_DIR=str(tmp_path / "demo"),
         OMP_NUM_THREADS="1",
+        PYTHONPATH=str(REPO),  # python -m tools.demo from outside the clone
     )
     return subprocess.run(
-        [sys.executable, str(REPO / "tools" / "demo.py"), *args],
+        [sys.executable, "-m", "tools.demo", *args],
         capture_output=True,
         text=True,
         env=env,

@@ -56,7 +56,7 @@ def run_tool(
     script: str, *args: str, tmp_path: Path, timeout: float = 120
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(REPO / "tools" / script), *args],
+        [sys.executable, "-m", f"tools.{Path(script).stem}", *args],
         capture_output=True,
         text=True,
         env=_tool_env(tmp_path),

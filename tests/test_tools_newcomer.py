@@ -48,7 +48,7 @@ def test_import_option_finds_modules_of_the_current_directory(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "analyze_dataset.py"), "--import", "my_datasets",
+        [sys.executable, "-m", "catmap_tools.analyze_dataset", "--import", "my_datasets",
          "--dataset", "cwd_ds", "--out", str(tmp_path / "stats")],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )

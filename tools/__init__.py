@@ -1,7 +1,8 @@
 """catmap's runnable tools: the demo, dataset browsing and statistics, benchmarks.
 
-Each tool runs as ``python -m tools.<name>`` or ``python tools/<name>.py``; the everyday ones are
-also installed as console scripts (``catmap-demo``, ``catmap-browse``, ``catmap-analyze``,
-``catmap-cache``, ``catmap-shapes``, ``catmap-benchmark-loader``). Every ``--help`` shows the
-defaults.
+Each tool runs from a clone as ``python -m tools.<name>``. The everyday ones are installed as the
+package ``catmap_tools`` (never a top-level ``tools``) with their console scripts
+(``catmap-demo``, ``catmap-browse``, ``catmap-analyze``, ``catmap-cache``, ``catmap-shapes``,
+``catmap-benchmark-loader``); the benchmarks and fuzzers are not installed. Every ``--help``
+shows the defaults.
 """

@@ -11,9 +11,9 @@ million-image dataset takes about a second.
 
 Examples::
 
-    python tools/analyze_dataset.py                               # the demo's shapes dataset
-    python tools/analyze_dataset.py --coco-json ann.json --image-root images/ --repeat-thresh 0.001
-    python tools/analyze_dataset.py --import my_project.datasets --dataset my_train --out stats/
+    python -m tools.analyze_dataset                               # the demo's shapes dataset
+    python -m tools.analyze_dataset --coco-json ann.json --image-root images/ --repeat-thresh 0.001
+    python -m tools.analyze_dataset --import my_project.datasets --dataset my_train --out stats/
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from tools._bench_common import HelpFormatter
-from tools.dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset
-from tools.demo import format_table
-from tools.shapes_dataset import default_demo_dir
+from ._bench_common import HelpFormatter
+from .dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset
+from .demo import format_table
+from .shapes_dataset import default_demo_dir
 
 __all__ = ["DatasetStats", "compute_stats", "format_report", "main", "plot_stats"]
 

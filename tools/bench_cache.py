@@ -1,8 +1,8 @@
 """What a cache hit costs: the entry's checksum and the source file's content digest.
 
 Usage:
-    python tools/bench_cache.py                 # a ~300 MB entry and a 300 MB source file
-    python tools/bench_cache.py --mb 100 --repeat 5 --json cache.json
+    python -m tools.bench_cache                 # a ~300 MB entry and a 300 MB source file
+    python -m tools.bench_cache --mb 100 --repeat 5 --json cache.json
 
 Prints, best of ``--repeat`` runs (files in the page cache):
 

@@ -21,9 +21,9 @@ process's high-water mark (``ru_maxrss``), and "delta" subtracts the RSS measure
 imports. With ``--repeat N`` every method runs N times (interleaved) and the median is shown.
 
 Usage:
-    python tools/bench_coco_load.py                       # full size: 118,287 images
-    python tools/bench_coco_load.py --images 20000 --repeat 3
-    python tools/bench_coco_load.py --json-file instances_train2017.json
+    python -m tools.bench_coco_load                       # full size: 118,287 images
+    python -m tools.bench_coco_load --images 20000 --repeat 3
+    python -m tools.bench_coco_load --json-file instances_train2017.json
 """
 
 from __future__ import annotations

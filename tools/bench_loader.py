@@ -22,8 +22,8 @@ time per image of all processes (main + workers, psutil; the steadier figure on 
 machine: with N workers on N cores, images/s is at most N / that).
 
 Usage:
-    python tools/bench_loader.py --max-workers 2 --batches 12 --repeats 3
-    python tools/bench_loader.py --quick              # development: tiny and fast
+    python -m tools.bench_loader --max-workers 2 --batches 12 --repeats 3
+    python -m tools.bench_loader --quick              # development: tiny and fast
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ image to the size the mapper drew for it. Reported:
    DataLoader with 1 vs 2 workers, with PSS/USS summed over the main process and workers.
 
 Usage:
-    python tools/bench_mapper.py --images 64 --rounds 15
-    python tools/bench_mapper.py --quick            # a few seconds, for development
+    python -m tools.bench_mapper --images 64 --rounds 15
+    python -m tools.bench_mapper --quick            # a few seconds, for development
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ modes; modes interleaved round by round, best and median over rounds. OpenCV and
 one thread each, as in DataLoader workers.
 
 Usage:
-    python tools/bench_mapper_threads.py --images 64 --rounds 5 --workers 2
+    python -m tools.bench_mapper_threads --images 64 --rounds 5 --workers 2
 """
 
 from __future__ import annotations

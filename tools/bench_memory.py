@@ -38,8 +38,8 @@ Python lists); every rank calls ``malloc_trim(0)`` before it reports, so build-t
 does not count. The buffer of one layout is its records' bytes plus offsets and columns.
 
 Usage:
-    python tools/bench_memory.py                        # R=4, W=2, N=1,000,000, fork and spawn
-    python tools/bench_memory.py --ranks 2 --workers 1 --records 100000 --start-methods fork
+    python -m tools.bench_memory                        # R=4, W=2, N=1,000,000, fork and spawn
+    python -m tools.bench_memory --ranks 2 --workers 1 --records 100000 --start-methods fork
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@ that the seeded batches are bit-identical across worker counts and fresh loaders
 unseeded ones are not).
 
 Usage:
-    python tools/bench_sample_seeds.py --workers 0 2 --rounds 5 --batches 40
-    python tools/bench_sample_seeds.py --quick        # a few seconds, for development
+    python -m tools.bench_sample_seeds --workers 0 2 --rounds 5 --batches 40
+    python -m tools.bench_sample_seeds --quick        # a few seconds, for development
 """
 
 from __future__ import annotations

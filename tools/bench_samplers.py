@@ -25,8 +25,8 @@ Memory (USS / PSS of this process, from psutil) is reported after each stage.
 
 Usage::
 
-    python tools/bench_samplers.py                       # full size (10M items, 1M images)
-    python tools/bench_samplers.py --items 200000 --images 20000   # quick
+    python -m tools.bench_samplers                       # full size (10M items, 1M images)
+    python -m tools.bench_samplers --items 200000 --images 20000   # quick
     python -m tools.bench_samplers --stages other-resumes memory     # resume stages only
 """
 

@@ -17,8 +17,8 @@ Each approach runs in its own subprocess so that memory figures do not mix. When
 not installed its row is skipped (``pip install mmengine`` adds it; it pulls no torch).
 
 Usage:
-    python tools/bench_serialize.py --n 1000000
-    python tools/bench_serialize.py --n 20000 --workers 4 --gets 5000   # quick check
+    python -m tools.bench_serialize --n 1000000
+    python -m tools.bench_serialize --n 20000 --workers 4 --gets 5000   # quick check
 
 Targets (issues 2 and 11): build >= 2x faster than mmengine; buffer <= 0.6 x mmengine's
 pickles; median get no slower than mmengine's; summed PSS of main + 4 workers <= 1.2 x

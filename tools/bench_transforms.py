@@ -11,7 +11,7 @@ Compares, side by side in one run and on the same generated inputs:
    vs one batched ``transform_annotations`` call.
 
 Usage:
-    python tools/bench_transforms.py --repeats 200 --annotations 7 30
+    python -m tools.bench_transforms --repeats 200 --annotations 7 30
 
 Prints one line per case with milliseconds per image and the speed-up ratio.
 """

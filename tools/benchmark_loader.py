@@ -25,9 +25,9 @@ configuration N times (interleaved) and reports the run with the median samples/
 
 Examples::
 
-    python tools/benchmark_loader.py                                  # demo dataset, 0..2 workers
-    python tools/benchmark_loader.py --replicate 300 --batches 100 --repeats 3
-    python tools/benchmark_loader.py --import my_project.datasets --dataset my_train --max-workers 4
+    python -m tools.benchmark_loader                                  # demo dataset, 0..2 workers
+    python -m tools.benchmark_loader --replicate 300 --batches 100 --repeats 3
+    python -m tools.benchmark_loader --import my_project.datasets --dataset my_train --max-workers 4
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from pathlib import Path
 from typing import Any
 
 from mappers.image_io import limit_opencv_threads
-from tools._bench_common import HelpFormatter
-from tools.dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset
+from ._bench_common import HelpFormatter
+from .dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset
 
 __all__ = [
     "BenchmarkError",

@@ -2,10 +2,10 @@
 
 Examples::
 
-    python tools/browse_dataset.py                                   # demo shapes, raw, 16 images
-    python tools/browse_dataset.py --mapper train --max 8 --grid     # after ResizeShortestEdge + RandomFlip
-    python tools/browse_dataset.py --coco-json ann.json --image-root images/ --out /tmp/browse
-    python tools/browse_dataset.py --import my_project.datasets --dataset my_train \\
+    python -m tools.browse_dataset                                   # demo shapes, raw, 16 images
+    python -m tools.browse_dataset --mapper train --max 8 --grid     # after ResizeShortestEdge + RandomFlip
+    python -m tools.browse_dataset --coco-json ann.json --image-root images/ --out /tmp/browse
+    python -m tools.browse_dataset --import my_project.datasets --dataset my_train \\
         --mapper-factory my_project.data:make_train_mapper
 
 Mappers:
@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from catalog.seeding import numpy_generator
-from tools._bench_common import HelpFormatter
-from tools.dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset
-from tools.draw import draw_record, draw_sample, make_grid
-from tools.shapes_dataset import default_demo_dir
+from ._bench_common import HelpFormatter
+from .dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset
+from .draw import draw_record, draw_sample, make_grid
+from .shapes_dataset import default_demo_dir
 
 __all__ = ["BrowseError", "browse", "build_mapper", "main"]
 

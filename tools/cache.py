@@ -1,11 +1,11 @@
 """List and clear catmap's on-disk cache of serialized datasets.
 
 Usage:
-    python tools/cache.py list                    # every entry: dataset, records, size, state
-    python tools/cache.py clear                   # delete every entry
-    python tools/cache.py clear --stale           # only entries that can no longer be used
-    python tools/cache.py clear --name coco_train # only one dataset's entries
-    python tools/cache.py --dir /scratch/catmap list
+    python -m tools.cache list                    # every entry: dataset, records, size, state
+    python -m tools.cache clear                   # delete every entry
+    python -m tools.cache clear --stale           # only entries that can no longer be used
+    python -m tools.cache clear --name coco_train # only one dataset's entries
+    python -m tools.cache --dir /scratch/catmap list
 
 The directory is ``$CATMAP_CACHE_DIR`` (default ``~/.cache/catmap``) unless ``--dir`` is given.
 An entry is *stale* when a source file changed or vanished, it was written by another catmap
@@ -26,7 +26,7 @@ import sys
 
 from catalog.errors import CacheError
 from catalog.storage.cache import CacheEntry, DiskCache
-from tools._bench_common import HelpFormatter
+from ._bench_common import HelpFormatter
 
 __all__ = ["format_entries", "main"]
 

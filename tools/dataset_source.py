@@ -24,7 +24,7 @@ import os
 import sys
 from pathlib import Path
 
-from tools.shapes_dataset import (
+from .shapes_dataset import (
     default_demo_dir,
     generate_shapes_dataset,
     register_shapes_dataset,

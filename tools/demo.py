@@ -2,8 +2,8 @@
 
 Run it with no arguments::
 
-    python tools/demo.py                      # defaults: 300 batches of 8, 2 workers
-    python tools/demo.py --batches 50 --workers 0 --out /tmp/demo --seed 1
+    python -m tools.demo                      # defaults: 300 batches of 8, 2 workers
+    python -m tools.demo --batches 50 --workers 0 --out /tmp/demo --seed 1
 
 What it does, step by step:
 
@@ -37,17 +37,17 @@ from typing import Any
 
 import numpy as np
 
-from tools._bench_common import HelpFormatter
-from tools.demo_resume import batch_signature, samples_equal
-from tools.demo_stats import (
+from ._bench_common import HelpFormatter
+from .demo_resume import batch_signature, samples_equal
+from .demo_stats import (
     class_counts_of_indices,
     format_table,
     per_record_class_counts,
     text_bar,
     to_numpy,
 )
-from tools.draw import draw_sample, make_grid
-from tools.shapes_dataset import (
+from .draw import draw_sample, make_grid
+from .shapes_dataset import (
     default_demo_dir,
     generate_shapes_dataset,
     register_shapes_dataset,

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tools.demo_stats import to_numpy
+from .demo_stats import to_numpy
 
 __all__ = ["batch_signature", "samples_equal"]
 

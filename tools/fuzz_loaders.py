@@ -25,9 +25,9 @@ timeout. Counts printed:
 * ``hangs``: an input ran past ``--timeout`` seconds.
 
 Usage:
-    python tools/fuzz_loaders.py --n 4000 --seed 0
-    python tools/fuzz_loaders.py --n 200 my_instances.json other.json
-    python tools/fuzz_loaders.py --format all --n 3000 --seed 1
+    python -m tools.fuzz_loaders --n 4000 --seed 0
+    python -m tools.fuzz_loaders --n 200 my_instances.json other.json
+    python -m tools.fuzz_loaders --format all --n 3000 --seed 1
 """
 
 from __future__ import annotations

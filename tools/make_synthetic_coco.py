@@ -7,7 +7,7 @@ instance), about 1% crowd instances with uncompressed RLE, and the image and ann
 the real file has (license, coco_url, area, ...).
 
 Usage:
-    python tools/make_synthetic_coco.py --images 118287 --out /tmp/synthetic_train.json --seed 0
+    python -m tools.make_synthetic_coco --images 118287 --out /tmp/synthetic_train.json --seed 0
 
 Importable: ``make_synthetic_coco(path, num_images, seed)`` returns summary counts.
 """

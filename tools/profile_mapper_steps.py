@@ -8,8 +8,8 @@ resize (the same decoder, ``cv2.resize`` INTER_LINEAR to the same output size), 
 steps can be compared with the floor.
 
 Usage:
-    python tools/profile_mapper_steps.py --images 64 --rounds 5
-    python tools/profile_mapper_steps.py --cprofile 20   # also the top 20 cProfile entries
+    python -m tools.profile_mapper_steps --images 64 --rounds 5
+    python -m tools.profile_mapper_steps --cprofile 20   # also the top 20 cProfile entries
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Example:
 
 Command line::
 
-    python tools/shapes_dataset.py --out /tmp/shapes --num-images 300 --seed 0
+    python -m tools.shapes_dataset --out /tmp/shapes --num-images 300 --seed 0
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tools._bench_common import HelpFormatter
-from tools.shapes_render import SHAPE_CLASSES, polygon_area, render_image, shape_polygon
+from ._bench_common import HelpFormatter
+from .shapes_render import SHAPE_CLASSES, polygon_area, render_image, shape_polygon
 
 __all__ = [
     "DEFAULT_IMAGE_SIZES",
