@@ -153,7 +153,8 @@ def run_method(method: str, json_file: str, cache_dir: str) -> dict[str, Any]:
 def _run_in_subprocess(method: str, json_file: str, cache_dir: str) -> dict[str, Any]:
     cmd = [
         sys.executable,
-        os.path.abspath(__file__),
+        "-m",
+        __spec__.name,
         "--_child",
         method,
         "--json-file",

@@ -301,7 +301,7 @@ def _tv2_available() -> str | None:
 
 
 def _spawn(pipeline: str, workers: int, args: argparse.Namespace, records: Path) -> dict | None:
-    command = [sys.executable, __file__, "--child", pipeline, "--workers", str(workers),
+    command = [sys.executable, "-m", __spec__.name, "--child", pipeline, "--workers", str(workers),
                "--records", str(records), "--batch", str(args.batch),
                "--batches", str(args.batches), "--warmup", str(args.warmup)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)

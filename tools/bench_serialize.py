@@ -246,7 +246,8 @@ def _run_child(kind: str, n: int, workers: int, gets: int, batch_size: int) -> d
 def _spawn_child(kind: str, args: argparse.Namespace) -> dict[str, Any] | None:
     command = [
         sys.executable,
-        os.path.abspath(__file__),
+        "-m",
+        __spec__.name,
         "--child",
         kind,
         "--n",

@@ -274,7 +274,7 @@ def run_config(
 
 
 def _child_command(args: argparse.Namespace, impl: str, workers: int) -> list[str]:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", impl, "--child-workers", str(workers)]
+    cmd = [sys.executable, "-m", __spec__.name, "--child", impl, "--child-workers", str(workers)]
     for module in args.imports:
         cmd += ["--import", module]
     for flag in ("dataset", "coco_json", "image_root", "data_dir"):
