@@ -1,12 +1,8 @@
 """Datasets over record lists: DatasetFromList, MapDataset (seeded, bounded refetch) and
 detectron2's ToIterableDataset.
 
-``MapDataset`` applies a mapper to every record; a mapper returning None means "use another
-record". Attempt ``a`` of a request draws its replacement from the sample's own generator
-(:mod:`mappers.random_state`: from (seed, global position, a) inside a catmap loader, from
-(seed, index, a) without one), so the result depends on nothing else: not on the worker, the
-number of workers, earlier failures or a resume. ``max_refetch`` failures in a row raise
-:class:`~mappers.errors.RefetchExhaustedError` instead of looping forever.
+A mapper returning None means "use another record", drawn from the sample's own generator
+(:mod:`mappers.random_state`); ``max_refetch`` failures in a row raise RefetchExhaustedError.
 
 Example:
     >>> ds = MapDataset(DatasetFromList([{"file_name": "a.jpg"}]), lambda r: r["file_name"])
@@ -275,10 +271,8 @@ def _describe(index: int, record: Any) -> str:
 class MapDataset(data.Dataset):
     """``ds[i]`` is ``map_func(dataset[i])``; a None result is replaced by another record's.
 
-    Replacement indices come from the sample's attempt generators (module docstring);
-    ``max_refetch + 1`` None results in a row raise RefetchExhaustedError (a RuntimeError naming
-    the index and file). ``seed`` (default: from ``torch.initial_seed()``) is used outside a
-    sample-seeded loader. An IterableDataset gives a :class:`MapIterableDataset`.
+    ``max_refetch + 1`` None results in a row raise RefetchExhaustedError; ``seed`` (default
+    from ``torch.initial_seed()``) is used outside a sample-seeded loader.
 
     Example:
         >>> ds = MapDataset([1, 2, 3, 4], lambda x: x * 10 if x % 2 == 0 else None, seed=0)

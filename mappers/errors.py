@@ -12,6 +12,7 @@ __all__ = [
     "ImageReadError",
     "ImageSizeMismatchError",
     "ImageTooLargeError",
+    "KeypointFlipError",
     "MapFuncPickleError",
     "MapperArgumentError",
     "PipelineStepError",
@@ -21,6 +22,10 @@ __all__ = [
     "UnsupportedImageFormatError",
     "add_context",
 ]
+
+
+class KeypointFlipError(CatmapError, ValueError):
+    """Keypoint flip indices are missing, malformed, or cannot be built from the metadata."""
 
 
 class RefetchExhaustedError(CatmapError, RuntimeError):

@@ -1,9 +1,7 @@
 """Image resampling: resize, flip and affine warp; OpenCV when installed, else Pillow/numpy/torch.
 
-Interpolations are Pillow constants (0 NEAREST, 1 LANCZOS, 2 BILINEAR, 3 BICUBIC, 4 BOX,
-5 HAMMING) or names. Nearest neighbour is numpy indexing at pixel centres for every dtype, so
-segmentation maps are identical whichever backend is installed. Warp matrices are 2x3 maps of
-continuous coordinates (pixel (i, j) covers [j, j+1] x [i, i+1]).
+Nearest neighbour is numpy indexing at pixel centres for every dtype, so segmentation maps are
+identical whichever backend is installed.
 """
 
 from __future__ import annotations

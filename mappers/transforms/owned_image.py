@@ -126,10 +126,8 @@ def apply_planned_image(
 ) -> np.ndarray:
     """Apply planned transforms to a decoded image the caller owns.
 
-    Flips, resizes and no-ops: flips first, then the resizes (a flip commutes with a bilinear
-    resize up to rounding: at most 1 level on ~0.1% of pixels, for 2-3x fewer bytes moved); an
-    image smaller than the only resize expects (reduced JPEG decode) is resized from its size.
-    Any other plan runs transform by transform, flipping in place when ``owned``.
+    Flips run before the resizes (equal up to rounding, 2-3x fewer bytes moved); an image
+    smaller than the resize expects (reduced JPEG decode) is resized from its own size.
     """
     flat = _flat(transforms)
     if any(type(t) not in _FUSABLE for t in flat):
