@@ -57,8 +57,6 @@ DEFAULT_MAX_REFETCH = 100
 _LAST_FAILED_SHOWN = 10
 
 
-
-
 def needs_by_value(fn: Any) -> bool:
     """Whether pickle cannot store ``fn`` by name (a lambda, closure or nested function, or
     a partial / method of one)."""
@@ -119,8 +117,6 @@ def wrap_for_pickling(fn: Callable[..., Any]) -> Callable[..., Any]:
 def unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The callable inside a :class:`PicklableCallable` (or ``fn`` itself)."""
     return fn.fn if isinstance(fn, PicklableCallable) else fn
-
-
 
 
 @runtime_checkable
@@ -247,8 +243,6 @@ class DatasetFromList(data.Dataset):
 
     def __repr__(self) -> str:
         return f"DatasetFromList({len(self)} records, serialized={self._serialized})"
-
-
 
 
 class _Failures:
@@ -448,8 +442,6 @@ class MapIterableDataset(MapDataset, data.IterableDataset):
 
     def __repr__(self) -> str:
         return f"MapDataset({self._dataset!r}, {self.map_func!r}, iterable)"
-
-
 
 
 class ToIterableDataset(data.IterableDataset):

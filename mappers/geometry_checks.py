@@ -19,7 +19,7 @@ from catalog.box_mode import BoxMode
 from catalog.errors import RecordFormatError, missing_dependency
 from catalog.validation import is_int
 
-from .image_io import get_max_image_pixels
+from .image_io import get_image_limits
 from .structure_common import is_flat_polygon
 from .transforms import transform as tf
 
@@ -163,7 +163,7 @@ def check_rle(
             f"{where}: key 'segmentation' RLE has size {[height, width]}, the image is "
             f"{list(image_size)}"
         )
-    limit = get_max_image_pixels()
+    limit = get_image_limits().max_pixels
     if limit is not None and height * width > limit:
         raise RecordFormatError(
             f"{where}: key 'segmentation' RLE size {[height, width]} is over the pixel limit "

@@ -484,7 +484,7 @@ def read_segmentation(file_name: str | os.PathLike[str]) -> np.ndarray:
     data = read_file_bytes(path)
     try:
         with _plugins()[_sniff(data, path)](io.BytesIO(data)) as img:
-            _check_pixels(img.size[1], img.size[0], path, get_max_image_pixels())
+            _check_pixels(img.size[1], img.size[0], path, get_image_limits().max_pixels)
             img.load()
             if img.mode in ("L", "P"):
                 return np.array(img, dtype=np.uint8)
@@ -520,7 +520,7 @@ def record_image_size(record: dict[str, Any]) -> tuple[int, int] | None:
         height, width = (
             check_int(record[key], f"key {key!r}", minimum=1, maximum=MAX_IMAGE_SIDE,
                       error=RecordFormatError, where=where) for key in ("height", "width"))
-    limit = get_max_image_pixels()
+    limit = get_image_limits().max_pixels
     if limit is not None and height * width > limit:
         raise RecordFormatError(
             f"record ({record_name(record)}): keys 'height' x 'width' = {height} x {width} = "
