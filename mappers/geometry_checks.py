@@ -2,10 +2,6 @@
 
 pycocotools has no bounds checks (huge coordinates overflow, bad RLE runs write past the
 mask); each check raises :class:`~catalog.errors.RecordFormatError` naming annotation and key.
-
-Example:
-    >>> coordinate_bound(480, 640)  # the largest |x| or |y| of a polygon on a 480x640 image
-    2624.0
 """
 
 from __future__ import annotations
@@ -343,10 +339,6 @@ def polygons_to_bitmask(
 ) -> np.ndarray:
     """Rasterize flat polygons into one HxW uint8 mask (COCO's rasterizer), coordinates
     checked first: pycocotools crashes the process on huge values.
-
-    Example:
-        >>> int(polygons_to_bitmask([[0, 0, 4, 0, 4, 4, 0, 4]], 6, 6).sum())
-        16
     """
     height, width = int(height), int(width)
     if height <= 0 or width <= 0:

@@ -199,10 +199,5 @@ def clip_points(points: np.ndarray, x0: float, y0: float, x1: float, y1: float) 
 
 
 def clip_polygon(polygon: np.ndarray, x0: float, y0: float, x1: float, y1: float) -> np.ndarray:
-    """Clip a flat polygon to [x0, x1] x [y0, y1]; may return an empty array.
-
-    Example:
-        >>> polygon_area(clip_polygon(np.array([-2.0, 0, 2, 0, 2, 2, -2, 2]), 0, 0, 5, 5))
-        4.0
-    """
+    """Clip a flat polygon to [x0, x1] x [y0, y1]; may return an empty array."""
     return clip_points(polygon.reshape(-1, 2), x0, y0, x1, y1).reshape(-1)

@@ -75,12 +75,7 @@ def _flat(transforms: Transform | Sequence[Transform]) -> list[Transform]:
 
 def reduced_decode_size(transforms: Transform | Sequence[Transform]) -> tuple[int, int] | None:
     """The output size when a plan of flips and one resize shrinks 2x or more on both sides
-    (a JPEG can then be decoded at reduced scale); None for any other plan.
-
-    Example:
-        >>> reduced_decode_size([ResizeTransform(400, 600, 100, 150), HFlipTransform(150)])
-        (100, 150)
-    """
+    (a JPEG can then be decoded at reduced scale); None for any other plan."""
     flat = _flat(transforms)
     if any(type(t) not in _FUSABLE for t in flat):
         return None
