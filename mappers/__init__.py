@@ -26,6 +26,7 @@ from .errors import (
     ImageReadError,
     ImageSizeMismatchError,
     ImageTooLargeError,
+    KeypointFlipError,
     MapFuncPickleError,
     MapperArgumentError,
     PipelineStepError,
@@ -36,7 +37,6 @@ from .errors import (
 )
 from .image_io import ImageLimits, get_image_limits, read_image, set_image_limits
 from .instances import Instances
-from .keypoint_flip import KeypointFlipError
 from .torchvision_targets import TorchvisionTargetError
 from .transforms import TransformError
 

@@ -1,12 +1,5 @@
 """A record's annotations, transformed with its image, as training :class:`Instances`.
 
-The annotation format is detectron2's: ``bbox`` + ``bbox_mode``, ``category_id``, optional
-``segmentation`` (flat polygons, a COCO RLE dict or an HxW mask), ``keypoints`` (flat
-``[x, y, v] * K``), ``iscrowd``. :func:`transform_instance_annotations` moves one annotation,
-:func:`annotations_to_instances` builds the targets, :func:`filter_empty_instances` drops
-empty ones; :class:`InstanceOptions` joins the three for a mapper, with a vectorized path for
-boxes-only targets (bit-identical to the general one).
-
 Example:
     >>> from mappers.transforms import HFlipTransform
     >>> anno = {"bbox": [10, 10, 190, 290], "bbox_mode": BoxMode.XYWH_ABS, "category_id": 0}
@@ -26,18 +19,20 @@ import torch
 
 from catalog.box_mode import BoxMode
 from catalog.errors import RecordFormatError
+from catalog.metadata import MetadataCatalog
 
+from .errors import KeypointFlipError
 from .geometry_checks import (
     boxes_xyxy,
     check_keypoints,
     coordinate_bound,
     input_size_of,
     polygons_as_arrays,
+    polygons_to_bitmask,
+    rle_to_bitmask,
 )
 from .geometry_checks import where as _where
 from .instances import Instances
-from .keypoint_flip import KeypointFlipError
-from .mask_rasterize import polygons_to_bitmask, rle_to_bitmask
 from .structures import BitMasks, Boxes, Keypoints, PolygonMasks, RotatedBoxes
 from .transforms.transform import HFlipTransform, Transform, TransformList
 
@@ -46,6 +41,7 @@ __all__ = [
     "annotations_to_instances",
     "annotations_to_instances_rotated",
     "annotations_to_training_instances",
+    "create_keypoint_hflip_indices",
     "filter_empty_instances",
     "transform_annotations",
     "transform_instance_annotations",
@@ -145,10 +141,6 @@ def transform_instance_annotations(
     RLE dicts and masks are decoded to HxW masks and moved; keypoints as
     :func:`transform_keypoint_annotations`. ``image_size`` is (h, w) after the transforms;
     ``context`` (e.g. the file name) starts error messages.
-
-    Raises:
-        RecordFormatError: a missing or malformed key (named).
-        KeypointFlipError: flipped keypoints without valid flip indices.
     """
     _transform_many(
         [annotation],
@@ -315,11 +307,6 @@ def annotations_to_instances(
     ``gt_boxes`` (Boxes, float32 XYXY_ABS), ``gt_classes`` (int64), with segmentations
     ``gt_masks`` (PolygonMasks for ``mask_format="polygon"``, BitMasks for ``"bitmask"``), with
     keypoints ``gt_keypoints`` (Keypoints), as detectron2 fills them.
-
-    Raises:
-        ValueError: an unknown mask_format.
-        RecordFormatError: a missing or malformed key; some annotations with a segmentation or
-            keypoints and others without; an RLE with ``mask_format="polygon"``.
 
     Example:
         >>> inst = annotations_to_instances([], (10, 20))
@@ -585,9 +572,6 @@ class InstanceOptions:
 
     Segmentation is dropped unless ``use_instance_mask``, keypoints unless ``use_keypoint``;
     ``recompute_boxes`` replaces the boxes by the tight boxes of the transformed masks.
-
-    Raises:
-        ValueError: an unknown mask format, or ``recompute_boxes`` without masks.
     """
 
     def __init__(
@@ -676,3 +660,75 @@ def annotations_to_training_instances(
     return InstanceOptions("annotations_to_training_instances", **options).instances(
         annotations, transforms, image_size, file_name=file_name, filter_empty=filter_empty
     )
+
+
+def create_keypoint_hflip_indices(dataset_names_or_metadata: Any) -> np.ndarray:
+    """Indices that swap left/right keypoints (``flipped = keypoints[indices]``), from the
+    ``keypoint_names`` and ``keypoint_flip_map`` of dataset names or metadata (all alike).
+
+    Example:
+        >>> meta = {"keypoint_names": ["a_left", "a_right"],
+        ...         "keypoint_flip_map": [("a_left", "a_right")]}
+        >>> create_keypoint_hflip_indices(meta).tolist()
+        [1, 0]
+    """
+    items = dataset_names_or_metadata
+    if isinstance(items, (str, Mapping)) or not isinstance(items, (list, tuple)):
+        items = [items]
+    if len(items) == 0:
+        raise KeypointFlipError("create_keypoint_hflip_indices: no dataset given")
+    result: np.ndarray | None = None
+    first_label = ""
+    for item in items:
+        label, names, flip_map = _keypoint_metadata(item)
+        indices = _flip_indices(label, names, flip_map)
+        if result is None:
+            result, first_label = indices, label
+        elif not np.array_equal(result, indices):
+            raise KeypointFlipError(
+                f"datasets {first_label} and {label} have different keypoint_names / "
+                "keypoint_flip_map; they cannot share keypoint flip indices"
+            )
+    return result  # type: ignore[return-value]
+
+
+def _keypoint_metadata(item: Any) -> tuple[str, Any, Any]:
+    if isinstance(item, str):
+        meta: Any = MetadataCatalog.get(item)
+        label = repr(item)
+    else:
+        meta = item
+        name = meta.get("name", None) if hasattr(meta, "get") else None
+        label = repr(name) if name else f"<{type(item).__name__}>"
+    if not hasattr(meta, "get"):
+        raise KeypointFlipError(
+            "create_keypoint_hflip_indices: expected a dataset name or metadata, got "
+            f"{type(item).__name__}"
+        )
+    names = meta.get("keypoint_names", None)
+    flip_map = meta.get("keypoint_flip_map", None)
+    for key, value in (("keypoint_names", names), ("keypoint_flip_map", flip_map)):
+        if value is None:
+            raise KeypointFlipError(f"metadata of dataset {label} has no key {key!r}")
+    return label, names, flip_map
+
+
+def _flip_indices(label: str, names: Sequence[str], flip_map: Any) -> np.ndarray:
+    names = list(names)
+    pairs = list(flip_map.items()) if isinstance(flip_map, Mapping) else list(flip_map)
+    swap: dict[str, str] = {}
+    for pair in pairs:
+        if len(pair) != 2:
+            raise KeypointFlipError(
+                f"metadata of dataset {label}: key 'keypoint_flip_map' entry {pair!r} is not a pair"
+            )
+        a, b = pair
+        for n in (a, b):
+            if n not in names:
+                raise KeypointFlipError(
+                    f"metadata of dataset {label}: key 'keypoint_flip_map' names {n!r}, which is "
+                    f"not in keypoint_names {names}"
+                )
+        swap[a], swap[b] = b, a
+    position = {n: i for i, n in enumerate(names)}
+    return np.array([position[swap.get(n, n)] for n in names], dtype=np.int64)

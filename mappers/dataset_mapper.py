@@ -1,18 +1,7 @@
 """DatasetMapper: record dict -> model input, and the Compose steps it is a preset of.
 
-One record's trip through :class:`DatasetMapper` (read :meth:`DatasetMapper.__call__` top to
-bottom): copy the record; read the image and check its size against the record's
-``height``/``width``; draw and apply the augmentations; in training, transform the non-crowd
-annotations the same way and build ``instances`` (empty ones filtered); precomputed
-proposals when asked; the image as a CHW uint8 tensor (a view of the augmented HWC array).
-
-When every augmentation reads only the image's shape (resizes, flips, crops), the transforms
-are drawn from the record's height/width before decoding, so a JPEG can be decoded at reduced
-scale (``reduced_decode``) and flipped before it is resized (:class:`PlannedLoad`).
-
-The same steps (``LoadImage``, ``ApplyAugmentations``, ``AnnotationsToInstances``,
-``LoadProposals``, ``ToTensor``) make mmengine-style :class:`Compose` pipelines, by object or
-by name through :data:`TRANSFORMS`.
+The steps (``LoadImage``, ``ApplyAugmentations``, ``AnnotationsToInstances``,
+``LoadProposals``, ``ToTensor``) also make mmengine-style :class:`Compose` pipelines.
 
 Example:
     >>> from mappers import transforms as T
@@ -39,11 +28,14 @@ from catalog.registry import Registry
 from catalog.validation import check_int
 
 from . import transforms as T
-from .annotations import InstanceOptions, annotations_to_training_instances
+from .annotations import (
+    InstanceOptions,
+    annotations_to_training_instances,
+    create_keypoint_hflip_indices,
+)
 from .datasets import unwrap, wrap_for_pickling
 from .errors import ImageReadError, MapperArgumentError, PipelineStepError
 from .instances import Instances
-from .keypoint_flip import create_keypoint_hflip_indices
 from .image_io import (
     check_image_size,
     image_to_tensor,
@@ -411,10 +403,6 @@ class Compose:
     dicts of :data:`TRANSFORMS`; a LoadImage directly followed by ApplyAugmentations runs as
     one :class:`PlannedLoad`.
 
-    Raises:
-        RegistryKeyError: (a KeyError) an unknown step name; lists close matches.
-        PipelineStepError: (a TypeError) an entry that is neither, or wrong arguments.
-
     Example:
         >>> pipe = Compose([lambda d: {**d, "x": 1}, lambda d: d if d["x"] else None])
         >>> pipe({"file_name": "a.jpg"})
@@ -477,12 +465,11 @@ _INSTANCE_OPTIONS = ("use_instance_mask", "use_keypoint", "instance_mask_format"
                      "keypoint_hflip_indices", "recompute_boxes")
 
 
-def _is_flag(value: Any) -> bool:
-    return type(value).__name__ in ("bool", "bool_") or (isinstance(value, int) and value in (0, 1))
-
-
 def _check_flag(value: Any, name: str, hint: str = "") -> bool:
-    if not _is_flag(value):
+    is_flag = type(value).__name__ in ("bool", "bool_") or (
+        isinstance(value, int) and value in (0, 1)
+    )
+    if not is_flag:
         raise MapperArgumentError(
             f"DatasetMapper: {name} must be True or False{hint}, got "
             f"{type(value).__name__} {value!r}",
@@ -558,26 +545,9 @@ class DatasetMapper:
     Called as ``DatasetMapper(is_train, augmentations=[...], ...)`` or
     ``DatasetMapper(cfg, is_train=True)`` (keywords beside a config override it).
 
-    Args:
-        is_train: training keeps annotations (as ``instances``); inference drops them.
-        augmentations: augmentations (or transforms) applied in order.
-        image_format: "RGB", "BGR" or "L".
-        use_instance_mask / use_keypoint: build ``gt_masks`` / ``gt_keypoints``.
-        instance_mask_format: "polygon" or "bitmask".
-        keypoint_hflip_indices: keypoint permutation after a horizontal flip.
-        recompute_boxes: boxes from the transformed masks (needs ``use_instance_mask``).
-        precomputed_proposal_topk: keep this many of the record's proposals as ``proposals``.
-        skip_bad_images / skip_bad_annotations: return None (MapDataset uses another record)
-            for an unreadable image / a malformed annotation, counted in :attr:`num_skipped`.
-        decoder: force a JPEG decoder (see :func:`~mappers.image_io.read_image`).
-        reduced_decode: when the augmentations shrink the image at least 2x, decode the JPEG
-            at 1/2, 1/4 or 1/8 scale (pixels close to, not equal to, a full decode).
-
-    Raises:
-        MapperArgumentError: (a TypeError) an unknown keyword, a missing augmentations list,
-            a flag that is not a bool.
-        ValueError: an invalid option value or combination.
-        ImageSizeMismatchError: (from a call) the image's size differs from the record's.
+    ``skip_bad_images`` / ``skip_bad_annotations`` return None (MapDataset uses another
+    record), counted in :attr:`num_skipped`; ``reduced_decode`` decodes a JPEG at 1/2, 1/4 or
+    1/8 scale when the augmentations shrink it that much (close to, not equal to, full decode).
 
     Example:
         >>> DatasetMapper({"INPUT": {"MIN_SIZE_TEST": 600}}, is_train=False).augmentations
@@ -616,16 +586,12 @@ class DatasetMapper:
         logger.info("DatasetMapper in %s mode, augmentations: %s", mode, self.augmentations)
 
     def __call__(self, dataset_dict: dict[str, Any]) -> dict[str, Any] | None:
-        """Map one record (left unmodified); None for a skipped record.
-
-        Returns the record's keys plus ``image`` (CHW uint8), ``sem_seg`` when the record
-        names one, in training ``instances``, and ``proposals`` when asked.
-        """
-        # copy the record, read the image, check its size, draw and apply the augmentations
+        """Map one record (left unmodified) to its keys plus ``image`` (CHW uint8), ``sem_seg``,
+        ``instances`` (training), ``proposals``; None for a skipped record."""
         sample = self._read_and_augment(dataset_dict)
         if sample is None:
             return None
-        if self.is_train:  # annotations, transformed like the image, to Instances
+        if self.is_train:
             sample = self._instances(sample)
             if sample is None:
                 return None
@@ -641,10 +607,6 @@ class DatasetMapper:
     def from_config(cls, cfg: Any, is_train: bool = True) -> dict[str, Any]:
         """The keyword arguments a detectron2-style config gives (yacs, OmegaConf or a nested
         dict; detectron2's defaults for absent keys), as detectron2's ``from_config``.
-
-        Raises:
-            ValueError: a config value out of range (named with its key).
-            KeypointFlipError: KEYPOINT_ON and the training datasets lack a keypoint flip map.
 
         Example:
             >>> kwargs = DatasetMapper.from_config({"MODEL": {"MASK_ON": True}}, True)

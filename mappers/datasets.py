@@ -1,12 +1,8 @@
 """Datasets over record lists: DatasetFromList, MapDataset (seeded, bounded refetch) and
 detectron2's ToIterableDataset.
 
-``MapDataset`` applies a mapper to every record; a mapper returning None means "use another
-record". Attempt ``a`` of a request draws its replacement from the sample's own generator
-(:mod:`mappers.random_state`: from (seed, global position, a) inside a catmap loader, from
-(seed, index, a) without one), so the result depends on nothing else: not on the worker, the
-number of workers, earlier failures or a resume. ``max_refetch`` failures in a row raise
-:class:`~mappers.errors.RefetchExhaustedError` instead of looping forever.
+A mapper returning None means "use another record", drawn from the sample's own generator
+(:mod:`mappers.random_state`); ``max_refetch`` failures in a row raise RefetchExhaustedError.
 
 Example:
     >>> ds = MapDataset(DatasetFromList([{"file_name": "a.jpg"}]), lambda r: r["file_name"])
@@ -59,8 +55,6 @@ logger = logging.getLogger(__name__)
 #: Default number of other indices MapDataset tries after a record maps to None.
 DEFAULT_MAX_REFETCH = 100
 _LAST_FAILED_SHOWN = 10
-
-
 
 
 def needs_by_value(fn: Any) -> bool:
@@ -123,8 +117,6 @@ def wrap_for_pickling(fn: Callable[..., Any]) -> Callable[..., Any]:
 def unwrap(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The callable inside a :class:`PicklableCallable` (or ``fn`` itself)."""
     return fn.fn if isinstance(fn, PicklableCallable) else fn
-
-
 
 
 @runtime_checkable
@@ -253,8 +245,6 @@ class DatasetFromList(data.Dataset):
         return f"DatasetFromList({len(self)} records, serialized={self._serialized})"
 
 
-
-
 class _Failures:
     """Failure counts of one process (reset after fork, not pickled), for warnings only."""
 
@@ -275,10 +265,8 @@ def _describe(index: int, record: Any) -> str:
 class MapDataset(data.Dataset):
     """``ds[i]`` is ``map_func(dataset[i])``; a None result is replaced by another record's.
 
-    Replacement indices come from the sample's attempt generators (module docstring);
-    ``max_refetch + 1`` None results in a row raise RefetchExhaustedError (a RuntimeError naming
-    the index and file). ``seed`` (default: from ``torch.initial_seed()``) is used outside a
-    sample-seeded loader. An IterableDataset gives a :class:`MapIterableDataset`.
+    ``max_refetch + 1`` None results in a row raise RefetchExhaustedError; ``seed`` (default
+    from ``torch.initial_seed()``) is used outside a sample-seeded loader.
 
     Example:
         >>> ds = MapDataset([1, 2, 3, 4], lambda x: x * 10 if x % 2 == 0 else None, seed=0)
@@ -454,8 +442,6 @@ class MapIterableDataset(MapDataset, data.IterableDataset):
 
     def __repr__(self) -> str:
         return f"MapDataset({self._dataset!r}, {self.map_func!r}, iterable)"
-
-
 
 
 class ToIterableDataset(data.IterableDataset):

@@ -12,6 +12,7 @@ __all__ = [
     "ImageReadError",
     "ImageSizeMismatchError",
     "ImageTooLargeError",
+    "KeypointFlipError",
     "MapFuncPickleError",
     "MapperArgumentError",
     "PipelineStepError",
@@ -21,6 +22,10 @@ __all__ = [
     "UnsupportedImageFormatError",
     "add_context",
 ]
+
+
+class KeypointFlipError(CatmapError, ValueError):
+    """Keypoint flip indices are missing, malformed, or cannot be built from the metadata."""
 
 
 class RefetchExhaustedError(CatmapError, RuntimeError):
@@ -109,12 +114,7 @@ class StructureIndexError(CatmapError, IndexError):
 
 def add_context(exc: BaseException, context: str) -> None:
     """Append ``[context]`` to ``exc``'s message in place, keeping its type and fields (a note
-    for an ``OSError`` or an exception whose args are not one message).
-
-    Example:
-        >>> error = ValueError("bad box"); add_context(error, "index 3"); str(error)
-        'bad box [index 3]'
-    """
+    for an ``OSError`` or an exception whose args are not one message)."""
     args = exc.args
     if not isinstance(exc, OSError) and len(args) == 1 and isinstance(args[0], str):
         exc.args = (f"{args[0]} [{context}]",)

@@ -1,15 +1,7 @@
 """Checks on annotation values from records, run before native code (pycocotools) sees them.
 
-pycocotools works in C without bounds checks: a polygon coordinate of 1e9 overflows its
-integers, RLE runs adding up to more than h * w write past the mask, an RLE size of
-100000 x 100000 allocates 10 GB. Each check here raises
-:class:`~catalog.errors.RecordFormatError` naming the annotation and the key: polygon
-coordinates finite and within ``4 * max(h, w) + 64``; RLE size equal to the image's (or under
-the pixel limit), counts non-negative and adding up to h * w; keypoints finite.
-
-Example:
-    >>> coordinate_bound(480, 640)  # the largest |x| or |y| of a polygon on a 480x640 image
-    2624.0
+pycocotools has no bounds checks (huge coordinates overflow, bad RLE runs write past the
+mask); each check raises :class:`~catalog.errors.RecordFormatError` naming annotation and key.
 """
 
 from __future__ import annotations
@@ -20,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from catalog.box_mode import BoxMode
-from catalog.errors import RecordFormatError
+from catalog.errors import RecordFormatError, missing_dependency
 from catalog.validation import is_int
 
-from .image_io import get_max_image_pixels
+from .image_io import get_image_limits
 from .structure_common import is_flat_polygon
 from .transforms import transform as tf
 
@@ -39,6 +31,8 @@ __all__ = [
     "decode_rle_counts",
     "input_size_of",
     "polygons_as_arrays",
+    "polygons_to_bitmask",
+    "rle_to_bitmask",
     "where",
 ]
 
@@ -165,7 +159,7 @@ def check_rle(
             f"{where}: key 'segmentation' RLE has size {[height, width]}, the image is "
             f"{list(image_size)}"
         )
-    limit = get_max_image_pixels()
+    limit = get_image_limits().max_pixels
     if limit is not None and height * width > limit:
         raise RecordFormatError(
             f"{where}: key 'segmentation' RLE size {[height, width]} is over the pixel limit "
@@ -305,3 +299,57 @@ def boxes_xyxy(annotations: Sequence[Mapping[str, Any]], where: Callable[[int], 
                 f"numbers ({exc})"
             ) from None
     return boxes
+
+
+def _mask_utils(purpose: str) -> Any:
+    try:
+        from pycocotools import mask as mask_utils
+    except ImportError:
+        raise missing_dependency("pycocotools", "coco", purpose) from None
+    return mask_utils
+
+
+def rle_to_bitmask(
+    rle: Mapping[str, Any],
+    *,
+    context: str | None = None,
+    image_size: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """Decode a COCO RLE dict to an HxW uint8 mask, checked first (size against
+    ``image_size`` and the pixel limit, runs adding up).
+    """
+    mask_utils = _mask_utils("decoding an RLE segmentation")
+    name = where(context, rle)
+    height, width, counts = check_rle(rle, name, image_size)
+    try:
+        if isinstance(counts, list):
+            encoded = mask_utils.frPyObjects(
+                {"size": [height, width], "counts": counts}, height, width
+            )
+        else:
+            encoded = {"size": [height, width], "counts": counts}
+        mask = mask_utils.decode(encoded)
+    except (TypeError, ValueError) as exc:
+        raise RecordFormatError(f"{name}: cannot decode RLE segmentation ({exc})") from exc
+    return np.ascontiguousarray(mask, dtype=np.uint8)
+
+
+def polygons_to_bitmask(
+    polygons: Sequence[Any], height: int, width: int, *, context: str | None = None
+) -> np.ndarray:
+    """Rasterize flat polygons into one HxW uint8 mask (COCO's rasterizer), coordinates
+    checked first: pycocotools crashes the process on huge values.
+    """
+    height, width = int(height), int(width)
+    if height <= 0 or width <= 0:
+        raise ValueError(
+            f"polygons_to_bitmask: the mask size must be positive, got {height}x{width}"
+        )
+    if len(polygons) == 0:
+        return np.zeros((height, width), dtype=np.uint8)
+    mask_utils = _mask_utils("rasterizing polygons into a bitmask")
+    arrays = polygons_as_arrays(
+        polygons, context or "polygons_to_bitmask", bound=coordinate_bound(height, width)
+    )
+    rles = mask_utils.frPyObjects([p.tolist() for p in arrays], height, width)
+    return np.ascontiguousarray(mask_utils.decode(mask_utils.merge(rles)), dtype=np.uint8)

@@ -1,14 +1,8 @@
 """Image reading: a record's file -> bytes -> one decoder per format -> an HWC array.
 
-Trust by construction, every bound in one :class:`ImageLimits`: a file is opened
-non-blocking and read only if it is a regular file (a FIFO, device or directory is an
-:class:`ImageReadError`, never a hang), at most ``max_bytes`` of it; a URL only under a
-remote root the user set, with timeouts. The format is chosen by the first bytes from an
-allowlist (JPEG, PNG, BMP, TIFF, WebP, GIF) and only that Pillow plugin opens it: EPS/PS/PDF
-never reach a decoder. Work is bounded from the header before any pixel is decoded: pixels,
-and pixels x scans for progressive JPEGs. JPEGs decode with simplejpeg when installed
-(straight into RGB/BGR/gray), else Pillow; other formats with Pillow. EXIF orientation is
-applied as ``ImageOps.exif_transpose`` does.
+Every bound is in one :class:`ImageLimits`: only regular files (never a hang on a FIFO), at
+most ``max_bytes``, URLs only under a remote root; the format is sniffed from an allowlist and
+pixels (x scans for progressive JPEGs) are bounded from the header before decoding.
 """
 
 from __future__ import annotations
@@ -71,11 +65,8 @@ _UNSET: Any = object()
 @dataclass(frozen=True)
 class ImageLimits:
     """Every bound on reading one image; None removes one. The defaults are far above COCO,
-    LVIS, Cityscapes (2048x1024) and Objects365 photos.
-
-    ``max_decode_work`` bounds pixels x scans of a progressive JPEG (2**29 = 50 megapixels x
-    10 scans; each scan is a pass over every pixel, and a 1 MB file can hold thousands).
-    ``remote_roots``: URL prefixes under which URLs may be read (none by default).
+    LVIS, Cityscapes and Objects365 photos. ``max_decode_work`` bounds pixels x scans of a
+    progressive JPEG; ``remote_roots``: URL prefixes under which URLs may be read.
 
     Example:
         >>> set_image_limits(remote_roots=("s3://my-bucket/",))  # doctest: +SKIP
@@ -471,23 +462,9 @@ def read_image(file_name: str | os.PathLike[str], format: str | None = None, *,
                keep_16bit: bool = False, max_bytes: int | None = _UNSET) -> np.ndarray:
     """Read an image file into an HWC array with its EXIF orientation applied (detectron2).
 
-    Args:
-        file_name: a local path, or a URL under a remote root (:class:`ImageLimits`).
-        format: "RGB" (default, also None), "BGR", "L" (HxWx1) or "YUV-BT.601" (float32).
-        min_size: (height, width) the caller will shrink to; a JPEG at least 2x larger may
-            decode at 1/2, 1/4 or 1/8 scale (never below it). The returned shape tells.
-        decoder: force the JPEG decoder ("simplejpeg", "pillow"); default the fastest.
-        expected_size: (height, width) the oriented image must have, checked from the header.
-        max_pixels, max_bytes: override the :class:`ImageLimits` ones for this call.
-        keep_16bit: return uint16 for 16-bit gray images instead of scaling them to 8 bits.
-
-    Raises:
-        ImageNotFoundError: (a FileNotFoundError) the file does not exist.
-        ImageTooLargeError: over a limit (pixels, bytes or decode work), before decoding.
-        ImageReadError: (an OSError) unreadable, not a regular file, not an allowed format,
-            or undecodable; names the file.
-        ImageSizeMismatchError: (a ValueError) the size differs from ``expected_size``.
-        UnsupportedImageFormatError: (a ValueError) an unknown ``format``.
+    ``format``: "RGB" (default), "BGR", "L" (HxWx1) or "YUV-BT.601" (float32). ``min_size``:
+    the (h, w) the caller shrinks to; a JPEG 2x larger may decode at 1/2, 1/4 or 1/8 scale.
+    ``expected_size`` is checked from the header; ``keep_16bit`` keeps 16-bit gray as uint16.
 
     Example:
         >>> read_image("photo.jpg", "BGR").shape  # doctest: +SKIP
@@ -507,7 +484,7 @@ def read_segmentation(file_name: str | os.PathLike[str]) -> np.ndarray:
     data = read_file_bytes(path)
     try:
         with _plugins()[_sniff(data, path)](io.BytesIO(data)) as img:
-            _check_pixels(img.size[1], img.size[0], path, get_max_image_pixels())
+            _check_pixels(img.size[1], img.size[0], path, get_image_limits().max_pixels)
             img.load()
             if img.mode in ("L", "P"):
                 return np.array(img, dtype=np.uint8)
@@ -543,7 +520,7 @@ def record_image_size(record: dict[str, Any]) -> tuple[int, int] | None:
         height, width = (
             check_int(record[key], f"key {key!r}", minimum=1, maximum=MAX_IMAGE_SIDE,
                       error=RecordFormatError, where=where) for key in ("height", "width"))
-    limit = get_max_image_pixels()
+    limit = get_image_limits().max_pixels
     if limit is not None and height * width > limit:
         raise RecordFormatError(
             f"record ({record_name(record)}): keys 'height' x 'width' = {height} x {width} = "

@@ -1,21 +1,9 @@
 """Where a sample's randomness comes from: every generator a sample is mapped with.
 
-A training loader gives each sample a seed from the loader's seed and the sample's global
-stream position (the same for any rank or worker count)::
-
-    s   = sample_seed(seed, position)       # or index_sample_seed(MapDataset.seed, index)
-    s_a = attempt_seed(s, a)                # s for a = 0
-    g_a = numpy.random.default_rng(s_a)
-
-Attempt 0 maps the requested record; when the mapper returns None, attempt ``a >= 1`` draws
-the replacement index from ``g_a`` and maps it with ``g_a``. Augmentations draw from
-:func:`get_generator` (``g_a`` inside :func:`sample_scope`); the global RNGs are seeded from
-``s_a`` too, for user code that uses them, and restored afterwards in the main process. So a
-sample depends only on (seed, position, attempt), never on workers, failures or resume.
-
-Outside a sample, :func:`get_generator` returns the ``use_generator`` override, else this
-process's generator (seeded from ``torch.initial_seed()`` unless :func:`seed_generator` was
-called; re-created after a fork or a new ``torch.manual_seed``).
+Attempt ``a`` of a sample draws from ``default_rng(attempt_seed(sample_seed(seed, position),
+a))`` (augmentations, the refetch index and the seeded global RNGs), so a sample depends only
+on (seed, position, attempt), never on workers, failures or resume. Outside a sample,
+:func:`get_generator` is the ``use_generator`` override, else this process's generator.
 
 Example:
     >>> with sample_scope(sample_seed(0, 5), seed_globals=False):
@@ -97,11 +85,7 @@ def seed_generator(seed: int) -> None:
 
 @contextlib.contextmanager
 def use_generator(rng: np.random.Generator | None) -> Iterator[np.random.Generator]:
-    """Make augmentations draw from ``rng`` inside the block (None: no change); thread-local.
-
-    Raises:
-        TypeError: ``rng`` is not a ``numpy.random.Generator``.
-    """
+    """Make augmentations draw from ``rng`` inside the block (None: no change); thread-local."""
     if rng is None:
         yield get_generator()
         return
@@ -220,11 +204,8 @@ def _restore_global_rngs(saved: tuple[object, bytes | tuple, torch.Tensor]) -> N
 
 @contextlib.contextmanager
 def sample_scope(seed: int, *, seed_globals: bool = True) -> Iterator[SampleRandomness]:
-    """Map one sample with the randomness of its seed (see the module docstring).
-
-    An enclosing ``use_generator`` is set aside (one opened inside wins). Outside a DataLoader
-    worker the global RNG states are restored when the block ends.
-    """
+    """Map one sample with the randomness of its seed; outside a DataLoader worker the global
+    RNG states are restored when the block ends."""
     saved = _save_global_rngs() if seed_globals and get_worker_info() is None else None
     try:
         sample = SampleRandomness(seed, seed_globals=seed_globals)

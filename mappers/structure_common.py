@@ -1,5 +1,5 @@
-"""What ``Instances`` and the structures share: index normalization, input conversion, row
-selection, the argument check of ``cat`` and the test for an already-checked flat polygon.
+"""What ``Instances``, the structures and the transforms share: index normalization, input
+conversion, row selection, the argument check of ``cat``, flat polygon area and clipping.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ __all__ = [
     "as_index",
     "as_tensor_of",
     "check_cat_parts",
+    "clip_points",
+    "clip_polygon",
     "is_flat_polygon",
     "is_int_index",
+    "polygon_area",
     "select_rows",
     "TensorRows",
 ]
@@ -158,3 +161,43 @@ class TensorRows:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(num_instances={len(self)})"
+
+
+def polygon_area(polygon: np.ndarray) -> float:
+    """Area of one flat polygon by the shoelace formula (absolute value)."""
+    x, y = polygon[0::2], polygon[1::2]
+    return 0.5 * abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1))))
+
+
+def _clip_axis(points: np.ndarray, axis: int, bound: float, keep_above: bool) -> np.ndarray:
+    """One Sutherland-Hodgman pass of an Nx2 closed polygon against x or y = bound."""
+    if len(points) == 0:
+        return points
+    values = points[:, axis]
+    inside = values >= bound if keep_above else values <= bound
+    if inside.all() or not inside.any():
+        return points if inside.all() else points[:0]
+    nxt = np.roll(points, -1, axis=0)
+    crosses = inside != np.roll(inside, -1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(crosses, (bound - values) / (nxt[:, axis] - values), 0.0)
+    crossing = points + t[:, None] * (nxt - points)
+    crossing[:, axis] = bound
+    stacked = np.stack([points, crossing], axis=1).reshape(-1, 2)
+    return stacked[np.stack([inside, crosses], axis=1).reshape(-1)]
+
+
+def clip_points(points: np.ndarray, x0: float, y0: float, x1: float, y1: float) -> np.ndarray:
+    """Clip an Nx2 closed polygon to [x0, x1] x [y0, y1]: ``points`` itself when nothing is cut,
+    0x2 when nothing is left; pieces stay one polygon joined along the border (same mask).
+    """
+    for axis, bound, above in ((0, x0, True), (0, x1, False), (1, y0, True), (1, y1, False)):
+        points = _clip_axis(points, axis, bound, above)
+        if len(points) == 0:
+            break
+    return points
+
+
+def clip_polygon(polygon: np.ndarray, x0: float, y0: float, x1: float, y1: float) -> np.ndarray:
+    """Clip a flat polygon to [x0, x1] x [y0, y1]; may return an empty array."""
+    return clip_points(polygon.reshape(-1, 2), x0, y0, x1, y1).reshape(-1)

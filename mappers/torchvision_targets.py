@@ -1,11 +1,8 @@
 """Mapped samples as the inputs of torchvision's detection models.
 
-torchvision takes float images in ``[0, 1]`` and target dicts: ``boxes`` (float32 Nx4 XYXY),
-``labels`` (int64), optionally ``masks`` (uint8 NxHxW) and ``keypoints`` (float32 NxKx3).
-Faster / Mask / Keypoint R-CNN and SSD reserve label 0 for the background, RetinaNet and FCOS
-do not; catmap's ``category_id`` starts at 0. So ``label_offset`` has no default: pass 1 for a
-model with a background class (``num_classes = classes + 1``), 0 otherwise; forgetting it
-would silently train the first class as background.
+``label_offset`` has no default: pass 1 for a model with a background class (Faster / Mask /
+Keypoint R-CNN, SSD), 0 otherwise (RetinaNet, FCOS); forgetting it would silently train the
+first class as background.
 
 Example:
     >>> from mappers import Instances
@@ -29,7 +26,7 @@ import torch
 from catalog.errors import CatmapError
 from catalog.validation import is_int
 
-from .mask_rasterize import polygons_to_bitmask
+from .geometry_checks import polygons_to_bitmask
 
 __all__ = ["TorchvisionTargetError", "to_torchvision_batch", "to_torchvision_detection"]
 
@@ -163,15 +160,8 @@ def to_torchvision_detection(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """One mapped sample as ``(image, target)`` for a torchvision detection model.
 
-    ``image`` may be uint8 (scaled to [0, 1]) or float (taken as is); ``instances`` fields may
-    be tensors or structures (Boxes, BitMasks, PolygonMasks, Keypoints); a sample without
-    ``instances`` gets an empty target. ``label_offset`` is added to ``gt_classes`` (see the
-    module docstring); ``drop_degenerate`` drops boxes without width or height (torchvision
-    rejects them); ``device`` moves image and target there.
-
-    Raises:
-        TypeError / ValueError: ``label_offset`` is not an int >= 0.
-        TorchvisionTargetError: a field of the wrong shape or type.
+    A uint8 image is scaled to [0, 1]; ``label_offset`` is added to ``gt_classes``;
+    ``drop_degenerate`` drops boxes without width or height (torchvision rejects them).
     """
     offset = _check_offset(label_offset)
     if not isinstance(sample, Mapping):

@@ -13,12 +13,13 @@ from catalog import BoxMode
 from catalog.errors import RecordFormatError
 from mappers import annotations_to_instances, transform_instance_annotations
 from mappers.annotations import transform_annotations
-from mappers.mask_rasterize import polygons_to_bitmask, rle_to_bitmask
 from mappers.geometry_checks import (
     check_rle,
     coordinate_bound,
     decode_rle_counts,
     input_size_of,
+    polygons_to_bitmask,
+    rle_to_bitmask,
 )
 from mappers.transforms import (
     CropTransform,
@@ -68,7 +69,7 @@ def test_rle_runs_past_the_mask_are_refused_in_a_subprocess():
     result = _run_isolated(
         """
         from catalog.errors import RecordFormatError
-        from mappers.mask_rasterize import rle_to_bitmask
+        from mappers.geometry_checks import rle_to_bitmask
         for rle in ({"size": [5, 6], "counts": [1, 2, 100000]},
                     {"size": [5, 6], "counts": "0" + "Z" * 6 + "1"}):
             try:

@@ -10,8 +10,13 @@ import torch
 from mappers import transforms as T
 from mappers.dataset_mapper import AnnotationsToInstances
 from mappers.instances import Instances
-from mappers.polygon_geometry import clip_points, clip_polygon, polygon_area
-from mappers.structure_common import check_cat_parts, select_rows
+from mappers.structure_common import (
+    check_cat_parts,
+    clip_points,
+    clip_polygon,
+    polygon_area,
+    select_rows,
+)
 from mappers.structures import (
     BitMasks,
     Boxes,

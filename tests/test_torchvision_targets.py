@@ -92,7 +92,7 @@ def test_empty_instances_and_a_sample_without_instances():
 def test_masks_from_bitmask_tensors_polygons_and_structures():
     square = [np.array([1.0, 1.0, 5.0, 1.0, 5.0, 6.0, 1.0, 6.0])]
     strip = [np.array([2.0, 0.0, 9.0, 0.0, 9.0, 3.0, 2.0, 3.0])]
-    from mappers.mask_rasterize import polygons_to_bitmask
+    from mappers.geometry_checks import polygons_to_bitmask
 
     expected = torch.from_numpy(
         np.stack([polygons_to_bitmask(square, 8, 10), polygons_to_bitmask(strip, 8, 10)])

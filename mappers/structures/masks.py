@@ -1,10 +1,6 @@
 """Instance masks with detectron2's semantics: PolygonMasks (per instance, flat float64
 polygons on the CPU), BitMasks (NxHxW bool), ROIMasks (NxMxM inside boxes) and pasting.
 
-``BitMasks.crop_and_resize`` samples with ROIAlign (``aligned=True``, adaptive sampling,
-thresholded at 0.5) as detectron2's mask targets; ``PolygonMasks.crop_and_resize``
-rasterizes the polygons moved into the box.
-
 Example:
     >>> masks = PolygonMasks([[[0, 0, 4, 0, 4, 2, 0, 2]], [[1, 1, 3, 1, 2, 3]]])
     >>> masks.area().tolist(), masks.get_bounding_boxes().tensor.tolist()
@@ -23,9 +19,16 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import StructureShapeError
-from ..mask_rasterize import polygons_to_bitmask
-from ..polygon_geometry import clip_polygon, polygon_area
-from ..structure_common import TensorRows, as_index, as_tensor_of, check_cat_parts, is_flat_polygon
+from ..geometry_checks import polygons_to_bitmask
+from ..structure_common import (
+    TensorRows,
+    as_index,
+    as_tensor_of,
+    check_cat_parts,
+    clip_polygon,
+    is_flat_polygon,
+    polygon_area,
+)
 from .boxes import Boxes
 
 

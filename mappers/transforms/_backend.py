@@ -1,9 +1,7 @@
 """Image resampling: resize, flip and affine warp; OpenCV when installed, else Pillow/numpy/torch.
 
-Interpolations are Pillow constants (0 NEAREST, 1 LANCZOS, 2 BILINEAR, 3 BICUBIC, 4 BOX,
-5 HAMMING) or names. Nearest neighbour is numpy indexing at pixel centres for every dtype, so
-segmentation maps are identical whichever backend is installed. Warp matrices are 2x3 maps of
-continuous coordinates (pixel (i, j) covers [j, j+1] x [i, i+1]).
+Nearest neighbour is numpy indexing at pixel centres for every dtype, so segmentation maps are
+identical whichever backend is installed.
 """
 
 from __future__ import annotations
@@ -61,14 +59,7 @@ def normalize_interp(
     interp: int | str | None, default: str = "bilinear", *, opencv: bool = False
 ) -> str:
     """The name of an interpolation given as a name or a Pillow (or, with ``opencv``, an
-    OpenCV) constant.
-
-    Example:
-        >>> normalize_interp(2), normalize_interp("NEAREST"), normalize_interp(None)
-        ('bilinear', 'nearest', 'bilinear')
-        >>> normalize_interp(2, opencv=True)
-        'bicubic'
-    """
+    OpenCV) constant."""
     if interp is None:
         return default
     codes = CV2_INTERP_NAMES if opencv else INTERP_NAMES
@@ -307,13 +298,7 @@ def warp_affine(
     interp: int | str | None,
     fill: Any = 0,
 ) -> np.ndarray:
-    """Warp an HxW or HxWxC array with a 2x3 matrix; outside pixels take ``fill``.
-
-    Example:
-        >>> flip = np.array([[-1.0, 0.0, 2.0], [0.0, 1.0, 0.0]])
-        >>> warp_affine(np.array([[1, 2]], np.uint8), flip, 1, 2, "bilinear").tolist()
-        [[2, 1]]
-    """
+    """Warp an HxW or HxWxC array with a 2x3 matrix; outside pixels take ``fill``."""
     if img.ndim not in (2, 3):
         raise TransformError(f"warp expects an HxW or HxWxC array, got shape {img.shape}")
     out_h, out_w = int(out_h), int(out_w)

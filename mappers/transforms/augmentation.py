@@ -279,7 +279,6 @@ class RandomApply(Augmentation):
         return NoOpTransform()
 
 
-
 def apply_augmentations(
     augmentations: Sequence[Any], inputs: np.ndarray | AugInput
 ) -> tuple[np.ndarray | AugInput, TransformList]:

@@ -75,12 +75,7 @@ def _flat(transforms: Transform | Sequence[Transform]) -> list[Transform]:
 
 def reduced_decode_size(transforms: Transform | Sequence[Transform]) -> tuple[int, int] | None:
     """The output size when a plan of flips and one resize shrinks 2x or more on both sides
-    (a JPEG can then be decoded at reduced scale); None for any other plan.
-
-    Example:
-        >>> reduced_decode_size([ResizeTransform(400, 600, 100, 150), HFlipTransform(150)])
-        (100, 150)
-    """
+    (a JPEG can then be decoded at reduced scale); None for any other plan."""
     flat = _flat(transforms)
     if any(type(t) not in _FUSABLE for t in flat):
         return None
@@ -126,10 +121,8 @@ def apply_planned_image(
 ) -> np.ndarray:
     """Apply planned transforms to a decoded image the caller owns.
 
-    Flips, resizes and no-ops: flips first, then the resizes (a flip commutes with a bilinear
-    resize up to rounding: at most 1 level on ~0.1% of pixels, for 2-3x fewer bytes moved); an
-    image smaller than the only resize expects (reduced JPEG decode) is resized from its size.
-    Any other plan runs transform by transform, flipping in place when ``owned``.
+    Flips run before the resizes (equal up to rounding, 2-3x fewer bytes moved); an image
+    smaller than the resize expects (reduced JPEG decode) is resized from its own size.
     """
     flat = _flat(transforms)
     if any(type(t) not in _FUSABLE for t in flat):

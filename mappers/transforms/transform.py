@@ -1,10 +1,7 @@
 """Deterministic transforms applied consistently to images and their annotations.
 
-detectron2's conventions: images are HxW / HxWxC arrays; coordinates Nx2 (x, y) absolute
-pixels, the image spanning [0, w] x [0, h]; boxes Nx4 XYXY_ABS; rotated boxes Nx5 (cx, cy, w,
-h, degrees counter-clockwise); sizes (h, w). Inputs are never modified in place. For the
-mappers' fast paths, ``output_size(h, w)`` tells the output size without pixels and
-axis-aligned transforms move box edges in place, bit-identical to the corners path.
+detectron2's conventions (coordinates Nx2 (x, y) absolute, boxes XYXY_ABS, sizes (h, w));
+inputs are never modified in place.
 
 Example:
     >>> HFlipTransform(400).apply_box(np.array([[10, 10, 200, 300]])).tolist()
@@ -22,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..polygon_geometry import clip_points, polygon_area
+from ..structure_common import clip_points, polygon_area
 from ._backend import TransformError, flip_array, normalize_interp, resize_array
 
 
