@@ -9,17 +9,17 @@ These modules hold the utilities that ``catalog``, ``mappers`` and ``samplers`` 
 are imported from their modules (never from ``catalog`` itself), are not catalog concepts,
 and may change between releases:
 
-- :mod:`catalog.errors`: ``CatmapError`` (base of every catmap error; pickles whole) and
+- :mod:`catalog._common`: ``CatmapError`` (base of every catmap error; pickles whole) and
   ``CatmapErrorWithFields`` (keyword fields as attributes), ``missing_dependency``.
-- :mod:`catalog.validation`: the one set of argument checks (``check_int``, ``check_seed``,
+- :mod:`catalog._common`: the one set of argument checks (``check_int``, ``check_seed``,
   ``check_probability``, ``is_int`` ...), used by constructors and config builders alike.
-- :mod:`catalog.seeding`: ``derive_seed`` and the numpy / torch generators derived from it.
+- :mod:`catalog._common`: ``derive_seed`` and the numpy / torch generators derived from it.
 - :mod:`catalog.registry`: ``Registry``, the one lookup by name with "did you mean"
   (transforms, samplers; the catalogs through :mod:`catalog.named_container`).
-- :mod:`catalog.log_limits`: warnings limited per kind, counted across processes.
-- :mod:`catalog.config_access` / :mod:`catalog.config_values`: reading detectron2-style and
+- :mod:`catalog._common`: warnings limited per kind, counted across processes.
+- :mod:`catalog._common` / :mod:`catalog._common`: reading detectron2-style and
   OmegaConf configs.
-- :mod:`catalog.env_flags`: ``env_flag``, the one reader of on/off environment variables.
+- :mod:`catalog._common`: ``env_flag``, the one reader of on/off environment variables.
 - :mod:`catalog.storage.sharing` (``share_across_local_ranks``) and
   :mod:`catalog.storage.cache` (``DiskCache``, ``load_with_cache``): the load path's
   cross-rank sharing and cache, used by ``DatasetCatalog.get``.
@@ -36,7 +36,7 @@ Example:
 from .box_mode import BoxMode, BoxModeError
 from .dataset_catalog import DatasetCatalog, DatasetEntry
 from .detection_dicts import get_detection_dataset_dicts
-from .errors import (
+from ._common import (
     AnnotationFormatError,
     CacheError,
     CatmapError,

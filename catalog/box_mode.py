@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import CatmapError
+from ._common import CatmapError
 
 __all__ = ["BoxMode", "BoxModeError"]
 

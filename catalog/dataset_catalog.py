@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .errors import DatasetAlreadyRegisteredError, DatasetNotRegisteredError
+from ._common import DatasetAlreadyRegisteredError, DatasetNotRegisteredError
 from .metadata import MetadataCatalog, values_equal
 from .named_container import NamedContainer
 from .registry import check_name
@@ -104,7 +104,7 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         int, float, bool, None, bytes and numpy arrays of numeric/bool dtype. Tuples come
         back as lists, ``IntEnum`` (``BoxMode``) as ints, numpy scalars as Python numbers,
         paths as str. A record holding any other object (only a loader of your own can
-        make one) raises :class:`~catalog.errors.RecordFormatError` at the first ``get``,
+        make one) raises :class:`~catalog._common.RecordFormatError` at the first ``get``,
         naming the dataset, the record index and the key: keep such objects out of records
         (an id, a path) or build them in the mapper. Metadata the loader sets travels
         with cached and shared records the same way (not cached when it is not data).

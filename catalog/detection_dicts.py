@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .dataset_catalog import DatasetCatalog
-from .errors import EmptyDatasetError, MetadataConflictError
+from ._common import EmptyDatasetError, MetadataConflictError
 from .metadata import MetadataCatalog, values_equal
 from .storage.records import RecordColumns, SerializedList, concat_records
 

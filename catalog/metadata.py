@@ -16,9 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .config_values import plain_value
-from .errors import MetadataConflictError
-from .log_limits import warn_limited
+from ._common import MetadataConflictError, plain_value, warn_limited
 from .named_container import NamedContainer
 from .registry import check_name, did_you_mean
 

@@ -30,7 +30,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar, overload
 
-from .errors import CatmapErrorWithFields
+from ._common import CatmapErrorWithFields
 
 __all__ = [
     "Registry",

@@ -11,7 +11,7 @@ Example:
     >>> dataset = MapDataset(DatasetFromList(records), mapper)  # doctest: +SKIP
 """
 
-from catalog.errors import MissingDependencyError
+from catalog._common import MissingDependencyError
 
 from . import structures, transforms
 from .annotations import (

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from catalog.box_mode import BoxMode
-from catalog.errors import RecordFormatError
+from catalog._common import RecordFormatError
 from catalog.metadata import MetadataCatalog
 
 from .errors import KeypointFlipError

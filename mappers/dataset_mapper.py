@@ -20,12 +20,16 @@ import numpy as np
 import torch
 
 from catalog.box_mode import BoxMode
-from catalog.config_access import config_value, is_detectron2_config
-from catalog.config_values import is_config_container, plain_container
-from catalog.errors import RecordFormatError
-from catalog.log_limits import warn_limited
+from catalog._common import (
+    RecordFormatError,
+    check_int,
+    config_value,
+    is_config_container,
+    is_detectron2_config,
+    plain_container,
+    warn_limited,
+)
 from catalog.registry import Registry
-from catalog.validation import check_int
 
 from . import transforms as T
 from .annotations import (

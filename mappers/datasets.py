@@ -28,10 +28,8 @@ import numpy as np
 import torch
 from torch.utils import data
 
-from catalog.log_limits import warn_limited
-from catalog.seeding import derive_seed
+from catalog._common import check_int, derive_seed, warn_limited
 from catalog.storage.records import SerializedList
-from catalog.validation import check_int
 
 from .errors import MapFuncPickleError, RefetchExhaustedError, add_context
 from .random_state import attempt_generator, current_sample, index_sample_seed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import pickle
 
-from catalog.errors import CatmapError
+from catalog._common import CatmapError
 
 __all__ = [
     "ImageNotFoundError",

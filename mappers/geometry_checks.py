@@ -1,7 +1,7 @@
 """Checks on annotation values from records, run before native code (pycocotools) sees them.
 
 pycocotools has no bounds checks (huge coordinates overflow, bad RLE runs write past the
-mask); each check raises :class:`~catalog.errors.RecordFormatError` naming annotation and key.
+mask); each check raises :class:`~catalog._common.RecordFormatError` naming annotation and key.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from typing import Any
 import numpy as np
 
 from catalog.box_mode import BoxMode
-from catalog.errors import RecordFormatError, missing_dependency
-from catalog.validation import is_int
+from catalog._common import RecordFormatError, is_int, missing_dependency
 
 from .image_io import get_image_limits
 from .structure_common import is_flat_polygon

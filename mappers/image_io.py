@@ -22,8 +22,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from catalog.errors import MissingDependencyError, RecordFormatError, missing_dependency
-from catalog.validation import check_int, is_int
+from catalog._common import (
+    MissingDependencyError,
+    RecordFormatError,
+    check_int,
+    is_int,
+    missing_dependency,
+)
 
 from .errors import (
     ImageNotFoundError,

@@ -26,8 +26,7 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
-from catalog.seeding import derive_seed
-from catalog.validation import check_int, check_seed
+from catalog._common import check_int, check_seed, derive_seed
 
 __all__ = [
     "SampleRandomness",

@@ -23,8 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from catalog.errors import CatmapError
-from catalog.validation import is_int
+from catalog._common import CatmapError, is_int
 
 from .geometry_checks import polygons_to_bitmask
 

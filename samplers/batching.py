@@ -16,7 +16,7 @@ import numpy as np
 from torch.utils.data import IterableDataset, Sampler
 
 from catalog.storage.records import RecordColumns
-from catalog.validation import check_positive_size, is_int, is_number
+from catalog._common import check_positive_size, is_int, is_number
 
 from .errors import ImageSizeKeyError, NotResumableError, ReshardError, SamplerConfigError, SamplerStateError
 from .state import (

@@ -30,14 +30,23 @@ from typing import Any
 
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
 
-from catalog.config_access import config_value, is_detectron2_config
-from catalog.config_values import is_config_container, plain_container, plain_names
+from catalog._common import (
+    CatmapError,
+    check_bool,
+    check_float,
+    check_int,
+    check_seed,
+    check_str,
+    config_value,
+    is_config_container,
+    is_detectron2_config,
+    plain_container,
+    plain_names,
+    shared_counters,
+    torch_generator,
+)
 from catalog.detection_dicts import get_detection_dataset_dicts
-from catalog.errors import CatmapError
-from catalog.log_limits import shared_counters
-from catalog.seeding import torch_generator
 from catalog.storage.records import SerializedList
-from catalog.validation import check_bool, check_float, check_int, check_seed, check_str
 from mappers.dataset_mapper import DatasetMapper
 from mappers.datasets import DatasetFromList, MapDataset
 from mappers.datasets import records_of

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from catalog.validation import check_int
+from catalog._common import check_int
 
 from .state import MAX_WORLD_SIZE
 

@@ -3,7 +3,7 @@ or dataset index involved."""
 
 from __future__ import annotations
 
-from catalog.errors import CatmapError, CatmapErrorWithFields
+from catalog._common import CatmapError, CatmapErrorWithFields
 
 
 class SamplerError(CatmapError):
@@ -11,7 +11,7 @@ class SamplerError(CatmapError):
 
 
 class SamplerErrorWithFields(SamplerError, CatmapErrorWithFields):
-    """A SamplerError with keyword fields (:class:`catalog.errors.CatmapErrorWithFields`).
+    """A SamplerError with keyword fields (:class:`catalog._common.CatmapErrorWithFields`).
 
     Example:
         >>> err = LoaderTimeoutError("no batch in 5 s", worker_id=1, timeout=5.0)

@@ -23,9 +23,8 @@ from typing import Any
 import torch.distributed as dist
 
 from catalog import DatasetCatalog
-from catalog.config_values import is_config_container, plain_container, plain_names
+from catalog._common import is_config_container, missing_dependency, plain_container, plain_names
 from catalog.detection_dicts import get_detection_dataset_dicts
-from catalog.errors import missing_dependency
 from catalog.storage.sharing import this_rank_only
 
 from .build import build_detection_test_loader, build_detection_train_loader

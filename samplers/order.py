@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from catalog.validation import check_int
+from catalog._common import check_int
 
 ROUNDS = 6
 _PERSON = b"catmap.perm.v1"

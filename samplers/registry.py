@@ -19,9 +19,16 @@ from typing import Any
 import attrs
 from torch.utils.data import Sampler
 
-from catalog.config_values import plain_container
+from catalog._common import (
+    check_bool,
+    check_float,
+    check_list,
+    check_positive_size,
+    check_seed,
+    plain_container,
+    validator,
+)
 from catalog.registry import Registry
-from catalog.validation import check_bool, check_float, check_list, check_positive_size, check_seed, validator
 
 from .errors import SamplerConfigError
 from .stream import (ConcatSampler, RandomSubsetTrainingSampler, RepeatFactorTrainingSampler,

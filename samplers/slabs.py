@@ -38,8 +38,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 import torch
 
-from catalog.log_limits import warn_limited
-from catalog.validation import check_int
+from catalog._common import check_int, warn_limited
 from mappers.instances import Instances
 from mappers.structures import TRANSPORTABLE_STRUCTURES
 

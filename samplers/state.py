@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from catalog.validation import is_int
+from catalog._common import is_int
 
 from .errors import SamplerStateError, StateMismatchError
 

@@ -27,10 +27,16 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from catalog.errors import RecordFormatError
-from catalog.seeding import derive_seed
+from catalog._common import (
+    RecordFormatError,
+    check_float,
+    check_int,
+    check_list,
+    check_positive_size,
+    check_seed,
+    derive_seed,
+)
 from catalog.storage.records import RecordColumns
-from catalog.validation import check_float, check_int, check_list, check_positive_size, check_seed
 
 from .distributed import resolve_rank_and_world_size, shared_random_seed
 from .errors import SamplerConfigError, SamplerStateError, StateMismatchError, SupersededIteratorError

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from catalog.errors import missing_dependency
+from catalog._common import missing_dependency
 
 from .build import trivial_batch_collator
 from .loader import ResumableLoader, SampleSeededDataset, WorkerSeeder, sample_seed

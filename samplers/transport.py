@@ -37,7 +37,7 @@ import numpy as np
 from torch.utils.data import Sampler, get_worker_info
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_batch
 
-from catalog.validation import check_float
+from catalog._common import check_float
 from mappers.errors import add_context
 from mappers.random_state import sample_seed
 

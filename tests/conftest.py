@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from catalog.log_limits import reset_counts
+from catalog._common import reset_counts
 from catalog.testing import isolated_catalogs
 
 __all__ = ["isolated_cache_dir", "restore_catalogs"]

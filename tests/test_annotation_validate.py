@@ -18,7 +18,7 @@ from catalog.formats.validate import (
     AnnotationFieldTypeError,
     ParseDataInfoError,
 )
-from catalog.errors import CatmapError
+from catalog._common import CatmapError
 
 # A 40x60 mask encoded by pycocotools (compressed COCO RLE).
 RLE = "]6i0?00000000000000000000000000000000000000000000000[=]OXC000000000000000000000000000X5"

@@ -12,8 +12,14 @@ import pytest
 import catalog
 from catalog.formats.validate import AnnotationFieldError, ParseDataInfoError
 from catalog.storage.cache import cache_enabled
-from catalog.env_flags import OFF_VALUES, ON_VALUES, env_flag
-from catalog.errors import CatmapErrorWithFields, DatasetFileNotFoundError, missing_dependency
+from catalog._common import (
+    CatmapErrorWithFields,
+    DatasetFileNotFoundError,
+    OFF_VALUES,
+    ON_VALUES,
+    env_flag,
+    missing_dependency,
+)
 from catalog.formats.validate import (
     CityscapesFormatError,
     CocoEvaluationError,

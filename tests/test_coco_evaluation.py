@@ -15,7 +15,7 @@ import torch
 from catalog import BoxMode, DatasetCatalog, MetadataCatalog
 from catalog.formats.coco import register_coco_instances
 from catalog.formats.export import evaluate_coco, instances_to_coco_results, write_coco_results
-from catalog.errors import MissingDependencyError
+from catalog._common import MissingDependencyError
 from catalog.formats.validate import CocoEvaluationError
 
 mask_util = pytest.importorskip("pycocotools.mask")

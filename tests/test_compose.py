@@ -10,7 +10,7 @@ import torch
 from PIL import Image
 
 from catalog.box_mode import BoxMode
-from catalog.errors import RecordFormatError
+from catalog._common import RecordFormatError
 from catalog.registry import RegistryKeyError
 from mappers import transforms as T
 from mappers.dataset_mapper import (

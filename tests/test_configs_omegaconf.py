@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import pytest
 
 from catalog import DatasetCatalog, MetadataCatalog, get_detection_dataset_dicts
-from catalog.config_values import is_config_container, plain_container, plain_names, plain_value
+from catalog._common import is_config_container, plain_container, plain_names, plain_value
 from mappers import Compose
 from samplers import (
     build_detection_test_loader,

@@ -13,7 +13,7 @@ from PIL import Image
 from torch.utils import data
 
 from catalog.box_mode import BoxMode
-from catalog.errors import RecordFormatError
+from catalog._common import RecordFormatError
 from mappers import transforms as T
 from mappers.dataset_mapper import DatasetMapper, check_image_size, image_to_tensor
 from mappers.datasets import DatasetFromList, MapDataset

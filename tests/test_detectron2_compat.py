@@ -20,7 +20,7 @@ from PIL import Image
 from torch.utils.data import IterableDataset
 
 from catalog import DatasetCatalog, SerializedList, register_coco_instances
-from catalog.config_access import ConfigKeyError
+from catalog._common import ConfigKeyError
 from mappers import (
     DatasetFromList,
     ImageLimits,

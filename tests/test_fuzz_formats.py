@@ -1,6 +1,6 @@
 """Fuzz the format loaders (LVIS, Pascal VOC, COCO panoptic, Cityscapes, semantic
 segmentation, OpenMMLab records): every mutated input gives records that pass the format's
-oracle, or a :class:`~catalog.errors.CatmapError`; never another exception, a hang or
+oracle, or a :class:`~catalog._common.CatmapError`; never another exception, a hang or
 malformed data accepted. Plus one regression test per loader fix the fuzzer led to.
 
 The default run is short (a few hundred hypothesis examples); ``pytest -m slow`` runs
@@ -24,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from catalog.errors import AnnotationFormatError, CatmapError, DatasetFileNotFoundError
+from catalog._common import AnnotationFormatError, CatmapError, DatasetFileNotFoundError
 from catalog.formats.validate import CityscapesFormatError, PanopticFormatError
 from tests.work_counting import WorkBudgetExceeded, count_calls
 from tools.fuzz_formats import (

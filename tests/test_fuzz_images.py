@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalog import BoxMode
-from catalog.errors import CatmapError
+from catalog._common import CatmapError
 from mappers import annotations_to_instances
 from mappers.annotations import transform_annotations
 from mappers.errors import ImageReadError, UnsupportedImageFormatError

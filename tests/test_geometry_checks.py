@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from catalog import BoxMode
-from catalog.errors import RecordFormatError
+from catalog._common import RecordFormatError
 from mappers import annotations_to_instances, transform_instance_annotations
 from mappers.annotations import transform_annotations
 from mappers.geometry_checks import (
@@ -49,7 +49,7 @@ def test_huge_polygon_coordinate_is_a_typed_error_not_a_crash():
     result = _run_isolated(
         """
         from catalog import BoxMode
-        from catalog.errors import RecordFormatError
+        from catalog._common import RecordFormatError
         from mappers import annotations_to_instances
         anno = {"bbox": [0, 0, 9, 9], "bbox_mode": BoxMode.XYXY_ABS, "category_id": 0, "id": 5,
                 "segmentation": [[0, 0, 1e9, 0, 1e9, 1e9]]}
@@ -68,7 +68,7 @@ def test_huge_polygon_coordinate_is_a_typed_error_not_a_crash():
 def test_rle_runs_past_the_mask_are_refused_in_a_subprocess():
     result = _run_isolated(
         """
-        from catalog.errors import RecordFormatError
+        from catalog._common import RecordFormatError
         from mappers.geometry_checks import rle_to_bitmask
         for rle in ({"size": [5, 6], "counts": [1, 2, 100000]},
                     {"size": [5, 6], "counts": "0" + "Z" * 6 + "1"}):

@@ -290,7 +290,7 @@ def test_workers_are_seeded_from_seed_rank_worker_and_pass():
 def test_worker_init_reset_seed_in_a_plain_dataloader():
     from torch.utils.data import DataLoader
 
-    from catalog.seeding import torch_generator
+    from catalog._common import torch_generator
 
     def run():
         loader = DataLoader(

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from catalog.log_limits import FIRST_PER_KIND, counts, log_summary, shared_counters, warn_limited
+from catalog._common import FIRST_PER_KIND, counts, log_summary, shared_counters, warn_limited
 
 log = logging.getLogger("tests.log_limits")
 
@@ -57,7 +57,7 @@ def test_limit_holds_across_workers(context):
 def test_summary_at_exit_of_the_creating_process():
     code = textwrap.dedent("""
         import logging
-        from catalog.log_limits import warn_limited
+        from catalog._common import warn_limited
         logging.basicConfig(level=logging.WARNING, format="%(message)s")
         for i in range(50):
             warn_limited(logging.getLogger("x"), "exit.kind", "bad record %d", i)
@@ -89,7 +89,7 @@ def test_map_dataset_refetch_warnings_are_rate_limited(caplog):
 
 
 def test_kinds_whose_hashes_collide_count_apart():
-    from catalog.log_limits import _slot, register_kind
+    from catalog._common import _slot, register_kind
 
     base = "collide.base"
     other = next(f"collide.{i}" for i in range(100_000) if _slot(f"collide.{i}") == _slot(base)

@@ -11,7 +11,7 @@ from PIL import Image
 
 from catalog import DatasetCatalog, MetadataCatalog
 from catalog.box_mode import BoxMode
-from catalog.errors import CatmapError
+from catalog._common import CatmapError
 from catalog.testing import isolated_catalogs
 from mappers import DatasetMapper, MapperArgumentError
 from mappers import transforms as T

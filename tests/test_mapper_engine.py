@@ -18,7 +18,7 @@ from PIL import Image
 
 import mappers.image_io as record_io
 from catalog.box_mode import BoxMode
-from catalog.errors import RecordFormatError
+from catalog._common import RecordFormatError
 from mappers import transforms as T
 from mappers.dataset_mapper import (
     AnnotationsToInstances,

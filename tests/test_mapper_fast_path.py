@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from catalog.box_mode import BoxMode
-from catalog.errors import RecordFormatError
+from catalog._common import RecordFormatError
 from mappers import (
     annotations_to_instances,
     filter_empty_instances,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from catalog.errors import RecordFormatError
+from catalog._common import RecordFormatError
 from mappers import DatasetMapper
 from mappers import transforms as T
 from mappers.dataset_mapper import check_image_size, read_record_image

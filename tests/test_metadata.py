@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from catalog import DatasetCatalog, Metadata, MetadataCatalog, MetadataConflictError
-from catalog.log_limits import counts
+from catalog._common import counts
 from catalog.metadata import values_equal
 
 

@@ -25,7 +25,7 @@ def test_reading_an_image_without_pillow_names_the_images_extra(tmp_path, monkey
 
 
 def test_every_missing_dependency_error_is_one_class():
-    import catalog.errors
+    import catalog._common
     import mappers
 
-    assert mappers.MissingDependencyError is catalog.errors.MissingDependencyError
+    assert mappers.MissingDependencyError is catalog._common.MissingDependencyError

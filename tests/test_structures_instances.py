@@ -148,7 +148,7 @@ def test_structures_cross_the_batch_transport():
 
 
 def test_annotations_to_instances_rotated():
-    from catalog.errors import RecordFormatError
+    from catalog._common import RecordFormatError
     from mappers.annotations import annotations_to_instances_rotated
 
     annos = [

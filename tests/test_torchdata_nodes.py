@@ -2,7 +2,7 @@
 
 torchdata's prefetcher threads run the graph while ParallelMapper forks its workers; a module
 imported lazily on such a thread (numpy.random, formerly imported on first use by
-``catalog.seeding.derive_seed``) leaves a forked child holding the import lock forever. The
+``catalog._common.derive_seed``) leaves a forked child holding the import lock forever. The
 graph runs in a fresh interpreter (where nothing has imported numpy.random yet), bounded by a
 timeout, so a deadlock fails the test instead of hanging it.
 

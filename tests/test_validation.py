@@ -1,4 +1,4 @@
-"""catalog.validation: the one set of argument checks used by catalog, mappers and samplers."""
+"""catalog._common: the one set of argument checks used by catalog, mappers and samplers."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from catalog.errors import CatmapError
-from catalog.validation import (
+from catalog._common import (
+    CatmapError,
     SEED_LIMIT,
     check_bool,
     check_float,
@@ -288,4 +288,4 @@ def test_no_hand_written_int_check_outside_validation():
             text = path.read_text(encoding="utf-8")
             found += [f"{name}:{text[: m.start()].count(chr(10)) + 1}" for m in
                       pattern.finditer(text)]
-    assert found == [], f"use catalog.validation instead: {found}"
+    assert found == [], f"use catalog._common instead: {found}"

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from catalog.seeding import numpy_generator
+from catalog._common import numpy_generator
 from samplers import TrainingSampler
 from samplers.order import KeyedPermutation, PassOrder, keyed_bits53
 from samplers.stream import CHUNK

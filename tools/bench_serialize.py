@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from catalog.seeding import numpy_generator
+from catalog._common import numpy_generator
 from tools._bench_common import HelpFormatter
 
 __all__ = ["synthetic_records", "main"]

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from catalog.seeding import numpy_generator
+from catalog._common import numpy_generator
 from ._bench_common import HelpFormatter
 from .dataset_source import DatasetSourceError, add_dataset_arguments, resolve_dataset
 from .draw import draw_record, draw_sample, make_grid

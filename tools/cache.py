@@ -24,7 +24,7 @@ import datetime
 import logging
 import sys
 
-from catalog.errors import CacheError
+from catalog._common import CacheError
 from catalog.storage.cache import CacheEntry, DiskCache
 from ._bench_common import HelpFormatter
 

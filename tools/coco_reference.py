@@ -2,7 +2,7 @@
 
 Written from the policy table of :func:`catalog.formats.coco.load_coco_json` in plain Python (the json
 module, no speed concerns, no code shared with the loader): given a file's bytes it says
-whether the loader must raise :class:`~catalog.errors.AnnotationFormatError`, and otherwise
+whether the loader must raise :class:`~catalog._common.AnnotationFormatError`, and otherwise
 which skip counts it must report and how many instances each image keeps. The fuzzers
 (``tests/test_fuzz_coco.py``, ``tools/fuzz_loaders.py``) compare every loader path with it.
 

@@ -209,7 +209,7 @@ def _get(doc: Any, path: tuple) -> Any:
 def run_paths(path: str, extra_keys: tuple[str, ...]) -> dict[str, tuple]:
     """The decoder's outcome: ``("ok", records, categories, counts)``, ``("error", class)``
     for AnnotationFormatError, ``("untyped", class: message)`` for anything else."""
-    from catalog.errors import AnnotationFormatError
+    from catalog._common import AnnotationFormatError
     from catalog.formats.coco import load_coco_records
 
     try:

@@ -3,7 +3,7 @@
 :func:`run_case` writes the input where the loader expects it (an LVIS / panoptic / OpenMMLab
 json, a VOC directory, a Cityscapes tree, a semantic-segmentation file tree), calls the loader
 and returns ``(summary, problems, detail)``: ``summary`` is ``"ok"`` (records returned),
-``"typed"`` (a :class:`~catalog.errors.CatmapError`) or ``"untyped"`` (anything else);
+``"typed"`` (a :class:`~catalog._common.CatmapError`) or ``"untyped"`` (anything else);
 ``problems`` lists ``"untyped"``, ``"accepted-malformed"`` (the oracle says the input must be
 refused, or the records break an invariant of the record format) and ``"rejected-valid"``
 (the oracle says the input is valid). The oracles:
@@ -419,7 +419,7 @@ def _plain_json(data: bytes) -> Any:
 
 def run_case(fmt: str, data: bytes, tmp: str) -> tuple[str, list[str], str]:
     """Run ``data`` through the loader of ``fmt`` in a fresh folder under ``tmp``; judge it."""
-    from catalog.errors import CatmapError
+    from catalog._common import CatmapError
 
     work = os.path.join(tmp, "case")
     shutil.rmtree(work, ignore_errors=True)

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from catalog.seeding import numpy_generator
+from catalog._common import numpy_generator
 from tools._bench_common import HelpFormatter
 
 __all__ = ["make_synthetic_coco", "coco_category_ids", "main"]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from catalog.seeding import numpy_generator
+from catalog._common import numpy_generator
 
 __all__ = ["SHAPE_CLASSES", "polygon_area", "render_image", "shape_polygon"]
 

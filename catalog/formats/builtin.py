@@ -16,7 +16,7 @@ from importlib import resources
 from typing import Any
 
 from ..dataset_catalog import DatasetCatalog
-from ..errors import CatmapErrorWithFields, DatasetAlreadyRegisteredError, DatasetFileNotFoundError
+from .._common import CatmapErrorWithFields, DatasetAlreadyRegisteredError, DatasetFileNotFoundError
 from ..metadata import MetadataCatalog
 from . import cityscapes
 from .coco import load_coco_json, register_coco_instances, register_lvis_instances

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..box_mode import BoxMode
-from ..errors import missing_dependency
+from .._common import missing_dependency
 from .files import parse_json, read_bytes
 from .validate import CityscapesFormatError, short_repr
 

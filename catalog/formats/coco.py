@@ -24,9 +24,8 @@ import msgspec
 from msgspec import Meta, Struct, UNSET, UnsetType
 
 from ..box_mode import BoxMode
-from ..config_values import plain_container
+from .._common import AnnotationFormatError, plain_container
 from ..dataset_catalog import DatasetCatalog
-from ..errors import AnnotationFormatError
 from ..gc_pause import gc_paused
 from ..metadata import MetadataCatalog
 from ..version import __version__

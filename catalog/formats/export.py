@@ -20,9 +20,8 @@ import numpy as np
 
 from ..box_mode import BoxMode
 from ..dataset_catalog import DatasetCatalog
-from ..errors import missing_dependency
+from .._common import is_int, missing_dependency
 from ..metadata import MetadataCatalog
-from ..validation import is_int
 from .files import parse_json, read_bytes
 from .validate import CocoEvaluationError, CocoExportError, decode_rle_string
 

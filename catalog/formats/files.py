@@ -17,7 +17,7 @@ from yaml.constructor import ConstructorError
 from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
 from yaml.nodes import MappingNode, Node, SequenceNode
 
-from ..errors import AnnotationFormatError
+from .._common import AnnotationFormatError
 
 
 #: Deepest nesting of lists and mappings accepted in an annotation file (the top level is 1).

@@ -13,7 +13,7 @@ from typing import Any, TypedDict, Unpack
 
 from ..box_mode import BoxMode
 from ..dataset_catalog import DatasetCatalog
-from ..errors import AnnotationFormatError, DatasetAlreadyRegisteredError, RecordFormatError
+from .._common import AnnotationFormatError, DatasetAlreadyRegisteredError, RecordFormatError
 from ..metadata import MetadataCatalog
 from ..version import __version__
 from .files import MAX_DEPTH, parse_json, parse_yaml, read_bytes, read_text_lines

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..dataset_catalog import DatasetCatalog
-from ..errors import DatasetFileNotFoundError
+from .._common import DatasetFileNotFoundError
 from ..metadata import MetadataCatalog
 from ..version import __version__
 from .coco import load_coco_json

@@ -13,8 +13,7 @@ import reprlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import AnnotationFormatError, CatmapErrorWithFields
-from ..validation import is_int
+from .._common import AnnotationFormatError, CatmapErrorWithFields, is_int
 
 class SemSegPairingError(CatmapErrorWithFields, ValueError):
     """Images and label maps of a semantic-segmentation dataset cannot be paired."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..box_mode import BoxMode
 from ..dataset_catalog import DatasetCatalog
-from ..errors import AnnotationFormatError, DatasetFileNotFoundError
+from .._common import AnnotationFormatError, DatasetFileNotFoundError
 from ..metadata import MetadataCatalog
 from .files import read_text_lines, read_xml_file
 from .validate import MAX_IMAGE_SIDE, short_repr

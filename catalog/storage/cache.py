@@ -44,8 +44,7 @@ from typing import Any
 import filelock
 import numpy as np
 
-from ..env_flags import env_flag
-from ..errors import CacheError, CatmapErrorWithFields
+from .._common import CacheError, CatmapErrorWithFields, env_flag
 from ..version import __version__
 from .records import SerializedList
 from .records_file import (

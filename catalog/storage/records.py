@@ -8,7 +8,7 @@ buffer another process wrote (a cache file, another rank's memory) is safe to re
 What comes back: dicts, lists, str, int, float, bool, None, bytes and numpy arrays of
 plain numeric/bool dtypes (a msgpack ext type: dtype, shape, raw bytes). Tuples come back
 as lists, ``IntEnum`` values (``BoxMode``) as ints, numpy scalars as Python numbers and
-``os.PathLike`` as str. Anything else raises :class:`~catalog.errors.RecordFormatError`
+``os.PathLike`` as str. Anything else raises :class:`~catalog._common.RecordFormatError`
 naming the dataset, the record index and the key.
 
 A subset, slice, filter or concatenation is a :class:`SerializedListView`: the base lists
@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from ..errors import CatmapError, RecordFormatError
+from .._common import CatmapError, RecordFormatError
 
 __all__ = [
     "ImmutableRecordsError",

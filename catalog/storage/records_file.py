@@ -30,7 +30,7 @@ from typing import Any, BinaryIO
 import msgspec
 import numpy as np
 
-from ..errors import CacheError
+from .._common import CacheError
 from ..version import __version__
 from .records import RecordColumns, SerializedList, decode, encode
 

@@ -38,8 +38,7 @@ from typing import Any
 
 import msgspec
 
-from ..env_flags import env_flag
-from ..errors import NestedLoadError, SharedAttachError
+from .._common import NestedLoadError, SharedAttachError, env_flag
 from ..version import __version__
 from .records import SerializedList, decode, encode
 from .records_file import MappedFile, remap, write_records

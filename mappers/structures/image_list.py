@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from catalog.validation import is_int
+from catalog._common import is_int
 
 from ..errors import StructureIndexError, StructureShapeError
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from catalog.errors import CatmapError
+from catalog._common import CatmapError
 
 from ..image_io import get_cv2 as _configured_cv2
 

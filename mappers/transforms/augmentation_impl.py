@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from catalog.box_mode import BoxMode
-from catalog.validation import check_float
+from catalog._common import check_float
 
 from ..random_state import get_generator
 from ._backend import TransformError, normalize_interp

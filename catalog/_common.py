@@ -1,0 +1,807 @@
+"""catmap's internal vocabulary, used by catalog, mappers and samplers alike: the error base
+classes and catalog's typed errors, argument checks, seed derivation, environment switches,
+config values (OmegaConf, detectron2-style configs) and rate-limited warnings.
+
+Internal: import it as ``from catalog._common import ...``; the public errors are re-exported
+by :mod:`catalog`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import logging
+import math
+import mmap
+import os
+import secrets
+import stat
+import sys
+import tempfile
+import threading
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+# numpy >= 2 imports numpy.random lazily; import it now, not first on a background thread
+# (a prefetcher) while another thread forks a worker, which would leave the import lock held.
+import numpy.random  # noqa: F401
+
+logger = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------------- errors
+
+
+class CatmapError(Exception):
+    """Base class of every error catmap raises on purpose.
+
+    Pickles with its type, message and attributes, so an error raised in a DataLoader worker
+    or another rank arrives whole; builds from one message string, as torch's re-raise does.
+    """
+
+    def __reduce__(self):
+        return (_rebuild_error, (type(self), self.args, dict(self.__dict__)))
+
+
+def _rebuild_error(cls: type, args: tuple, state: dict) -> CatmapError:
+    error = cls.__new__(cls, *args)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
+class CatmapErrorWithFields(CatmapError):
+    """A CatmapError whose keyword arguments named in ``field_names`` become attributes
+    (default None); the message stays the only positional argument.
+
+    Example:
+        >>> err = DatasetFileNotFoundError("missing", path="/d/coco")
+        >>> err.path, err.dataset
+        ('/d/coco', None)
+    """
+
+    field_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, message: str = "", **fields: Any) -> None:
+        unknown = sorted(set(fields) - set(self.field_names))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} got unexpected keyword argument(s) {unknown}; "
+                f"its fields are {list(self.field_names)}"
+            )
+        super().__init__(message)
+        for name in self.field_names:
+            setattr(self, name, fields.get(name))
+
+
+class _PlainMessage:
+    """Mixin for errors whose builtin base (KeyError, OSError) would reformat the message."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class DatasetNotRegisteredError(_PlainMessage, CatmapError, KeyError):
+    """A dataset name was looked up that is not in the DatasetCatalog."""
+
+
+class DatasetAlreadyRegisteredError(CatmapError, ValueError):
+    """``DatasetCatalog.register`` was called with a name that is already registered."""
+
+
+class MetadataConflictError(CatmapError, ValueError):
+    """A metadata key was set to a value different from the one it already holds."""
+
+
+class AnnotationFormatError(CatmapError, ValueError):
+    """An annotation file is not in the expected format (wrong structure, refused format)."""
+
+
+class EmptyDatasetError(CatmapError, ValueError):
+    """A dataset (or a dataset after filtering) has no records."""
+
+
+class RecordFormatError(CatmapError, ValueError):
+    """A record does not follow the record format (missing or malformed key)."""
+
+
+class CacheError(CatmapError, RuntimeError):
+    """The on-disk cache could not be read or written."""
+
+
+class SharedAttachError(CatmapError, RuntimeError):
+    """A rank could not attach to the record buffer another local rank published."""
+
+
+class NestedLoadError(CatmapError, RuntimeError):
+    """``DatasetCatalog.get`` was called inside a dataset loader while the local ranks share
+    records: the other ranks wait for the outer dataset and cannot load the inner one."""
+
+
+class DatasetFileNotFoundError(_PlainMessage, CatmapErrorWithFields, FileNotFoundError):
+    """A file or directory a registered dataset needs does not exist (e.g. a builtin dataset
+    whose files are not under the dataset root). Fields: ``path``, ``dataset``, ``env_var``
+    (the variable that chooses the dataset root).
+
+    Example:
+        >>> err = DatasetFileNotFoundError("not found", path="/d/coco", dataset="coco_2017_val")
+        >>> isinstance(err, FileNotFoundError), err.path, str(err)
+        (True, '/d/coco', 'not found')
+    """
+
+    field_names = ("path", "dataset", "env_var")
+
+
+class MissingDependencyError(CatmapErrorWithFields, ImportError):
+    """An optional dependency is not installed; fields ``extra`` and ``package``.
+
+    Example:
+        >>> err = missing_dependency("pycocotools", "coco", "COCO evaluation")
+        >>> 'pip install "catmap[coco]"' in str(err)
+        True
+    """
+
+    field_names = ("extra", "package")
+
+
+def missing_dependency(package: str, extra: str, purpose: str) -> MissingDependencyError:
+    """The error for ``package`` (installed by the catmap extra ``extra``) missing for
+    ``purpose``."""
+    return MissingDependencyError(
+        f"{purpose} needs {package}, which is not installed: pip install \"catmap[{extra}]\" "
+        f"(or pip install {package})",
+        extra=extra,
+        package=package,
+    )
+
+
+class ConfigKeyError(_PlainMessage, CatmapError, KeyError):
+    """A detectron2-style config lacks a key the call needs (``key``: the dotted key)."""
+
+    def __init__(self, message: str, *, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+
+
+# --------------------------------------------------------------------------------- checks
+#
+# Every check takes the value, the argument's name, ``error`` and ``where`` (the owner named
+# first in the message) and returns the value normalized (numpy ints -> int) or raises
+# "<where>: <name> must be <what>, got <type> <value>". ``error`` is one exception class (or
+# callable message -> exception) or a pair (for a wrong type, for a wrong value). A bool is
+# never an int or a number here.
+
+#: An exception class / factory ``message -> exception``, or a pair (wrong type, wrong value).
+ErrorSpec = (
+    Callable[[str], BaseException]
+    | tuple[Callable[[str], BaseException], Callable[[str], BaseException]]
+)
+#: Seeds are ints in ``[0, SEED_LIMIT)``: every 64-bit unsigned value (saved states hold them).
+SEED_LIMIT = 2**64
+_DEFAULT_ERROR: ErrorSpec = (TypeError, ValueError)
+_T = TypeVar("_T")
+
+
+def short_repr(value: Any, limit: int = 80) -> str:
+    """The repr of ``value`` cut to ``limit`` characters (safe for huge ints)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past the interpreter's digit limit
+        text = f"<an int of {int(value).bit_length()} bits>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _big_power_of_two(value: float) -> bool:
+    return isinstance(value, int) and value >= 2**16 and value & (value - 1) == 0
+
+
+def _bound(value: float) -> str:
+    if _big_power_of_two(value):
+        return f"2**{int(value).bit_length() - 1}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _failure(error: ErrorSpec, wrong_type: bool, where: str, name: str, text: str):
+    for_type, for_value = tuple(error) if isinstance(error, tuple) else (error, error)
+    prefix = f"{where}: " if where else ""
+    return (for_type if wrong_type else for_value)(f"{prefix}{name} must be {text}")
+
+
+def _wrong_type(error, where, name, kind, value, optional=False) -> BaseException:
+    got = f"got {type(value).__name__} {short_repr(value)}"
+    return _failure(error, True, where, name, f"{kind}{' or None' if optional else ''}, {got}")
+
+
+def _int_range(minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        if _big_power_of_two(maximum + 1):
+            return f"in [{minimum}, {_bound(maximum + 1)})"
+        return f"in [{minimum}, {_bound(maximum)}]"
+    if minimum is not None:
+        return f">= {minimum}"
+    return "" if maximum is None else f"<= {_bound(maximum)}"
+
+
+def _int_kind(minimum: int | None, maximum: int | None) -> str:
+    if minimum == 0 and maximum is not None:
+        if _big_power_of_two(maximum + 1):
+            return f"a non-negative int below {_bound(maximum + 1)}"
+        return f"a non-negative int up to {_bound(maximum)}"
+    if minimum == 0:
+        return "a non-negative int"
+    if minimum == 1 and maximum is None:
+        return "a positive int"
+    text = _int_range(minimum, maximum)
+    return f"an int {text}" if text else "an int"
+
+
+def _float_range(minimum, maximum, above, below) -> str:
+    low = f"({_bound(above)}" if above is not None else minimum is not None and f"[{_bound(minimum)}"
+    high = f"{_bound(below)})" if below is not None else maximum is not None and f"{_bound(maximum)}]"
+    if low and high:
+        return f"in {low}, {high}"
+    if above is not None:
+        return "positive" if above == 0 else f"> {_bound(above)}"
+    if minimum is not None:
+        return "non-negative" if minimum == 0 else f">= {_bound(minimum)}"
+    if below is not None:
+        return "negative" if below == 0 else f"< {_bound(below)}"
+    return "" if maximum is None else f"<= {_bound(maximum)}"
+
+
+def is_int(value: Any) -> bool:
+    """True for a Python or numpy integer; False for a bool and a float.
+
+    Example:
+        >>> is_int(3), is_int(np.int64(3)), is_int(True), is_int(3.0)
+        (True, True, False, False)
+    """
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_number(value: Any) -> bool:
+    """True for a Python or numpy int or float; False for a bool."""
+    return is_int(value) or isinstance(value, (float, np.floating))
+
+
+def check_int(
+    value: Any,
+    name: str,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    optional: bool = False,
+    error: ErrorSpec = _DEFAULT_ERROR,
+    where: str = "",
+) -> int:
+    """``value`` as an ``int`` in ``[minimum, maximum]`` (inclusive, each optional).
+
+    Example:
+        >>> check_int(np.int64(3), "batch_size", minimum=1)
+        3
+        >>> check_int(0, "batch_size", minimum=1, where="Loader")
+        Traceback (most recent call last):
+        ...
+        ValueError: Loader: batch_size must be >= 1, got 0
+    """
+    if value is None and optional:
+        return None  # type: ignore[return-value]
+    if not is_int(value):
+        raise _wrong_type(error, where, name, _int_kind(minimum, maximum), value, optional)
+    number = int(value)
+    if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
+        text = f"{_int_range(minimum, maximum)}, got {short_repr(number)}"
+        raise _failure(error, False, where, name, text)
+    return number
+
+
+def check_float(
+    value: Any,
+    name: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    above: float | None = None,
+    below: float | None = None,
+    finite: bool = True,
+    optional: bool = False,
+    error: ErrorSpec = _DEFAULT_ERROR,
+    where: str = "",
+) -> float:
+    """``value`` as a ``float`` within inclusive (``minimum``/``maximum``) and exclusive
+    (``above``/``below``) bounds; NaN is always refused, infinities unless ``finite=False``.
+
+    Example:
+        >>> check_float(0, "subset_ratio", above=0, maximum=1)
+        Traceback (most recent call last):
+        ...
+        ValueError: subset_ratio must be in (0, 1], got 0
+    """
+    if value is None and optional:
+        return None  # type: ignore[return-value]
+    span = _float_range(minimum, maximum, above, below)
+    if not is_number(value):
+        number_kind = "finite number" if finite else "number"
+        if span.startswith("in "):
+            kind = f"a number {span}"
+        elif span.startswith(("<", ">")):
+            kind = f"a {number_kind} {span}"
+        else:
+            kind = f"a {span} {number_kind}" if span else f"a {number_kind}"
+        raise _wrong_type(error, where, name, kind, value, optional)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond the float range
+        number = math.inf if value > 0 else -math.inf
+    if (
+        math.isnan(number)
+        or (finite and math.isinf(number))
+        or (minimum is not None and not number >= minimum)
+        or (maximum is not None and not number <= maximum)
+        or (above is not None and not number > above)
+        or (below is not None and not number < below)
+    ):
+        if span.startswith("in ") or (span and not finite):
+            text = span
+        elif finite:
+            text = f"{span} and finite" if span else "finite"
+        else:
+            text = "a number (not NaN)"
+        raise _failure(error, False, where, name, f"{text}, got {short_repr(value)}")
+    return number
+
+
+def check_bool(value: Any, name: str, *, error: ErrorSpec = _DEFAULT_ERROR, where: str = "") -> bool:
+    """``value`` as a ``bool``: only True/False (or ``numpy.bool_``), never 0 / 1.
+
+    Example:
+        >>> check_bool("yes", "shuffle", where="TrainingSampler")
+        Traceback (most recent call last):
+        ...
+        TypeError: TrainingSampler: shuffle must be true or false, got str 'yes'
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise _wrong_type(error, where, name, "true or false", value)
+    return bool(value)
+
+
+def check_str(value: Any, name: str, *, error: ErrorSpec = _DEFAULT_ERROR, where: str = "") -> str:
+    """``value`` if it is a ``str``."""
+    if not isinstance(value, str):
+        raise _wrong_type(error, where, name, "a str", value)
+    return value
+
+
+def check_seed(value: Any, name: str = "seed", *, optional: bool = True,
+               error: ErrorSpec = _DEFAULT_ERROR, where: str = "") -> int | None:
+    """A seed: an int in ``[0, 2**64)``, or None (draw one later) unless ``optional=False``."""
+    return check_int(value, name, minimum=0, maximum=SEED_LIMIT - 1, optional=optional,
+                     error=error, where=where)
+
+
+def check_probability(value: Any, name: str, *, error: ErrorSpec = _DEFAULT_ERROR,
+                      where: str = "") -> float:
+    """A probability: a number in ``[0, 1]``."""
+    return check_float(value, name, minimum=0.0, maximum=1.0, error=error, where=where)
+
+
+def check_positive_size(value: Any, name: str = "size", *, allow_zero: bool = False,
+                        maximum: int | None = None, error: ErrorSpec = _DEFAULT_ERROR,
+                        where: str = "") -> int:
+    """A size or count: an int ``>= 1`` (``>= 0`` with ``allow_zero``), up to ``maximum``."""
+    return check_int(value, name, minimum=0 if allow_zero else 1, maximum=maximum, error=error,
+                     where=where)
+
+
+def check_list(value: Any, name: str, check: Callable[..., _T], *, what: str,
+               element: str = "element", optional: bool = False,
+               error: ErrorSpec = _DEFAULT_ERROR, where: str = "", **options: Any) -> list[_T]:
+    """A list or tuple whose every element passes ``check(item, ..., **options)``; element
+    ``i`` is named ``f"{name} {element} {i}"`` and ``what`` names the elements in messages.
+
+    Example:
+        >>> check_list([1, 0], "weights", check_float, what="numbers", element="of part", above=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: weights of part 1 must be positive and finite, got 0
+    """
+    if value is None and optional:
+        return None  # type: ignore[return-value]
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
+        raise _wrong_type(error, where, name, f"a list of {what}", value, optional)
+    return [check(item, f"{name} {element} {i}", error=error, where=where, **options)
+            for i, item in enumerate(value)]
+
+
+def validator(check: Callable[..., Any], /, *, error: ErrorSpec = _DEFAULT_ERROR,
+              **options: Any) -> Callable[[Any, Any, Any], None]:
+    """An attrs validator running ``check(value, f"option {name!r}", ...)``, so option classes
+    run the very checks the constructors run."""
+
+    def run(instance: Any, attribute: Any, value: Any) -> None:
+        check(value, f"option {attribute.name!r}", error=error, **options)
+
+    run.__name__ = run.__qualname__ = f"validate_{getattr(check, '__name__', 'value')}"
+    return run
+
+
+# --------------------------------------------------------------------------------- seeding
+
+
+def derive_seed(*parts: int | None) -> int:
+    """A 63-bit seed from integer parts such as (seed, epoch, position, attempt): the same parts
+    give the same seed, different parts independent ones (numpy's SeedSequence); None counts
+    as -1.
+
+    Example:
+        >>> derive_seed(42, 0, 1) == derive_seed(42, 0, 1) != derive_seed(42, 1, 0)
+        True
+    """
+    entropy = [int(p) + 1 if p is not None else 0 for p in parts]
+    if any(e < 0 for e in entropy):
+        entropy = [e & 0xFFFFFFFFFFFFFFFF for e in entropy]
+    state = np.random.SeedSequence(entropy).generate_state(2, dtype=np.uint32)
+    return int((int(state[0]) << 31) ^ int(state[1])) & 0x7FFFFFFFFFFFFFFF
+
+
+def numpy_generator(*parts: int | None) -> np.random.Generator:
+    """A numpy Generator seeded from ``derive_seed(*parts)``."""
+    return np.random.default_rng(derive_seed(*parts))
+
+
+def torch_generator(*parts: int | None):  # -> torch.Generator
+    """A torch.Generator seeded from ``derive_seed(*parts)``."""
+    import torch
+
+    generator = torch.Generator()
+    generator.manual_seed(derive_seed(*parts))
+    return generator
+
+
+# ----------------------------------------------------------------------- environment flags
+
+#: Values (case-insensitive, spaces ignored) that switch a flag off / on.
+OFF_VALUES = frozenset({"0", "false", "off", "no"})
+ON_VALUES = frozenset({"1", "true", "on", "yes"})
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """The on/off value of environment variable ``name``; unset, empty or unknown values give
+    ``default``.
+
+    Example:
+        >>> os.environ["CATMAP_EXAMPLE_FLAG"] = "Off"
+        >>> env_flag("CATMAP_EXAMPLE_FLAG", default=True)
+        False
+        >>> del os.environ["CATMAP_EXAMPLE_FLAG"]
+    """
+    value = os.environ.get(name, "").strip().lower()
+    if value in OFF_VALUES:
+        return False
+    if value in ON_VALUES:
+        return True
+    return default
+
+
+# --------------------------------------------------------------------------- config values
+#
+# Hydra/OmegaConf hand builders DictConfig/ListConfig objects; the builders take plain lists and
+# dicts, converted at the boundary. omegaconf is never imported unless the value came from it.
+
+_SCALAR_SEQUENCES = (str, bytes, bytearray, memoryview)
+# Top-level sections of a detectron2 config; any one of them marks an object as a config.
+_SECTIONS = ("DATASETS", "DATALOADER", "INPUT", "MODEL", "SOLVER", "TEST")
+_MISSING = object()
+
+
+def is_config_container(value: Any) -> bool:
+    """Whether ``value`` is an OmegaConf ``DictConfig`` / ``ListConfig``."""
+    omegaconf = sys.modules.get("omegaconf")
+    return omegaconf is not None and isinstance(value, omegaconf.Container)
+
+
+def _to_container(value: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(value, resolve=True)
+
+
+def plain_value(value: Any) -> Any:
+    """``value`` with every OmegaConf container in it (also inside dicts, lists, tuples)
+    converted; a value without any is returned as the same object.
+
+    Example:
+        >>> from omegaconf import OmegaConf
+        >>> plain_value({"classes": OmegaConf.create(["cat"]), "size": (2, 3)})
+        {'classes': ['cat'], 'size': (2, 3)}
+    """
+    if is_config_container(value):
+        return _to_container(value)
+    if isinstance(value, dict):
+        items = {key: plain_value(item) for key, item in value.items()}
+        return items if any(items[k] is not v for k, v in value.items()) else value
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):  # keep namedtuples
+        converted = [plain_value(item) for item in value]
+        if all(new is old for new, old in zip(converted, value, strict=True)):
+            return value
+        return converted if isinstance(value, list) else tuple(converted)
+    return value
+
+
+def plain_container(value: Any) -> Any:
+    """``value`` with its outer container made a ``dict`` (any Mapping, a DictConfig) or a
+    ``list`` (any Sequence but str/bytes, a ListConfig); anything else unchanged.
+
+    Example:
+        >>> from omegaconf import OmegaConf
+        >>> plain_container(OmegaConf.create({"names": ["a", "b"], "n": "${x}", "x": 2}))
+        {'names': ['a', 'b'], 'n': 2, 'x': 2}
+    """
+    if is_config_container(value):
+        return _to_container(value)
+    if isinstance(value, Mapping):
+        return {key: plain_value(item) for key, item in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, _SCALAR_SEQUENCES):
+        return [plain_value(item) for item in value]
+    return value
+
+
+def plain_names(value: Any) -> list[str] | None:
+    """The list of names when ``value`` is a non-empty sequence of strs, else None.
+
+    Example:
+        >>> plain_names(("a", "b")), plain_names("a"), plain_names([{"file_name": "x"}])
+        (['a', 'b'], None, None)
+    """
+    if isinstance(value, (*_SCALAR_SEQUENCES, Mapping)):
+        return None
+    if not (is_config_container(value) or isinstance(value, Sequence)):
+        return None
+    if len(value) == 0 or not isinstance(value[0], str):
+        return None  # checked first: a record list is never converted
+    names = plain_container(value)
+    return names if all(isinstance(name, str) for name in names) else None
+
+
+def _config_child(node: Any, name: str) -> Any:
+    if isinstance(node, Mapping):
+        return node[name] if name in node else _MISSING
+    return getattr(node, name, _MISSING)
+
+
+def is_detectron2_config(obj: Any) -> bool:
+    """True if ``obj`` looks like a detectron2 config (a yacs CfgNode, DictConfig, dict or
+    attribute object with an upper-case top-level section such as ``DATALOADER``).
+
+    Example:
+        >>> is_detectron2_config({"DATALOADER": {}}), is_detectron2_config([{"file_name": "a"}])
+        (True, False)
+    """
+    if isinstance(obj, (str, bytes, list, tuple)) or obj is None:
+        return False
+    try:
+        return any(_config_child(obj, section) is not _MISSING for section in _SECTIONS)
+    except Exception:  # an object whose attribute access raises is not a config
+        return False
+
+
+def config_value(cfg: Any, key: str, default: Any = _MISSING) -> Any:
+    """The value at dotted ``key`` of a detectron2-style config (OmegaConf containers made
+    plain); ``default`` when absent, else :class:`ConfigKeyError`.
+
+    Example:
+        >>> config_value({"DATALOADER": {"NUM_WORKERS": 4}}, "DATALOADER.NUM_WORKERS")
+        4
+    """
+    node = cfg
+    for name in key.split("."):
+        node = _config_child(node, name)
+        if node is _MISSING:
+            if default is _MISSING:
+                raise ConfigKeyError(f"config has no key {key!r}", key=key)
+            return default
+    return _to_container(node) if type(node).__module__.startswith("omegaconf") else node
+
+
+# ------------------------------------------------------------------ rate-limited warnings
+#
+# A dataset with many bad records must not log one line per index per worker: the first
+# FIRST_PER_KIND warnings of a kind are logged, the rest counted, and the process that created
+# the counters logs one summary per kind at exit. The counters live in a 16 KiB memfd that
+# forked workers inherit and spawned ones open through /proc/<creator pid>/fd/<fd> (named in
+# CATMAP_WARNING_COUNTERS); the kernel frees it when the last user exits. Without memfd, a
+# 0600 file in /dev/shm is used and removed at the creator's exit.
+
+#: Warnings of one kind logged before the rest are only counted (CATMAP_WARNINGS_PER_KIND).
+FIRST_PER_KIND = 3
+_ENV = "CATMAP_WARNING_COUNTERS"
+_SLOTS = 256
+_NAME_BYTES = 56
+_SIZE = _SLOTS * 8 + _SLOTS * _NAME_BYTES
+_OVERFLOW_SLOT = _SLOTS - 1
+_state_lock = threading.Lock()
+_counters: np.ndarray | None = None
+_names: np.ndarray | None = None
+_map: mmap.mmap | None = None
+_fd: int | None = None
+_slots: dict[str, int] = {}  # this process's cache of kind -> slot
+_owner: tuple[int, str] | None = None
+
+
+def _first_per_kind() -> int:
+    value = os.environ.get("CATMAP_WARNINGS_PER_KIND", "")
+    return int(value) if value.isdigit() else FIRST_PER_KIND
+
+
+def _attach_counters(path: str) -> int | None:
+    """Open the counters another process of this run created, or None if ``path`` is not a
+    catmap memfd or ``catmap-warnings-*`` file of ours of the exact size."""
+    try:
+        if path.startswith("/proc/"):
+            if not os.readlink(path).startswith("/memfd:catmap-warnings"):
+                return None
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        elif os.path.basename(path).startswith("catmap-warnings-"):
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        else:
+            return None
+    except OSError:
+        return None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size != _SIZE or info.st_uid != os.getuid():
+        os.close(fd)
+        return None
+    return fd
+
+
+def _create_counters() -> tuple[int, str]:
+    if hasattr(os, "memfd_create") and os.path.isdir(f"/proc/{os.getpid()}/fd"):
+        try:
+            fd = os.memfd_create("catmap-warnings", os.MFD_CLOEXEC)
+            os.ftruncate(fd, _SIZE)
+            return fd, f"/proc/{os.getpid()}/fd/{fd}"
+        except OSError:
+            pass
+    directory = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    path = os.path.join(directory, f"catmap-warnings-{os.getpid()}-{secrets.token_hex(6)}")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.ftruncate(fd, _SIZE)
+    return fd, path
+
+
+def shared_counters() -> np.ndarray:
+    """The per-kind counters of this run, created or attached on first use. The loader
+    builders call it in the training process before workers start, so spawned workers share
+    them."""
+    global _counters, _names, _map, _owner, _fd
+    with _state_lock:
+        if _counters is not None:
+            return _counters
+        path = os.environ.get(_ENV, "")
+        fd = _attach_counters(path) if path else None
+        if fd is None:  # first process of the run, or its creator has exited
+            fd, path = _create_counters()
+            os.environ[_ENV] = path
+            _owner = (os.getpid(), path)
+            atexit.register(_close_owner)
+        _fd = fd
+        _slots.clear()
+        _map = mmap.mmap(fd, _SIZE)
+        _counters = np.ndarray((_SLOTS,), dtype=np.int64, buffer=_map)
+        _names = np.ndarray((_SLOTS, _NAME_BYTES), dtype=np.uint8, buffer=_map, offset=_SLOTS * 8)
+        return _counters
+
+
+def _mapped() -> tuple[int, np.ndarray]:
+    shared_counters()
+    if _fd is None or _names is None:  # only after the creator's exit hook ran
+        raise RuntimeError("catmap's warning counters are closed (the process is exiting)")
+    return _fd, _names
+
+
+def register_kind(kind: str) -> int:
+    """The slot of ``kind``'s counter, claimed with its name on first use (open addressing
+    under a lock that excludes other processes)."""
+    shared_counters()
+    slot = _slots.get(kind)
+    if slot is not None:
+        return slot
+    fd, names = _mapped()
+    encoded = kind.encode()[:_NAME_BYTES]
+    name_row = np.zeros(_NAME_BYTES, dtype=np.uint8)
+    name_row[: len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
+    with _state_lock:
+        fcntl.lockf(fd, fcntl.LOCK_EX, _SLOTS * _NAME_BYTES, _SLOTS * 8)
+        try:
+            start = zlib.crc32(kind.encode()) % _SLOTS
+            for probe in range(_SLOTS):
+                slot = (start + probe) % _SLOTS
+                row = names[slot]
+                if not row.any():
+                    row[:] = name_row  # a free slot: claim it
+                    break
+                if np.array_equal(row, name_row):
+                    break
+            else:
+                slot = _OVERFLOW_SLOT  # every slot taken: count with the last one
+        finally:
+            fcntl.lockf(fd, fcntl.LOCK_UN, _SLOTS * _NAME_BYTES, _SLOTS * 8)
+    _slots[kind] = slot
+    return slot
+
+
+def warn_limited(log: logging.Logger, kind: str, message: str, *args: object) -> bool:
+    """Log ``message % args`` unless ``kind`` (a short fixed name) was logged enough times in
+    this run; returns whether it was logged.
+
+    Example:
+        >>> log = logging.getLogger("demo")
+        >>> [warn_limited(log, "doc.example", "record %d is odd", i) for i in range(5)]
+        [True, True, True, False, False]
+        >>> counts()["doc.example"]
+        5
+    """
+    counters = shared_counters()
+    slot = register_kind(kind)
+    fd, _ = _mapped()
+    with _state_lock:
+        fcntl.lockf(fd, fcntl.LOCK_EX, 8, slot * 8)
+        try:
+            counters[slot] += 1
+            number = int(counters[slot])
+        finally:
+            fcntl.lockf(fd, fcntl.LOCK_UN, 8, slot * 8)
+    limit = _first_per_kind()
+    if number > limit:
+        return False
+    if number == limit:
+        message += " (further warnings of this kind are counted and summarized at exit)"
+    log.warning(message, *args)
+    return True
+
+
+def reset_counts() -> None:
+    """Set every counter of this run back to zero (for tests)."""
+    counters = shared_counters()
+    with _state_lock:
+        counters[:] = 0
+
+
+def counts() -> dict[str, int]:
+    """Warnings counted so far per kind, in all processes sharing the counters."""
+    counters = shared_counters()
+    _, names = _mapped()
+    result = {}
+    for slot in np.flatnonzero(counters):
+        name = bytes(names[slot]).rstrip(b"\0").decode(errors="replace") or f"slot {slot}"
+        result[name] = int(counters[slot])
+    return result
+
+
+def log_summary() -> dict[str, int]:
+    """Log one line per kind whose count passed the limit; returns the suppressed counts."""
+    limit = _first_per_kind()
+    suppressed = {kind: n - limit for kind, n in counts().items() if n > limit}
+    for kind, number in suppressed.items():
+        logger.warning("%d more warnings of kind %r were not logged (%d in all)",
+                       number, kind, number + limit)
+    return suppressed
+
+
+def _close_owner() -> None:
+    global _counters, _names
+    if _owner is None or _owner[0] != os.getpid() or _map is None:
+        return
+    try:
+        log_summary()
+    finally:
+        _counters = _names = None
+        if not _owner[1].startswith("/proc/"):  # a memfd needs no removal
+            try:
+                os.unlink(_owner[1])
+            except OSError:
+                pass
+        if os.environ.get(_ENV) == _owner[1]:
+            del os.environ[_ENV]
