@@ -27,7 +27,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from catalog._common import check_int, derive_seed, torch_generator
+from catalog import _common
+from catalog._common import derive_seed, torch_generator
 from mappers.image_io import limit_opencv_threads
 from mappers.random_state import sample_scope, sample_seed, seed_generator, seed_global_rngs
 
@@ -169,7 +170,8 @@ class ResumableLoader:
                  worker_init_fn: Callable[[int], Any] | None = None, transport: str = "auto",
                  slabs: int | None = None, slab_bytes: int = DEFAULT_SLAB_BYTES,
                  reseed_each_pass: bool = True) -> None:
-        check_int(num_workers, "num_workers", minimum=0, error=ValueError, where="ResumableLoader")
+        _common.check_int(num_workers, "num_workers", minimum=0, error=ValueError,
+                          where="ResumableLoader")
         positioned = callable(getattr(batch_sampler, "iter_with_positions", None))
         if sample_seeds and not positioned:
             raise TypeError(f"ResumableLoader: sample_seeds=True needs a batch sampler with "
