@@ -1,19 +1,13 @@
 """DatasetCatalog: dataset names mapped to loader functions, each loaded once per process.
 
-The loading story, one way down::
-
-    DatasetCatalog.get(name)
-      -> share_across_local_ranks(name, build)   one rank per machine builds, others map it
-        -> load_with_cache(..., build)           file-backed entries: the on-disk cache
-          -> the registered loader               -> SerializedList
-
-The catalog captures what the loader sets in ``MetadataCatalog`` and passes it down as the
-data-only ``extra`` dict kept with the records; it sets it again where the records came from
-the cache or another rank. Storage knows nothing of catalogs.
+``get`` -> ``share_across_local_ranks`` (one rank per machine builds) -> ``load_with_cache``
+(file-backed entries) -> the loader. What the loader sets in ``MetadataCatalog`` travels with
+the records as the data-only ``extra`` dict and is set again where they came from elsewhere.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -100,21 +94,9 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
     ) -> None:
         """Register ``func`` as the loader of dataset ``name``; it runs at the first ``get``.
 
-        Records are stored data-only (:mod:`catalog.storage.records`): dicts, lists, str,
-        int, float, bool, None, bytes and numpy arrays of numeric/bool dtype. Tuples come
-        back as lists, ``IntEnum`` (``BoxMode``) as ints, numpy scalars as Python numbers,
-        paths as str. A record holding any other object (only a loader of your own can
-        make one) raises :class:`~catalog.errors.RecordFormatError` at the first ``get``,
-        naming the dataset, the record index and the key: keep such objects out of records
-        (an id, a path) or build them in the mapper. Metadata the loader sets travels
-        with cached and shared records the same way (not cached when it is not data).
-
-        ``source_files`` and ``cache_key`` (a JSON dict describing the loader and its
+        Records must be data only (see :mod:`catalog.storage.records`; else RecordFormatError
+        at the first ``get``). ``source_files`` and ``cache_key`` (a JSON dict of the loader's
         options) make the entry cached on disk; ``options={"cache": False}`` turns that off.
-
-        Raises:
-            TypeError: name is not a str, or func is not callable.
-            DatasetAlreadyRegisteredError: (a ValueError) the name is already registered.
         """
         check_name(name, "dataset")
         if not callable(func):
@@ -163,15 +145,9 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
 
     # ------------------------------------------------------------------ lookup
     def get(self, name: str) -> SerializedList:
-        """The records of ``name``; the loader runs on the first call in this process.
-
-        Raises:
-            DatasetNotRegisteredError: (a KeyError) the name is unknown (close matches listed).
-            TypeError: the loader returned something other than a list of dicts.
-            RecordFormatError: a record holds something that is not data.
-            SharedAttachError, NestedLoadError: see :func:`share_across_local_ranks`.
-        """
-        entry = self.entry(name)
+        """The records of ``name``; the loader runs on the first call in this process
+        (DatasetNotRegisteredError lists close matches)."""
+        entry = self._lookup(name)
         cached = self._cache.get(name)
         if cached is not None:
             return cached
@@ -183,19 +159,15 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
                     raise self._unknown(name)
             if cached is not None:
                 return cached
-            records = self._load(entry)
+            build = functools.partial(self._load_here, entry)
+            records, extra = share_across_local_ranks(name, build)
+            metadata = extra.get("metadata") or {}
+            if metadata:  # a no-op where the loader ran: equal values
+                MetadataCatalog.get(name).set(**metadata)
             with self._lock:
                 if self._registry.find(name) is entry and not this_rank_only_active():
                     self._cache[name] = records
             return records
-
-    def _load(self, entry: DatasetEntry) -> SerializedList:
-        """The single loading path (see the module docstring)."""
-        records, extra = share_across_local_ranks(entry.name, lambda: self._load_here(entry))
-        metadata = extra.get("metadata") or {}
-        if metadata:  # a no-op where the loader ran: equal values
-            MetadataCatalog.get(entry.name).set(**metadata)
-        return records
 
     def _load_here(self, entry: DatasetEntry) -> tuple[SerializedList, dict[str, Any]]:
         """``(records, {"metadata": what the loader set})`` from the cache or the loader."""
@@ -225,11 +197,6 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         )
 
     # ------------------------------------------------------------------ management
-    def list(self) -> list[str]:
-        """The registered dataset names, in registration order, then the builtin names not
-        used yet (they are registered on first use)."""
-        return super().list()
-
     def remove(self, name: str) -> None:
         """Unregister ``name`` and drop its records (DatasetNotRegisteredError if unknown)."""
         self.pop(name)
@@ -253,10 +220,6 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         self._cache.pop(name, None)
         if self._lazy is not None and name in self._lazy.names():
             self._suppressed.add(name)
-
-    def clear(self) -> None:
-        """Unregister every dataset (the builtin ones included) and drop every cached list."""
-        super().clear()
 
     def _on_cleared(self) -> None:
         self._cache.clear()
