@@ -107,7 +107,7 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         entry = DatasetEntry(
             name=name,
             func=func,
-            source_files=tuple(str(f) for f in (source_files or ())),
+            source_files=tuple(map(str, source_files or ())),
             cache_key=dict(cache_key) if cache_key is not None else None,
             options=dict(options or {}),
         )
@@ -182,7 +182,19 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
                 if hasattr(exc, "add_note"):  # Python >= 3.11
                     exc.add_note(f"while loading dataset {name!r} (DatasetCatalog.get)")
                 raise
-            records = as_serialized_list(result, name)
+            if isinstance(result, SerializedList):
+                records = result
+            elif not isinstance(result, list):
+                raise TypeError(f"the loader of dataset {name!r} returned a "
+                                f"{type(result).__name__}; it must return a list of dicts")
+            else:
+                for index, record in enumerate(result):
+                    if not isinstance(record, dict):
+                        raise TypeError(
+                            f"the loader of dataset {name!r} returned a list whose element "
+                            f"{index} is a {type(record).__name__}, not a dict"
+                        )
+                records = SerializedList(result, name=name)
             after = MetadataCatalog.get(name).as_dict() if name in MetadataCatalog else {}
             changed = {k: v for k, v in after.items()
                        if k != "name" and (k not in before or not values_equal(before[k], v))}
@@ -197,10 +209,6 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         )
 
     # ------------------------------------------------------------------ management
-    def remove(self, name: str) -> None:
-        """Unregister ``name`` and drop its records (DatasetNotRegisteredError if unknown)."""
-        self.pop(name)
-
     def pop(self, name: str, default: Any = _MISSING) -> Any:
         """Unregister ``name`` and return its loader function (as ``dict.pop``).
 
@@ -238,30 +246,6 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         self._cache = dict(cache)
         self._suppressed = set(suppressed)
         self._lazy = lazy
-
-
-def as_serialized_list(result: Any, name: str) -> SerializedList:
-    """A loader's ``result`` (a list of dicts, or a SerializedList) serialized; TypeError
-    names the dataset and the first bad element.
-
-    Example:
-        >>> len(as_serialized_list([{"a": 1}], "toy"))
-        1
-    """
-    if isinstance(result, SerializedList):
-        return result
-    if not isinstance(result, list):
-        raise TypeError(
-            f"the loader of dataset {name!r} returned a {type(result).__name__}; it must "
-            "return a list of dicts"
-        )
-    for index, record in enumerate(result):
-        if not isinstance(record, dict):
-            raise TypeError(
-                f"the loader of dataset {name!r} returned a list whose element {index} is a "
-                f"{type(record).__name__}, not a dict"
-            )
-    return SerializedList(result, name=name)
 
 
 #: The process-wide dataset registry.

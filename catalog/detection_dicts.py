@@ -162,7 +162,7 @@ def _format_counts(id_parts: list[np.ndarray], class_names: Sequence[str] | None
         str(class_names[i]) if class_names is not None and i < len(class_names) else str(i)
         for i in range(num_classes)
     ]
-    name_width = max(len("category"), max(len(label) for label in labels), len("total"))
+    name_width = max(len("category"), max(map(len, labels)), len("total"))
     count_width = max(len("#instances"), len(str(int(counts.sum()))))
     lines = [f"{'category':<{name_width}} | {'#instances':>{count_width}}"]
     rule = f"{'-' * name_width} | {'-' * count_width}"

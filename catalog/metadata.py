@@ -53,8 +53,10 @@ def values_equal(a: Any, b: Any) -> bool:
             return False
         if arr_a.shape != arr_b.shape:
             return False
+        both_float = np.issubdtype(arr_a.dtype, np.floating) and np.issubdtype(
+            arr_b.dtype, np.floating)  # fmt: skip
         try:
-            return bool(np.array_equal(arr_a, arr_b, equal_nan=_both_float(arr_a, arr_b)))
+            return bool(np.array_equal(arr_a, arr_b, equal_nan=both_float))
         except TypeError:
             return bool(np.array_equal(arr_a, arr_b))
     if isinstance(a, dict) and isinstance(b, dict):
@@ -74,25 +76,15 @@ def values_equal(a: Any, b: Any) -> bool:
 
 
 def _is_array(value: Any) -> bool:
-    if isinstance(value, np.ndarray):
-        return True
-    torch = _torch_module()
-    return torch is not None and isinstance(value, torch.Tensor)
-
-
-def _torch_module() -> Any:
-    return sys.modules.get("torch")  # only compare tensors if torch is already imported
+    torch = sys.modules.get("torch")  # only compare tensors if torch is already imported
+    return isinstance(value, np.ndarray) or (torch is not None and isinstance(value, torch.Tensor))
 
 
 def _to_numpy(value: Any) -> np.ndarray:
-    torch = _torch_module()
+    torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         return value.detach().cpu().numpy()
     return np.asarray(value)
-
-
-def _both_float(a: np.ndarray, b: np.ndarray) -> bool:
-    return np.issubdtype(a.dtype, np.floating) and np.issubdtype(b.dtype, np.floating)
 
 
 def _short(value: Any, limit: int = 200) -> str:
@@ -158,11 +150,8 @@ class Metadata:
         self.set(**{key: value})
 
     def set(self, **kwargs: Any) -> Metadata:
-        """Set several keys at once, atomically (a conflict sets none); returns self.
-
-        Raises:
-            MetadataConflictError: a key already holds a different value (both are shown).
-        """
+        """Set several keys at once, atomically (a conflict sets none: MetadataConflictError
+        shows both values); returns self."""
         resolved: dict[str, Any] = {}
         for key, value in kwargs.items():
             if key.startswith("_"):
@@ -230,16 +219,6 @@ class Metadata:
         object.__setattr__(self, "_lock", threading.RLock())
         self.__dict__.update(state)
 
-    def __copy__(self) -> Metadata:
-        new = Metadata.__new__(Metadata)
-        new.__setstate__(self.as_dict())
-        return new
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Metadata:
-        new = Metadata.__new__(Metadata)
-        new.__setstate__(copy.deepcopy(self.as_dict(), memo))
-        return new
-
 
 class _MetadataCatalog(NamedContainer[Metadata]):
     """The per-dataset metadata registry; use the singleton :data:`MetadataCatalog`.
@@ -265,12 +244,7 @@ class _MetadataCatalog(NamedContainer[Metadata]):
     def get(self, name: str, *, warn_unregistered: bool = True) -> Metadata:
         """The Metadata of ``name``, created on first use (a builtin dataset name registers
         the dataset). Creating it for a name that is no registered dataset logs a
-        rate-limited warning with close matches, unless ``warn_unregistered=False``.
-
-        Raises:
-            TypeError: name is not a str.
-            ValueError: name is empty.
-        """
+        rate-limited warning with close matches, unless ``warn_unregistered=False``."""
         check_name(name, "dataset")
         meta = self._registry.find(name)
         if meta is not None:
@@ -304,16 +278,6 @@ class _MetadataCatalog(NamedContainer[Metadata]):
             name,
             hint,
         )
-
-    def pop(self, name: str, *default: Any) -> Metadata:
-        """Drop the Metadata of ``name`` and return it (as ``dict.pop``).
-
-        Example:
-            >>> MetadataCatalog.get("doc_pop").thing_classes = ["a"]
-            >>> MetadataCatalog.pop("doc_pop").thing_classes, "doc_pop" in MetadataCatalog
-            (['a'], False)
-        """
-        return super().pop(name, *default)
 
     def snapshot(self) -> tuple[dict[str, Metadata], Any]:
         """Copies of every Metadata (keys set later are dropped by :meth:`restore`)."""

@@ -26,13 +26,8 @@ _MISSING: Any = object()
 
 
 class NamedContainer(Generic[V]):
-    """Names mapped to entries, with the catalog management methods.
-
-    Subclasses add how entries are made (``register``, ``get``) and may override the hooks
-    ``_lazy_names`` / ``_materialize`` (names registered on first use), ``_on_removed`` /
-    ``_on_cleared`` (drop what they keep beside the entries) and ``_extra_state`` /
-    ``_set_extra_state`` (snapshot that state too).
-    """
+    """Names mapped to entries, with the catalog management methods; subclasses add how
+    entries are made and override the hooks below."""
 
     def __init__(
         self,
@@ -77,8 +72,7 @@ class NamedContainer(Generic[V]):
 
     # ------------------------------------------------------------------ lookup
     def _lookup(self, name: object) -> V:
-        """The entry of ``name``, registering a lazy name first.
-        """
+        """The entry of ``name``, registering a lazy name first."""
         entry = self._registry.find(name, _MISSING)
         if entry is _MISSING and self._materialize(name):
             entry = self._registry.find(name, _MISSING)
@@ -97,16 +91,14 @@ class NamedContainer(Generic[V]):
             return self._registry.names() + self._lazy_names()
 
     def remove(self, name: str) -> None:
-        """Remove ``name`` and what is kept for it.
-        """
+        """Remove ``name`` and what is kept for it."""
         if self._remove_missing_ok:
             self.pop(name, None)
         else:
             self.pop(name)
 
     def pop(self, name: str, default: Any = _MISSING) -> Any:
-        """Remove ``name`` and return its entry (as ``dict.pop``).
-        """
+        """Remove ``name`` and return its entry (as ``dict.pop``)."""
         self._materialize(name)
         with self._lock:
             entry = self._registry.pop(name, _MISSING)
