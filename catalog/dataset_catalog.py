@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .errors import DatasetAlreadyRegisteredError, DatasetNotRegisteredError
-from .metadata import MetadataCatalog, values_equal
-from .named_container import NamedContainer
+from .metadata import MetadataCatalog, NamedContainer, values_equal
 from .registry import check_name
 from .storage.cache import load_with_cache
 from .storage.records import SerializedList

@@ -12,7 +12,7 @@ from .errors import EmptyDatasetError, MetadataConflictError
 from .metadata import MetadataCatalog, values_equal
 from .storage.records import RecordColumns, SerializedList, concat_records
 
-__all__ = ["get_detection_dataset_dicts", "format_class_histogram"]
+__all__ = ["get_detection_dataset_dicts"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,23 +123,6 @@ def _enough_keypoints(dataset: SerializedList, min_keypoints: int, keep: np.ndar
                 visible += int((np.asarray(keypoints[2::3]) > 0).sum())
         enough[index] = visible >= min_keypoints
     return enough
-
-
-def format_class_histogram(columns: RecordColumns, class_names: Sequence[str] | None) -> str:
-    """A text table of the number of non-crowd instances per category.
-
-    Example:
-        >>> annotations = [{"category_id": 1}, {"category_id": 1}]
-        >>> cols = SerializedList([{"annotations": annotations}]).columns
-        >>> print(format_class_histogram(cols, ["cat", "dog"]))  # doctest: +NORMALIZE_WHITESPACE
-        category | #instances
-        -------- | ----------
-        cat      |          0
-        dog      |          2
-        -------- | ----------
-        total    |          2
-    """
-    return _format_counts([_instance_ids(columns)], class_names)
 
 
 def _instance_ids(columns: RecordColumns, records: np.ndarray | None = None) -> np.ndarray:
