@@ -15,7 +15,7 @@ and may change between releases:
   ``check_probability``, ``is_int`` ...), used by constructors and config builders alike.
 - :mod:`catalog._common`: ``derive_seed`` and the numpy / torch generators derived from it.
 - :mod:`catalog.registry`: ``Registry``, the one lookup by name with "did you mean"
-  (transforms, samplers; the catalogs through :mod:`catalog.named_container`).
+  (transforms, samplers; the catalogs through :mod:`catalog.metadata`).
 - :mod:`catalog._common`: warnings limited per kind, counted across processes.
 - :mod:`catalog._common` / :mod:`catalog._common`: reading detectron2-style and
   OmegaConf configs.

@@ -36,26 +36,9 @@ class BoxMode(IntEnum):
     def convert(box: Any, from_mode: BoxMode | int, to_mode: BoxMode | int) -> Any:
         """Convert one box (4 or 5 numbers) or an Nx4 / Nx5 array or tensor between modes.
 
-        The result has the input's container and dtype, as in detectron2: a list gives a list,
-        a tuple a tuple (integers stay integers), a numpy array a numpy array of the same
-        dtype, a tensor a tensor of the same dtype and device. The input is never modified.
-        Conversions that involve the angle (XYWHA_ABS) are computed in float64 and cast back,
-        so integer inputs are truncated toward zero there.
-
-        XYWHA_ABS → XYXY_ABS / XYWH_ABS gives the axis-aligned box enclosing the rotated
-        one; XYXY_ABS / XYWH_ABS → XYWHA_ABS gives the same box with angle 0.
-
-        Args:
-            box: a list or tuple of 4 (5 for XYWHA_ABS) numbers (one box), or a (4,) / (5,) /
-                (N, 4) / (N, 5) numpy array or tensor.
-            from_mode: the mode ``box`` is in.
-            to_mode: the mode wanted.
-
-        Raises:
-            BoxModeError: a relative mode (XYXY_REL, XYWH_REL) is involved (converting it needs
-                the image size, which a box alone does not carry), the shape is wrong, or the
-                values are not real numbers.
-            ValueError: ``from_mode`` / ``to_mode`` is not a BoxMode value.
+        The result keeps the input's container and dtype (angle conversions compute in float64
+        and cast back); XYWHA_ABS -> XYXY/XYWH gives the enclosing axis-aligned box. Relative
+        modes need the image size: BoxModeError, as for a wrong shape or non-real values.
 
         Example:
             >>> import numpy as np

@@ -1,19 +1,13 @@
 """DatasetCatalog: dataset names mapped to loader functions, each loaded once per process.
 
-The loading story, one way down::
-
-    DatasetCatalog.get(name)
-      -> share_across_local_ranks(name, build)   one rank per machine builds, others map it
-        -> load_with_cache(..., build)           file-backed entries: the on-disk cache
-          -> the registered loader               -> SerializedList
-
-The catalog captures what the loader sets in ``MetadataCatalog`` and passes it down as the
-data-only ``extra`` dict kept with the records; it sets it again where the records came from
-the cache or another rank. Storage knows nothing of catalogs.
+``get`` -> ``share_across_local_ranks`` (one rank per machine builds) -> ``load_with_cache``
+(file-backed entries) -> the loader. What the loader sets in ``MetadataCatalog`` travels with
+the records as the data-only ``extra`` dict and is set again where they came from elsewhere.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -21,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._common import DatasetAlreadyRegisteredError, DatasetNotRegisteredError
-from .metadata import MetadataCatalog, values_equal
-from .named_container import NamedContainer
+from .metadata import MetadataCatalog, NamedContainer, values_equal
 from .registry import check_name
 from .storage.cache import load_with_cache
 from .storage.records import SerializedList
@@ -100,21 +93,9 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
     ) -> None:
         """Register ``func`` as the loader of dataset ``name``; it runs at the first ``get``.
 
-        Records are stored data-only (:mod:`catalog.storage.records`): dicts, lists, str,
-        int, float, bool, None, bytes and numpy arrays of numeric/bool dtype. Tuples come
-        back as lists, ``IntEnum`` (``BoxMode``) as ints, numpy scalars as Python numbers,
-        paths as str. A record holding any other object (only a loader of your own can
-        make one) raises :class:`~catalog._common.RecordFormatError` at the first ``get``,
-        naming the dataset, the record index and the key: keep such objects out of records
-        (an id, a path) or build them in the mapper. Metadata the loader sets travels
-        with cached and shared records the same way (not cached when it is not data).
-
-        ``source_files`` and ``cache_key`` (a JSON dict describing the loader and its
+        Records must be data only (see :mod:`catalog.storage.records`; else RecordFormatError
+        at the first ``get``). ``source_files`` and ``cache_key`` (a JSON dict of the loader's
         options) make the entry cached on disk; ``options={"cache": False}`` turns that off.
-
-        Raises:
-            TypeError: name is not a str, or func is not callable.
-            DatasetAlreadyRegisteredError: (a ValueError) the name is already registered.
         """
         check_name(name, "dataset")
         if not callable(func):
@@ -125,7 +106,7 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         entry = DatasetEntry(
             name=name,
             func=func,
-            source_files=tuple(str(f) for f in (source_files or ())),
+            source_files=tuple(map(str, source_files or ())),
             cache_key=dict(cache_key) if cache_key is not None else None,
             options=dict(options or {}),
         )
@@ -163,15 +144,9 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
 
     # ------------------------------------------------------------------ lookup
     def get(self, name: str) -> SerializedList:
-        """The records of ``name``; the loader runs on the first call in this process.
-
-        Raises:
-            DatasetNotRegisteredError: (a KeyError) the name is unknown (close matches listed).
-            TypeError: the loader returned something other than a list of dicts.
-            RecordFormatError: a record holds something that is not data.
-            SharedAttachError, NestedLoadError: see :func:`share_across_local_ranks`.
-        """
-        entry = self.entry(name)
+        """The records of ``name``; the loader runs on the first call in this process
+        (DatasetNotRegisteredError lists close matches)."""
+        entry = self._lookup(name)
         cached = self._cache.get(name)
         if cached is not None:
             return cached
@@ -183,19 +158,15 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
                     raise self._unknown(name)
             if cached is not None:
                 return cached
-            records = self._load(entry)
+            build = functools.partial(self._load_here, entry)
+            records, extra = share_across_local_ranks(name, build)
+            metadata = extra.get("metadata") or {}
+            if metadata:  # a no-op where the loader ran: equal values
+                MetadataCatalog.get(name).set(**metadata)
             with self._lock:
                 if self._registry.find(name) is entry and not this_rank_only_active():
                     self._cache[name] = records
             return records
-
-    def _load(self, entry: DatasetEntry) -> SerializedList:
-        """The single loading path (see the module docstring)."""
-        records, extra = share_across_local_ranks(entry.name, lambda: self._load_here(entry))
-        metadata = extra.get("metadata") or {}
-        if metadata:  # a no-op where the loader ran: equal values
-            MetadataCatalog.get(entry.name).set(**metadata)
-        return records
 
     def _load_here(self, entry: DatasetEntry) -> tuple[SerializedList, dict[str, Any]]:
         """``(records, {"metadata": what the loader set})`` from the cache or the loader."""
@@ -210,7 +181,19 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
                 if hasattr(exc, "add_note"):  # Python >= 3.11
                     exc.add_note(f"while loading dataset {name!r} (DatasetCatalog.get)")
                 raise
-            records = as_serialized_list(result, name)
+            if isinstance(result, SerializedList):
+                records = result
+            elif not isinstance(result, list):
+                raise TypeError(f"the loader of dataset {name!r} returned a "
+                                f"{type(result).__name__}; it must return a list of dicts")
+            else:
+                for index, record in enumerate(result):
+                    if not isinstance(record, dict):
+                        raise TypeError(
+                            f"the loader of dataset {name!r} returned a list whose element "
+                            f"{index} is a {type(record).__name__}, not a dict"
+                        )
+                records = SerializedList(result, name=name)
             after = MetadataCatalog.get(name).as_dict() if name in MetadataCatalog else {}
             changed = {k: v for k, v in after.items()
                        if k != "name" and (k not in before or not values_equal(before[k], v))}
@@ -225,15 +208,6 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         )
 
     # ------------------------------------------------------------------ management
-    def list(self) -> list[str]:
-        """The registered dataset names, in registration order, then the builtin names not
-        used yet (they are registered on first use)."""
-        return super().list()
-
-    def remove(self, name: str) -> None:
-        """Unregister ``name`` and drop its records (DatasetNotRegisteredError if unknown)."""
-        self.pop(name)
-
     def pop(self, name: str, default: Any = _MISSING) -> Any:
         """Unregister ``name`` and return its loader function (as ``dict.pop``).
 
@@ -254,10 +228,6 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         if self._lazy is not None and name in self._lazy.names():
             self._suppressed.add(name)
 
-    def clear(self) -> None:
-        """Unregister every dataset (the builtin ones included) and drop every cached list."""
-        super().clear()
-
     def _on_cleared(self) -> None:
         self._cache.clear()
         if self._lazy is not None:
@@ -275,30 +245,6 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         self._cache = dict(cache)
         self._suppressed = set(suppressed)
         self._lazy = lazy
-
-
-def as_serialized_list(result: Any, name: str) -> SerializedList:
-    """A loader's ``result`` (a list of dicts, or a SerializedList) serialized; TypeError
-    names the dataset and the first bad element.
-
-    Example:
-        >>> len(as_serialized_list([{"a": 1}], "toy"))
-        1
-    """
-    if isinstance(result, SerializedList):
-        return result
-    if not isinstance(result, list):
-        raise TypeError(
-            f"the loader of dataset {name!r} returned a {type(result).__name__}; it must "
-            "return a list of dicts"
-        )
-    for index, record in enumerate(result):
-        if not isinstance(record, dict):
-            raise TypeError(
-                f"the loader of dataset {name!r} returned a list whose element {index} is a "
-                f"{type(record).__name__}, not a dict"
-            )
-    return SerializedList(result, name=name)
 
 
 #: The process-wide dataset registry.

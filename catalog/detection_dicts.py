@@ -12,7 +12,7 @@ from ._common import EmptyDatasetError, MetadataConflictError
 from .metadata import MetadataCatalog, values_equal
 from .storage.records import RecordColumns, SerializedList, concat_records
 
-__all__ = ["get_detection_dataset_dicts", "format_class_histogram"]
+__all__ = ["get_detection_dataset_dicts"]
 
 logger = logging.getLogger(__name__)
 
@@ -27,15 +27,8 @@ def get_detection_dataset_dicts(
 
     ``filter_empty`` drops images with no non-crowd annotation, ``min_keypoints`` those with
     fewer visible keypoints, ``check_consistency`` refuses datasets whose ``thing_classes``
-    differ. Filters read the numpy columns (only ``min_keypoints`` decodes records). The
-    result is the cached list itself, or a view over the cached lists' shared buffers plus
-    an index: no record is copied, one copy per machine holds.
-
-    Raises:
-        ValueError: ``names`` is empty.
-        DatasetNotRegisteredError: a name is not registered.
-        EmptyDatasetError: a dataset has no records, or none is left after filtering.
-        MetadataConflictError: with check_consistency, two datasets' thing_classes differ.
+    differ (MetadataConflictError). Filters read the numpy columns; the result is a view
+    over the cached lists (no record copied). EmptyDatasetError when nothing is left.
 
     Example:
         >>> DatasetCatalog.register("doc_a", lambda: [
@@ -61,8 +54,19 @@ def get_detection_dataset_dicts(
         if len(records) == 0:
             raise EmptyDatasetError(f"dataset {name!r} is empty (its loader returned no records)")
         parts.append(records)
-    if check_consistency:
-        _check_thing_classes(names)
+    first_name, first_classes = None, None
+    for name in names if check_consistency else ():
+        classes = MetadataCatalog.get(name).get("thing_classes")
+        if classes is None:
+            continue
+        if first_classes is None:
+            first_name, first_classes = name, classes
+        elif not values_equal(first_classes, classes):
+            raise MetadataConflictError(
+                f"datasets {first_name!r} and {name!r} have different thing_classes: "
+                f"{list(first_classes)!r:.300} vs {list(classes)!r:.300}; pass "
+                "check_consistency=False to join them anyway"
+            )
 
     label = names[0] if len(names) == 1 else "+".join(names)
     # A view over the shared DatasetCatalog buffers (one per dataset): nothing is copied.
@@ -70,27 +74,22 @@ def get_detection_dataset_dicts(
 
     keep = np.ones(len(dataset), dtype=bool)
     if filter_empty:
-        # from each base's own columns: no joined column arrays are built
-        has_instance = np.concatenate([_has_non_crowd_instance(p.columns) for p in parts])
-        dropped = int((~has_instance).sum())
-        keep &= has_instance
-        logger.info(
-            "removed %d images with no usable annotations from %s; %d left",
-            dropped,
-            label,
-            int(keep.sum()),
-        )
+        # non-crowd annotations per record, from each base's own columns (no joined arrays)
+        counts = []
+        for columns in [p.columns for p in parts]:
+            non_crowd = np.zeros(len(columns.iscrowd) + 1, dtype=np.int64)
+            np.cumsum(columns.iscrowd == 0, out=non_crowd[1:])
+            offsets = columns.category_offsets
+            counts.append(non_crowd[offsets[1:]] - non_crowd[offsets[:-1]])
+        keep &= np.concatenate(counts) > 0
+        logger.info("removed %d images with no usable annotations from %s; %d left",
+                    int((~keep).sum()), label, int(keep.sum()))  # fmt: skip
     if min_keypoints > 0:
         enough = _enough_keypoints(dataset, min_keypoints, keep)
         dropped = int((keep & ~enough).sum())
         keep &= enough
-        logger.info(
-            "removed %d images with fewer than %d visible keypoints from %s; %d left",
-            dropped,
-            min_keypoints,
-            label,
-            int(keep.sum()),
-        )
+        logger.info("removed %d images with fewer than %d visible keypoints from %s; %d left",
+                    dropped, min_keypoints, label, int(keep.sum()))  # fmt: skip
     if not keep.all():
         dataset = dataset.subset(np.flatnonzero(keep))
     if len(dataset) == 0:
@@ -114,30 +113,6 @@ def get_detection_dataset_dicts(
     return dataset
 
 
-def _check_thing_classes(names: list[str]) -> None:
-    first_name = None
-    first_classes = None
-    for name in names:
-        classes = MetadataCatalog.get(name).get("thing_classes")
-        if classes is None:
-            continue
-        if first_classes is None:
-            first_name, first_classes = name, classes
-        elif not values_equal(first_classes, classes):
-            raise MetadataConflictError(
-                f"datasets {first_name!r} and {name!r} have different thing_classes: "
-                f"{list(first_classes)!r:.300} vs {list(classes)!r:.300}; pass "
-                "check_consistency=False to join them anyway"
-            )
-
-
-def _has_non_crowd_instance(columns: RecordColumns) -> np.ndarray:
-    non_crowd = np.zeros(len(columns.iscrowd) + 1, dtype=np.int64)
-    np.cumsum(columns.iscrowd == 0, out=non_crowd[1:])
-    offsets = columns.category_offsets
-    return (non_crowd[offsets[1:]] - non_crowd[offsets[:-1]]) > 0
-
-
 def _enough_keypoints(dataset: SerializedList, min_keypoints: int, keep: np.ndarray) -> np.ndarray:
     enough = np.zeros(len(dataset), dtype=bool)
     for index in np.flatnonzero(keep).tolist():
@@ -148,23 +123,6 @@ def _enough_keypoints(dataset: SerializedList, min_keypoints: int, keep: np.ndar
                 visible += int((np.asarray(keypoints[2::3]) > 0).sum())
         enough[index] = visible >= min_keypoints
     return enough
-
-
-def format_class_histogram(columns: RecordColumns, class_names: Sequence[str] | None) -> str:
-    """A text table of the number of non-crowd instances per category.
-
-    Example:
-        >>> annotations = [{"category_id": 1}, {"category_id": 1}]
-        >>> cols = SerializedList([{"annotations": annotations}]).columns
-        >>> print(format_class_histogram(cols, ["cat", "dog"]))  # doctest: +NORMALIZE_WHITESPACE
-        category | #instances
-        -------- | ----------
-        cat      |          0
-        dog      |          2
-        -------- | ----------
-        total    |          2
-    """
-    return _format_counts([_instance_ids(columns)], class_names)
 
 
 def _instance_ids(columns: RecordColumns, records: np.ndarray | None = None) -> np.ndarray:
@@ -187,7 +145,7 @@ def _format_counts(id_parts: list[np.ndarray], class_names: Sequence[str] | None
         str(class_names[i]) if class_names is not None and i < len(class_names) else str(i)
         for i in range(num_classes)
     ]
-    name_width = max(len("category"), max(len(label) for label in labels), len("total"))
+    name_width = max(len("category"), max(map(len, labels)), len("total"))
     count_width = max(len("#instances"), len(str(int(counts.sum()))))
     lines = [f"{'category':<{name_width}} | {'#instances':>{count_width}}"]
     rule = f"{'-' * name_width} | {'-' * count_width}"

@@ -1,4 +1,5 @@
-"""Metadata and MetadataCatalog: per-dataset facts (class names, colors, id maps, files).
+"""Metadata and MetadataCatalog: per-dataset facts (class names, colors, id maps, files), and
+NamedContainer, the management methods both catalogs share.
 
 A key is write-once: setting it to a different value raises :class:`MetadataConflictError`;
 setting an equal value (arrays, tensors and containers compared by value) is a no-op.
@@ -12,15 +13,14 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
 from ._common import MetadataConflictError, plain_value, warn_limited
-from .named_container import NamedContainer
-from .registry import check_name, did_you_mean
+from .registry import Registry, check_name, did_you_mean
 
-__all__ = ["Metadata", "MetadataCatalog", "LEGACY_KEYS", "values_equal"]
+__all__ = ["Metadata", "MetadataCatalog", "LEGACY_KEYS", "NamedContainer", "values_equal"]
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +51,10 @@ def values_equal(a: Any, b: Any) -> bool:
             return False
         if arr_a.shape != arr_b.shape:
             return False
+        both_float = np.issubdtype(arr_a.dtype, np.floating) and np.issubdtype(
+            arr_b.dtype, np.floating)  # fmt: skip
         try:
-            return bool(np.array_equal(arr_a, arr_b, equal_nan=_both_float(arr_a, arr_b)))
+            return bool(np.array_equal(arr_a, arr_b, equal_nan=both_float))
         except TypeError:
             return bool(np.array_equal(arr_a, arr_b))
     if isinstance(a, dict) and isinstance(b, dict):
@@ -72,25 +74,15 @@ def values_equal(a: Any, b: Any) -> bool:
 
 
 def _is_array(value: Any) -> bool:
-    if isinstance(value, np.ndarray):
-        return True
-    torch = _torch_module()
-    return torch is not None and isinstance(value, torch.Tensor)
-
-
-def _torch_module() -> Any:
-    return sys.modules.get("torch")  # only compare tensors if torch is already imported
+    torch = sys.modules.get("torch")  # only compare tensors if torch is already imported
+    return isinstance(value, np.ndarray) or (torch is not None and isinstance(value, torch.Tensor))
 
 
 def _to_numpy(value: Any) -> np.ndarray:
-    torch = _torch_module()
+    torch = sys.modules.get("torch")
     if torch is not None and isinstance(value, torch.Tensor):
         return value.detach().cpu().numpy()
     return np.asarray(value)
-
-
-def _both_float(a: np.ndarray, b: np.ndarray) -> bool:
-    return np.issubdtype(a.dtype, np.floating) and np.issubdtype(b.dtype, np.floating)
 
 
 def _short(value: Any, limit: int = 200) -> str:
@@ -156,11 +148,8 @@ class Metadata:
         self.set(**{key: value})
 
     def set(self, **kwargs: Any) -> Metadata:
-        """Set several keys at once, atomically (a conflict sets none); returns self.
-
-        Raises:
-            MetadataConflictError: a key already holds a different value (both are shown).
-        """
+        """Set several keys at once, atomically (a conflict sets none: MetadataConflictError
+        shows both values); returns self."""
         resolved: dict[str, Any] = {}
         for key, value in kwargs.items():
             if key.startswith("_"):
@@ -228,15 +217,129 @@ class Metadata:
         object.__setattr__(self, "_lock", threading.RLock())
         self.__dict__.update(state)
 
-    def __copy__(self) -> Metadata:
-        new = Metadata.__new__(Metadata)
-        new.__setstate__(self.as_dict())
-        return new
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> Metadata:
-        new = Metadata.__new__(Metadata)
-        new.__setstate__(copy.deepcopy(self.as_dict(), memo))
-        return new
+V = TypeVar("V")
+
+_MISSING: Any = object()
+
+
+class NamedContainer(Generic[V]):
+    """Names mapped to entries, with the catalog management methods; subclasses add how
+    entries are made and override the hooks below."""
+
+    def __init__(
+        self,
+        kind: str,
+        *,
+        missing_error: Callable[[str], KeyError] | None = None,
+        duplicate_error: Callable[[str], ValueError] = ValueError,
+        remove_missing_ok: bool = False,
+        owner: str | None = None,
+    ) -> None:
+        self._registry: Registry[V] = Registry(
+            kind,
+            missing_error=missing_error,
+            duplicate_error=duplicate_error,
+            replace_same=False,
+            owner=owner,
+        )
+        self._lock = threading.RLock()
+        self._remove_missing_ok = remove_missing_ok
+
+    # ------------------------------------------------------------------ hooks
+    def _lazy_names(self) -> list[str]:
+        """Names not registered yet that exist all the same (registered on first use)."""
+        return []
+
+    def _materialize(self, name: object) -> bool:
+        """Register ``name`` now if it is one of :meth:`_lazy_names`; returns whether it did."""
+        return False
+
+    def _on_removed(self, name: str, entry: V) -> None:
+        """Called (under the lock) after ``name`` was removed."""
+
+    def _on_cleared(self) -> None:
+        """Called (under the lock) after every name was removed."""
+
+    def _extra_state(self) -> Any:
+        """State kept beside the entries, included in :meth:`snapshot`."""
+        return None
+
+    def _set_extra_state(self, state: Any) -> None:
+        """Put back what :meth:`_extra_state` returned."""
+
+    # ------------------------------------------------------------------ lookup
+    def _lookup(self, name: object) -> V:
+        """The entry of ``name``, registering a lazy name first."""
+        entry = self._registry.find(name, _MISSING)
+        if entry is _MISSING and self._materialize(name):
+            entry = self._registry.find(name, _MISSING)
+        if entry is _MISSING:
+            raise self._unknown(name)
+        return entry
+
+    def _unknown(self, name: object) -> KeyError:
+        """The error for an unknown ``name``: close matches among :meth:`list`."""
+        return self._registry.unknown(name, self.list())
+
+    # ------------------------------------------------------------------ management
+    def list(self) -> list[str]:
+        """The names, in registration order, then the names registered on first use."""
+        with self._lock:
+            return self._registry.names() + self._lazy_names()
+
+    def remove(self, name: str) -> None:
+        """Remove ``name`` and what is kept for it."""
+        if self._remove_missing_ok:
+            self.pop(name, None)
+        else:
+            self.pop(name)
+
+    def pop(self, name: str, default: Any = _MISSING) -> Any:
+        """Remove ``name`` and return its entry (as ``dict.pop``)."""
+        self._materialize(name)
+        with self._lock:
+            entry = self._registry.pop(name, _MISSING)
+            if entry is not _MISSING:
+                self._on_removed(name, entry)
+                return entry
+        if default is _MISSING:
+            raise self._unknown(name)
+        return default
+
+    def clear(self) -> None:
+        """Remove every name (those registered on first use included)."""
+        with self._lock:
+            self._registry.clear()
+            self._on_cleared()
+
+    def __contains__(self, name: object) -> bool:
+        if name in self._registry:
+            return True
+        with self._lock:
+            return name in self._lazy_names()
+
+    def __len__(self) -> int:
+        return len(self.list())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.list())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__.lstrip('_')}({', '.join(self.list())})"
+
+    # ------------------------------------------------------------------ state
+    def snapshot(self) -> tuple[dict[str, V], Any]:
+        """Everything this container holds, for :meth:`restore` (entries are not copied)."""
+        with self._lock:
+            return self._registry.snapshot(), self._extra_state()
+
+    def restore(self, state: tuple[dict[str, V], Any]) -> None:
+        """Put back a :meth:`snapshot`: the names registered since are removed."""
+        entries, extra = state
+        with self._lock:
+            self._registry.restore(entries)
+            self._set_extra_state(extra)
 
 
 class _MetadataCatalog(NamedContainer[Metadata]):
@@ -263,12 +366,7 @@ class _MetadataCatalog(NamedContainer[Metadata]):
     def get(self, name: str, *, warn_unregistered: bool = True) -> Metadata:
         """The Metadata of ``name``, created on first use (a builtin dataset name registers
         the dataset). Creating it for a name that is no registered dataset logs a
-        rate-limited warning with close matches, unless ``warn_unregistered=False``.
-
-        Raises:
-            TypeError: name is not a str.
-            ValueError: name is empty.
-        """
+        rate-limited warning with close matches, unless ``warn_unregistered=False``."""
         check_name(name, "dataset")
         meta = self._registry.find(name)
         if meta is not None:
@@ -302,16 +400,6 @@ class _MetadataCatalog(NamedContainer[Metadata]):
             name,
             hint,
         )
-
-    def pop(self, name: str, *default: Any) -> Metadata:
-        """Drop the Metadata of ``name`` and return it (as ``dict.pop``).
-
-        Example:
-            >>> MetadataCatalog.get("doc_pop").thing_classes = ["a"]
-            >>> MetadataCatalog.pop("doc_pop").thing_classes, "doc_pop" in MetadataCatalog
-            (['a'], False)
-        """
-        return super().pop(name, *default)
 
     def snapshot(self) -> tuple[dict[str, Metadata], Any]:
         """Copies of every Metadata (keys set later are dropped by :meth:`restore`)."""

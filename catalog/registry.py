@@ -2,7 +2,7 @@
 
 Everything looked up by name goes through a :class:`Registry`: the datasets of
 :data:`~catalog.DatasetCatalog` and the metadata of :data:`~catalog.MetadataCatalog` (through
-:class:`~catalog.named_container.NamedContainer`), the Compose steps (``TRANSFORMS``), the
+:class:`~catalog.metadata.NamedContainer`), the Compose steps (``TRANSFORMS``), the
 augmentations a config names (a registry backed by the ``mappers.transforms`` module, so a new
 transform is found once it is listed in that module's ``__all__``) and the training samplers
 (``SAMPLERS``). An unknown name raises one error message shape, built by

@@ -222,7 +222,7 @@ def test_conftest_restores_catalog_part2():
 
 def test_both_catalogs_share_one_container_implementation():
     from catalog import MetadataCatalog
-    from catalog.named_container import NamedContainer
+    from catalog.metadata import NamedContainer
 
     for catalog, add in (
         (DatasetCatalog, lambda name: DatasetCatalog.register(name, list)),

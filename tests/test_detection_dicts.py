@@ -18,7 +18,7 @@ from catalog import (
     get_detection_dataset_dicts,
 )
 from catalog import concat_records as concat_serialized
-from catalog.detection_dicts import format_class_histogram
+from catalog.detection_dicts import _format_counts, _instance_ids
 
 
 def _anno(category: int, crowd: int = 0, keypoints: list | None = None) -> dict:
@@ -160,9 +160,10 @@ def test_class_histogram_logged_as_table(two_datasets, caplog):
 
 def test_format_class_histogram_without_names_and_empty():
     cols = SerializedList([{"annotations": [_anno(2), _anno(0), _anno(2, crowd=1)]}]).columns
-    table = format_class_histogram(cols, None)
+    table = _format_counts([_instance_ids(cols)], None)
     assert [line.split("|")[0].strip() for line in table.splitlines()[2:5]] == ["0", "1", "2"]
-    assert format_class_histogram(SerializedList([{"annotations": []}]).columns, None) == ""
+    empty = SerializedList([{"annotations": []}]).columns
+    assert _format_counts([_instance_ids(empty)], None) == ""
 
 
 def test_concat_serialized_matches_list_concatenation():

@@ -1,25 +1,12 @@
-"""The on-disk cache of serialized datasets, loaded back by memory-mapping.
+"""The on-disk cache of serialized datasets (data-only records files), loaded by mmap.
 
-Parsing a large annotation file takes seconds; the records it yields do not change while
-the file does not. An entry holds the records in the data-only records file format
-(:mod:`.records_file`): reading one never runs code, whoever wrote it.
-
-Rules:
-
-- The key is the loader identity (loader, options, catmap version) plus each source file's
-  path, device, inode, size, mtime and ctime; a file changed in the last
-  :data:`RECENT_CHANGE_NS` is also stamped with a CRC-32 of its content (coarse timestamps).
-- The directory (``$CATMAP_CACHE_DIR``, default ``~/.cache/catmap``) is created 0700. One
-  owned by another user, or writable by group or others, is not used: one
-  :class:`CacheSkippedWarning` per process, and loading goes on without the cache. (The
-  opt-in shared team cache of earlier versions is removed.)
-- Entries are opened without following symlinks or blocking; anything but a regular file of
-  this user is skipped with a warning. A torn or damaged entry fails its checksum, warns
-  (:class:`CacheCorruptWarning`) and is rebuilt.
-- Writes go to a temporary file renamed into place; the records are mapped from the
-  descriptor written through. Entries are not fsync-ed (the checksum catches a torn one).
-- One process per machine builds a key (a file lock) while the others wait, at most
-  ``CATMAP_CACHE_LOCK_TIMEOUT`` seconds (default 1800), then build without the cache.
+- Key: loader, options, catmap version and each source's path, device, inode, size, mtime,
+  ctime (plus a CRC-32 of a file changed in the last :data:`RECENT_CHANGE_NS`).
+- Directory ``$CATMAP_CACHE_DIR`` (default ``~/.cache/catmap``), created 0700; one of another
+  user or writable by others is skipped (one CacheSkippedWarning), as is any entry that is not
+  a regular file of this user. A damaged entry warns (CacheCorruptWarning) and is rebuilt.
+- Writes go to a temporary file renamed into place. One process per machine builds a key (a
+  file lock); the others wait up to ``CATMAP_CACHE_LOCK_TIMEOUT`` s, then build uncached.
 - ``CATMAP_CACHE=0`` turns the cache off.
 """
 
@@ -207,7 +194,7 @@ class CacheKey:
 
     def fields(self) -> dict[str, Any]:
         """The key as a data-only dict (stored in the entry's header)."""
-        sources = [list(s) for s in self.sources]
+        sources = list(map(list, self.sources))
         return {"name": self.name, "loader": self.loader, "sources": sources,
                 "options": self.options, "version": self.version}  # fmt: skip
 
@@ -217,7 +204,9 @@ class CacheKey:
         identity = "\0".join([self.loader, self.options, *(s[0] for s in self.sources)])
         whole = json.dumps(self.fields(), sort_keys=True)
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name).strip("._")[:80] or "dataset"
-        return f"{slug}-{_digest(identity, 10)}-{_digest(whole, 20)}{CACHE_SUFFIX}"
+        identity_digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:10]
+        whole_digest = hashlib.sha256(whole.encode("utf-8")).hexdigest()[:20]
+        return f"{slug}-{identity_digest}-{whole_digest}{CACHE_SUFFIX}"
 
     @classmethod
     def build(
@@ -226,12 +215,8 @@ class CacheKey:
     ) -> CacheKey:  # fmt: skip
         """Stamp the source files (OSError: unreadable; TypeError: options not JSON)."""
         options_json = json.dumps(dict(options or {}), sort_keys=True, default=_json_default)
-        stamps = tuple(source_stamp(s) for s in sources)
+        stamps = tuple(map(source_stamp, sources))
         return cls(name=name, loader=loader, sources=stamps, options=options_json)
-
-
-def _digest(text: str, length: int) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
 
 
 @dataclass
@@ -371,16 +356,6 @@ class DiskCache:
                 directory=where,
             )
         return dfd
-
-    def check_directory(self) -> str | None:
-        """Why the directory would not be used (None: usable, or absent)."""
-        try:
-            dfd = self._open_dir(create=False)
-        except CacheError as exc:
-            return str(exc)
-        if dfd is not None:
-            os.close(dfd)
-        return None
 
     def _load_in(self, dfd: int, key: CacheKey) -> Loaded | None:
         name = key.file_name()
@@ -547,11 +522,13 @@ class DiskCache:
     def entries(self) -> list[CacheEntry]:
         """Every entry, newest first (headers only; odd files are listed with an error;
         CacheError when the directory is not this user's alone)."""
-        problem = self.check_directory()
-        if problem is not None:
-            raise CacheError(problem)
-        if not self.directory.is_dir():
+        try:
+            dfd = self._open_dir(create=False)
+        except CacheError as exc:
+            raise CacheError(str(exc)) from None
+        if dfd is None or not self.directory.is_dir():
             return []
+        os.close(dfd)
         out = [describe_entry(p) for p in self.directory.glob(f"*{CACHE_SUFFIX}")
                if not p.name.startswith(_TEMP_PREFIX)]  # fmt: skip
         out.sort(key=lambda e: (e.created or 0.0, str(e.path)), reverse=True)
@@ -606,13 +583,9 @@ def load_with_cache(
     loader: str, options: Mapping[str, Any] | None = None,
     directory: str | os.PathLike[str] | None = None,
 ) -> Loaded:  # fmt: skip
-    """``build()`` through the cache, keyed on ``loader``, ``options`` and the ``sources``.
-
-    ``build`` returns ``(records, extra)``: a SerializedList or a list of records, and a
-    data-only dict kept with them. Not cached (``build()`` only): ``CATMAP_CACHE=0``,
-    unreadable sources, options that are not JSON, a source changed while loading, or
-    ``extra`` that is not data-only.
-    """
+    """``build()`` (-> records, data-only extra dict) through the cache, keyed on ``loader``,
+    ``options`` and the ``sources``; uncached when a source is unreadable or changed while
+    loading, or options / extra are not data."""
     given = build
 
     def build() -> Loaded:

@@ -1,24 +1,15 @@
-"""SerializedList: records stored once in one buffer, shared by every process; views over it.
+"""SerializedList: records msgpack-encoded into one shared ``uint8`` buffer with ``int64`` end
+offsets (memory stays shared after ``fork``); decoding never runs code.
 
-Each record is encoded with msgpack (msgspec) into one ``uint8`` buffer with ``int64`` end
-offsets, as detectron2 does with pickle, so reading a record touches only pages and memory
-stays shared after ``fork``. The encoding is data-only: decoding never runs code, so a
-buffer another process wrote (a cache file, another rank's memory) is safe to read.
-
-What comes back: dicts, lists, str, int, float, bool, None, bytes and numpy arrays of
-plain numeric/bool dtypes (a msgpack ext type: dtype, shape, raw bytes). Tuples come back
-as lists, ``IntEnum`` values (``BoxMode``) as ints, numpy scalars as Python numbers and
-``os.PathLike`` as str. Anything else raises :class:`~catalog._common.RecordFormatError`
-naming the dataset, the record index and the key.
-
-A subset, slice, filter or concatenation is a :class:`SerializedListView`: the base lists
-plus an index array, never a copy. It pickles to DataLoader workers by reference.
+Stored: dicts, lists, str, int, float, bool, None, bytes and numpy arrays of numeric/bool
+dtype. Tuples come back as lists, ``IntEnum`` as ints, numpy scalars as Python numbers, paths
+as str; anything else raises RecordFormatError naming the dataset, record index and key.
+Subsets, slices and joins are :class:`SerializedListView`: base lists plus an index, no copy.
 """
 
 from __future__ import annotations
 
 import bisect
-import gc
 import logging
 import operator
 import os
@@ -31,6 +22,7 @@ import msgspec
 import numpy as np
 
 from .._common import CatmapError, RecordFormatError
+from ..gc_pause import gc_paused
 
 __all__ = [
     "ImmutableRecordsError",
@@ -273,19 +265,6 @@ class _ColumnsBuilder:
         )  # fmt: skip
 
 
-def _with_progress(
-    records: Iterable[Any], name: str | None, progress: bool | None
-) -> Iterable[Any]:
-    total = len(records) if hasattr(records, "__len__") else None  # type: ignore[arg-type]
-    if not (progress or (progress is None and total is not None and total >= PROGRESS_MIN_RECORDS)):
-        return records
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return records
-    return tqdm(records, total=total, desc=f"serializing {name or 'records'}", mininterval=1.0)
-
-
 def build_arrays(records: Iterable[Any], name: str | None = None, progress: bool | None = None
                  ) -> tuple[np.ndarray, np.ndarray, RecordColumns]:  # fmt: skip
     """Encode ``records``: ``(buffer, ends, columns)``; RecordFormatError for non-data."""
@@ -294,10 +273,17 @@ def build_arrays(records: Iterable[Any], name: str | None = None, progress: bool
     columns = _ColumnsBuilder()
     encode_into = _ENCODER.encode_into
     chunk: list[Any] = []
-    was_enabled = gc.isenabled()
-    gc.disable()  # nothing here makes cycles: collections would only rescan every record
-    try:
-        for record in chain(_with_progress(records, name, progress), [_END]):
+    total = len(records) if hasattr(records, "__len__") else None  # type: ignore[arg-type]
+    if progress or (progress is None and total is not None and total >= PROGRESS_MIN_RECORDS):
+        try:
+            from tqdm import tqdm
+
+            records = tqdm(records, total=total, desc=f"serializing {name or 'records'}",
+                           mininterval=1.0)  # fmt: skip
+        except ImportError:
+            pass
+    with gc_paused():  # nothing here makes cycles: collections would only rescan every record
+        for record in chain(records, [_END]):
             if record is not _END:
                 chunk.append(record)
                 if len(chunk) < _CHUNK:
@@ -310,9 +296,6 @@ def build_arrays(records: Iterable[Any], name: str | None = None, progress: bool
                     raise _not_data(record, len(ends), name, exc) from None
                 ends.append(len(out))
             chunk.clear()
-    finally:
-        if was_enabled:
-            gc.enable()
     buffer = np.frombuffer(out, dtype=np.uint8) if out else np.zeros(0, np.uint8)
     return buffer, np.asarray(ends, dtype=np.int64), columns.finish()
 
@@ -333,16 +316,9 @@ def _read_only(array: np.ndarray) -> np.ndarray:
 
 
 class SerializedList(Sequence):
-    """An immutable list of records in one shared buffer.
-
-    Every access decodes a fresh object: edit it freely, the list does not change.
-    Assigning to the list raises :class:`ImmutableRecordsError`; build a new list instead
-    (``SerializedList([fix(r) for r in records])``). Slicing and :meth:`subset` return views.
-
-    Args:
-        records: an iterable of records (another SerializedList is copied compactly).
-        name: the dataset name, used in messages.
-        progress: a tqdm progress bar (default: from ``PROGRESS_MIN_RECORDS`` records).
+    """An immutable list of records in one shared buffer; every access decodes a fresh
+    object. ``name`` is used in messages; ``progress``: a tqdm bar (default: from
+    ``PROGRESS_MIN_RECORDS`` records). Assigning raises :class:`ImmutableRecordsError`.
 
     Example:
         >>> records = SerializedList([{"file_name": "a.jpg", "height": 4, "width": 6}])
@@ -403,17 +379,6 @@ class SerializedList(Sequence):
     def __len__(self) -> int:
         return len(self._ends)
 
-    def _check_index(self, index: Any) -> int:
-        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
-            raise TypeError(
-                f"SerializedList indices must be integers or slices, not {type(index).__name__}"
-            )
-        i, n = operator.index(index), len(self)
-        if not -n <= i < n:
-            where = f" of dataset {self.name!r}" if self.name else ""
-            raise IndexError(f"record index {index} out of range for {n} records{where}")
-        return i + n if i < 0 else i
-
     def _load(self, i: int) -> Any:
         ends = self._ends
         try:
@@ -424,7 +389,15 @@ class SerializedList(Sequence):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return self.subset(range(len(self))[index])
-        return self._load(self._check_index(index))
+        if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+            raise TypeError(
+                f"SerializedList indices must be integers or slices, not {type(index).__name__}"
+            )
+        i, n = operator.index(index), len(self)
+        if not -n <= i < n:
+            where = f" of dataset {self.name!r}" if self.name else ""
+            raise IndexError(f"record index {index} out of range for {n} records{where}")
+        return self._load(i + n if i < 0 else i)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         raise ImmutableRecordsError(
@@ -448,12 +421,8 @@ class SerializedList(Sequence):
         return list(self)
 
     def subset(self, indices: int | Iterable[int]) -> SerializedList:
-        """A view of some records (no copy of their bytes).
-
-        Args:
-            indices: ``n >= 0`` takes the first n records, ``n < 0`` the last ``-n`` (clamped
-                as slicing is); a sequence of ints takes those records in that order
-                (negative ones count from the end; out of range raises IndexError).
+        """A view (no copy) of the first ``n`` records (``n < 0``: the last ``-n``), or of
+        those at a sequence of indices, in that order (negative ones count from the end).
 
         Example:
             >>> sl = SerializedList([{"i": i} for i in range(5)])

@@ -8,10 +8,8 @@ Layout (little-endian)::
     ... zero padding to 4096 bytes, then the payload: the record buffer, its offsets and the
         five column arrays, each on a 64-byte boundary
 
-The CRC-32 covers header, padding and payload: a torn or partial file fails it and is
-rebuilt (it guards against accidents, not against someone who can write the file: the cache
-directory is private). Files are never truncated in place (replaced by rename, removed by
-unlink), so a mapping never faults, except if this very user truncates an entry by hand.
+The CRC-32 covers everything after the preamble (it catches torn files, not attackers: the
+cache directory is private). Files are replaced by rename, never truncated in place.
 """
 
 from __future__ import annotations

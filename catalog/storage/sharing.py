@@ -1,25 +1,12 @@
 """One copy of a dataset's records per machine, shared by every local rank.
 
-Under ``torch.distributed`` with several ranks per machine, :func:`share_across_local_ranks`
-runs three collectives per dataset:
-
-1. *handshake*: every rank sends its settings (machine id, dataset name, ``CATMAP_SHARE``,
-   ``CATMAP_CACHE``, catmap version, pid); ranks that disagree all raise
-   :class:`SharedAttachError` naming the ranks and the setting. Ranks are grouped by machine
-   (``$CATMAP_NODE_ID``, else host name + boot id).
-2. *publish*: the lowest rank of each machine (the leader) builds the records and writes them
-   into a sealed anonymous memory file (``memfd``; a mapped cache file is published as is).
-3. *attach*: the other local ranks map it through ``/proc/<leader pid>/fd/<fd>`` (no copy,
-   never running the loader) and report whether they could.
-
-Messages are data-only (msgpack in uint8 tensors, length first): nothing another rank sends
-is unpickled. A collective that fails (a rank died or timed out) raises
-:class:`SharedAttachError` on the surviving ranks, naming the dataset, the step and the ranks
-suspected. Without ``memfd`` and ``/proc`` (not Linux) every rank builds its own records.
-
-Environment: ``CATMAP_SHARE=0`` turns sharing off (the ranks still exchange settings once per
-dataset); ``CATMAP_NODE_ID`` overrides the machine identity. Every rank must call this for the
-same datasets in the same order (``DatasetCatalog.get`` does, once per dataset).
+:func:`share_across_local_ranks` runs three data-only collectives (msgpack in uint8 tensors):
+*handshake* (settings: machine, dataset, ``CATMAP_SHARE``/``CATMAP_CACHE``, version, pid;
+disagreeing ranks all raise SharedAttachError), *publish* (the lowest rank of each machine
+builds and writes the records into a sealed ``memfd``, or publishes its mapped cache file) and
+*attach* (the others map it through ``/proc/<pid>/fd/<fd>``). A failed collective raises
+SharedAttachError naming the step and the suspected ranks. ``CATMAP_SHARE=0`` turns sharing
+off; ``CATMAP_NODE_ID`` overrides the machine identity (default: host name + boot id).
 """
 
 from __future__ import annotations
@@ -54,7 +41,6 @@ __all__ = [
     "rank_settings",
     "settings_disagreements",
     "share_across_local_ranks",
-    "sharing_enabled",
     "this_rank_only",
     "this_rank_only_active",
 ]
@@ -113,15 +99,10 @@ def node_id() -> str:
     return f"{socket.gethostname()}/{boot}"
 
 
-def sharing_enabled() -> bool:
-    """Whether cross-rank sharing is on (``CATMAP_SHARE`` is not ``0``/``false``/``off``)."""
-    return env_flag("CATMAP_SHARE", default=True)
-
-
 def rank_settings(name: str) -> dict[str, Any]:
     """What this rank sends at the handshake for dataset ``name``."""
     return {
-        "node": node_id(), "name": name, "share": sharing_enabled(),
+        "node": node_id(), "name": name, "share": env_flag("CATMAP_SHARE", default=True),
         "cache": env_flag("CATMAP_CACHE", default=True),
         "share_env": os.environ.get("CATMAP_SHARE"), "cache_env": os.environ.get("CATMAP_CACHE"),
         "version": _CATMAP_VERSION, "pid": os.getpid(),
@@ -351,21 +332,6 @@ def attach_records(descriptor: Any, name: str | None) -> SerializedList:
     return records
 
 
-def describe_attempt(d: dict[str, Any]) -> str:
-    """What :func:`attach_records` tries, for messages."""
-    where = f"/proc/{d.get('pid')}/fd/{d.get('fd')}"
-    what = d.get("path") or "the leader's memory file"
-    return f"mapping {what} via {where} ({d.get('size')} bytes)"
-
-
-def _dist() -> Any:
-    # a process group needs torch.distributed imported: no import of torch for one process
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return None
-    return dist
-
-
 def _gloo_group(dist: Any) -> Any:
     """A gloo group over every rank (None: the default group is gloo already)."""
     if dist.get_backend() == "gloo":
@@ -378,21 +344,18 @@ def _gloo_group(dist: Any) -> Any:
 def share_across_local_ranks(name: str, build: Build) -> tuple[SerializedList, dict[str, Any]]:
     """Run ``build`` (returning ``(records, data-only extra dict)``) once per machine and
     share its result with the other local ranks; without torch.distributed, with one rank or
-    inside :func:`this_rank_only`, just ``build()``.
-
-    Raises:
-        SharedAttachError: on every rank when the ranks disagree (dataset, sharing, caching,
-            version), a leader failed to load (the leader re-raises its own error), a rank
-            could not attach, or a collective failed (a rank died or timed out).
-        NestedLoadError: called inside a loader this rank runs for the other local ranks.
+    inside :func:`this_rank_only`, just ``build()``. NestedLoadError when called inside a
+    loader this rank runs for the other local ranks.
 
     Example:
         >>> build = lambda: (SerializedList([{"a": 1}]), {})
         >>> share_across_local_ranks("toy", build)[0][0]
         {'a': 1}
     """
-    dist = _dist()
-    if dist is None or dist.get_world_size() == 1 or this_rank_only_active():
+    # a process group needs torch.distributed imported: no import of torch for one process
+    dist = sys.modules.get("torch.distributed")
+    if (dist is None or not dist.is_available() or not dist.is_initialized()
+            or dist.get_world_size() == 1 or getattr(_this_rank_only, "depth", 0) > 0):  # fmt: skip
         return build()
     outer = getattr(_in_build, "name", None)
     if outer is not None:
@@ -463,7 +426,11 @@ def _share(
         try:
             records = attach_records(descriptor, name)
         except Exception as exc:
-            tried = describe_attempt(descriptor) if isinstance(descriptor, dict) else "nothing"
+            tried = "nothing"
+            if isinstance(descriptor, dict):
+                d, what = descriptor, descriptor.get("path") or "the leader's memory file"
+                tried = (f"mapping {what} via /proc/{d.get('pid')}/fd/{d.get('fd')} "
+                         f"({d.get('size')} bytes)")  # fmt: skip
             status = ["error",
                       f"rank {rank} (local rank {topology.local_rank} on node {topology.node!r}) "
                       f"could not attach to the records of dataset {name!r} published by rank "
