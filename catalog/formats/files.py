@@ -17,7 +17,9 @@ from yaml.constructor import ConstructorError
 from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
 from yaml.nodes import MappingNode, Node, SequenceNode
 
+from ..dataset_catalog import DatasetCatalog
 from ..errors import AnnotationFormatError
+from ..metadata import MetadataCatalog
 
 
 #: Deepest nesting of lists and mappings accepted in an annotation file (the top level is 1).
@@ -320,3 +322,12 @@ def parse_xml_bytes(data: bytes, path: str) -> ET.Element:
 def read_xml_file(path: str, *, limit: int = MAX_XML_BYTES) -> ET.Element:
     """The root element of the XML file ``path``, read and parsed under the rules above."""
     return parse_xml_bytes(read_bytes(path, limit=limit, what="XML file"), path)
+
+
+def set_metadata(name: str, values: dict[str, Any]) -> None:
+    """Set the metadata of the dataset just registered as ``name``; unregister it on failure."""
+    try:
+        MetadataCatalog.get(name).set(**values)
+    except Exception:
+        DatasetCatalog.remove(name)
+        raise

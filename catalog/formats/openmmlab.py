@@ -14,9 +14,15 @@ from typing import Any, TypedDict, Unpack
 from ..box_mode import BoxMode
 from ..dataset_catalog import DatasetCatalog
 from ..errors import AnnotationFormatError, DatasetAlreadyRegisteredError, RecordFormatError
-from ..metadata import MetadataCatalog
 from ..version import __version__
-from .files import MAX_DEPTH, parse_json, parse_yaml, read_bytes, read_text_lines
+from .files import (
+    MAX_DEPTH,
+    parse_json,
+    parse_yaml,
+    read_bytes,
+    read_text_lines,
+    set_metadata,
+)
 from .validate import (
     AnnotationFieldError,
     AnnotationFieldTypeError,
@@ -403,11 +409,7 @@ def register_annotation_file(
     values = {"ann_file": path, **meta}
     if "classes" in meta and "thing_classes" not in meta:
         values["thing_classes"] = meta["classes"]
-    try:
-        MetadataCatalog.get(name).set(**values)
-    except Exception:
-        DatasetCatalog.remove(name)
-        raise
+    set_metadata(name, values)
 
 
 _LOAD_SIGNATURE = inspect.signature(load_annotation_file)

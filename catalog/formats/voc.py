@@ -14,8 +14,7 @@ from typing import Any
 from ..box_mode import BoxMode
 from ..dataset_catalog import DatasetCatalog
 from ..errors import AnnotationFormatError, DatasetFileNotFoundError
-from ..metadata import MetadataCatalog
-from .files import read_text_lines, read_xml_file
+from .files import read_text_lines, read_xml_file, set_metadata
 from .validate import MAX_IMAGE_SIDE, short_repr
 
 logger = logging.getLogger(__name__)
@@ -26,8 +25,6 @@ VOC_CLASSES: tuple[str, ...] = (
     "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
     "train", "tvmonitor",
 )  # fmt: skip
-#: detectron2's name for :data:`VOC_CLASSES`.
-CLASS_NAMES = VOC_CLASSES
 _BOX_KEYS = ("xmin", "ymin", "xmax", "ymax")
 #: A plain ASCII decimal number (``float()`` alone would also take ``1_0``, ``nan`` or
 #: non-ASCII digits such as ``"\u0661\u0662"``).
@@ -187,10 +184,5 @@ def register_pascal_voc(
         return load_voc_instances(dirname, split, class_names)
 
     DatasetCatalog.register(name, load)
-    try:
-        MetadataCatalog.get(name).set(
-            thing_classes=list(class_names), dirname=dirname, year=year, split=split
-        )
-    except Exception:
-        DatasetCatalog.remove(name)
-        raise
+    set_metadata(name, {"thing_classes": list(class_names), "dirname": dirname, "year": year,
+                        "split": split})
