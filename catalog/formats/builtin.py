@@ -213,17 +213,6 @@ _SKELETON = (
     ("right_hip", "right_knee"), ("left_knee", "left_ankle"), ("right_knee", "right_ankle"),
 )  # fmt: skip
 
-#: The 8 Cityscapes instance classes.
-CITYSCAPES_THING_CLASSES: tuple[str, ...] = (
-    "person", "rider", "car", "truck", "bus", "train", "motorcycle", "bicycle",
-)  # fmt: skip
-#: The 19 Cityscapes semantic classes (train ids 0..18).
-CITYSCAPES_STUFF_CLASSES: tuple[str, ...] = (
-    "road", "sidewalk", "building", "wall", "fence", "pole", "traffic light", "traffic sign",
-    "vegetation", "terrain", "sky", "person", "rider", "car", "truck", "bus", "train",
-    "motorcycle", "bicycle",
-)  # fmt: skip
-
 #: The 150 ADE20K (SceneParsing) classes, label 0..149 (255 is ignored). Spelled as detectron2
 #: spells them (``"window "`` included), so metadata compares equal across the two.
 ADE20K_SEM_SEG_CATEGORIES: tuple[str, ...] = (
@@ -352,8 +341,8 @@ _BUILDERS = {
     "lvis_v0.5": lambda: {"thing_classes": list(lvis_categories("v0.5").classes)},
     "lvis_v0.5_cocofied": _coco_instances,
     "cityscapes": lambda: {
-        "thing_classes": list(CITYSCAPES_THING_CLASSES),
-        "stuff_classes": list(CITYSCAPES_STUFF_CLASSES),
+        "thing_classes": list(cityscapes.THING_CLASSES),
+        "stuff_classes": list(cityscapes.STUFF_CLASSES),
     },
     "ade20k": lambda: {"stuff_classes": list(ADE20K_SEM_SEG_CATEGORIES)},
     "pascal_voc": lambda: {"thing_classes": list(VOC_CLASSES)},
