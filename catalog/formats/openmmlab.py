@@ -231,12 +231,16 @@ def _caller_metainfo(argument: dict | None, data_root: str) -> dict[str, Any]:
     return merged
 
 
-def _merge_metainfo(
-    from_file: dict, argument: dict | None, data_root: str, ann_file: str
-) -> dict[str, Any]:
-    """The file's metainfo (checked, never read as file names) updated by the caller's."""
-    Validator(ann_file, max_depth=MAX_DEPTH).file_metainfo(from_file)
-    return {**from_file, **_caller_metainfo(argument, data_root)}
+def _read_file(
+    ann_file: str | os.PathLike, data_root: str, metainfo: dict | None, allow_pickle: bool,
+    allow_yaml_aliases: bool,
+) -> tuple[str, dict, dict[str, Any]]:
+    """``(path, content, metainfo)``: the file's metainfo (checked, never read as file names)
+    updated by the caller's ``metainfo``."""
+    path = _resolve(ann_file, data_root)
+    content = _check_top_level(_read(path, allow_pickle, allow_yaml_aliases), path)
+    Validator(path, max_depth=MAX_DEPTH).file_metainfo(content["metainfo"])
+    return path, content, {**content["metainfo"], **_caller_metainfo(metainfo, data_root)}
 
 
 def read_metainfo(
@@ -248,10 +252,8 @@ def read_metainfo(
     allow_yaml_aliases: bool = False,
 ) -> dict[str, Any]:
     """The merged metainfo of an annotation file (argument over file), records not built."""
-    data_root = os.fspath(data_root)
-    path = _resolve(ann_file, data_root)
-    content = _check_top_level(_read(path, allow_pickle, allow_yaml_aliases), path)
-    return _merge_metainfo(content["metainfo"], metainfo, data_root, path)
+    return _read_file(ann_file, os.fspath(data_root), metainfo, allow_pickle,
+                      allow_yaml_aliases)[2]
 
 
 def _num_classes(metainfo: dict[str, Any]) -> int | None:
@@ -281,9 +283,8 @@ def load_annotation_file(
     """
     check_record_format(record_format)
     data_root = os.fspath(data_root)
-    path = _resolve(ann_file, data_root)
-    content = _check_top_level(_read(path, allow_pickle, allow_yaml_aliases), path)
-    merged = _merge_metainfo(content["metainfo"], metainfo, data_root, path)
+    path, content, merged = _read_file(ann_file, data_root, metainfo, allow_pickle,
+                                       allow_yaml_aliases)
     prefixes = {key: _resolve(prefix, data_root) for key, prefix in (data_prefix or {}).items()}
     validator = Validator(path, num_classes=_num_classes(merged), max_depth=MAX_DEPTH)
     records: list[dict] = []
