@@ -148,31 +148,14 @@ class SkipCounts:
     """Counts of skipped or repaired items, reported in one warning per kind."""
 
     __slots__ = (
-        "orphans",
-        "orphan_examples",
-        "degenerate",
-        "degenerate_examples",
-        "negative_area",
-        "negative_area_examples",
-        "bad_polygons",
-        "no_valid_polygon",
-        "no_valid_polygon_examples",
-        "ignored",
-        "missing_size",
+        "orphans", "orphan_examples", "degenerate", "degenerate_examples", "negative_area",
+        "negative_area_examples", "bad_polygons", "no_valid_polygon",
+        "no_valid_polygon_examples", "ignored", "missing_size",
     )
 
     def __init__(self) -> None:
-        self.orphans = 0
-        self.orphan_examples: list[Any] = []
-        self.degenerate = 0
-        self.degenerate_examples: list[Any] = []
-        self.negative_area = 0
-        self.negative_area_examples: list[Any] = []
-        self.bad_polygons = 0
-        self.no_valid_polygon = 0
-        self.no_valid_polygon_examples: list[Any] = []
-        self.ignored = 0
-        self.missing_size = 0
+        for name in self.__slots__:
+            setattr(self, name, [] if name.endswith("_examples") else 0)
 
     def as_tuple(self) -> tuple[Any, ...]:
         """Every count and example list, in slot order (to compare two loads)."""
@@ -180,28 +163,24 @@ class SkipCounts:
 
     def total(self) -> int:
         """How many items were skipped, dropped or counted in all."""
-        return (
-            self.orphans + self.degenerate + self.negative_area + self.bad_polygons
-            + self.no_valid_polygon + self.ignored + self.missing_size
-        )
+        return sum(getattr(self, n) for n in self.__slots__ if not n.endswith("_examples"))
+
+    def _skip(self, count: str, examples: list[Any], example: Any) -> None:
+        setattr(self, count, getattr(self, count) + 1)
+        if len(examples) < MAX_EXAMPLES:
+            examples.append(example)
 
     def skip_orphan(self, ann_id: Any, image_id: Any) -> None:
         """Count an annotation whose image_id is not among the images."""
-        self.orphans += 1
-        if len(self.orphan_examples) < MAX_EXAMPLES:
-            self.orphan_examples.append((ann_id, image_id))
+        self._skip("orphans", self.orphan_examples, (ann_id, image_id))
 
     def skip_degenerate(self, ann_id: Any, bbox: Any) -> None:
         """Count an annotation with an empty or negative bbox."""
-        self.degenerate += 1
-        if len(self.degenerate_examples) < MAX_EXAMPLES:
-            self.degenerate_examples.append((ann_id, bbox))
+        self._skip("degenerate", self.degenerate_examples, (ann_id, bbox))
 
     def skip_negative_area(self, ann_id: Any, area: Any) -> None:
         """Count an annotation with a negative ``area``."""
-        self.negative_area += 1
-        if len(self.negative_area_examples) < MAX_EXAMPLES:
-            self.negative_area_examples.append((ann_id, area))
+        self._skip("negative_area", self.negative_area_examples, (ann_id, area))
 
     def drop_invalid_polygons(self, segm: list[Any], ann_id: Any) -> list[Any] | None:
         """The polygons of ``segm`` with at least 6 coordinates and an even count, counting the
@@ -212,9 +191,7 @@ class SkipCounts:
         self.bad_polygons += len(segm) - len(valid)
         if valid:
             return valid
-        self.no_valid_polygon += 1
-        if len(self.no_valid_polygon_examples) < MAX_EXAMPLES:
-            self.no_valid_polygon_examples.append(ann_id)
+        self._skip("no_valid_polygon", self.no_valid_polygon_examples, ann_id)
         return None
 
 
