@@ -74,7 +74,13 @@ class ParseDataInfoError(CatmapErrorWithFields, TypeError):
 class AnnotationSkips:
     """Counts of instances skipped and polygons dropped while validating one file."""
 
-    KINDS = ("degenerate_boxes", "dropped_polygons", "no_valid_polygon")
+    MESSAGES = {
+        "degenerate_boxes": "skipped {} instances whose bbox has x2 <= x1 or y2 <= y1",
+        "dropped_polygons":
+            "dropped {} mask polygons with fewer than 6 coordinates or an odd count",
+        "no_valid_polygon": "skipped {} instances left without a valid polygon",
+    }
+    KINDS = tuple(MESSAGES)
 
     def __init__(self) -> None:
         self.counts = dict.fromkeys(self.KINDS, 0)
@@ -96,26 +102,13 @@ class AnnotationSkips:
 
     def report(self, path: str, logger: logging.Logger) -> None:
         """Log one warning summarizing every count (nothing when all are zero)."""
-        if not self.total():
-            return
-        parts = []
-        c, e = self.counts, self.examples
-        if c["degenerate_boxes"]:
-            parts.append(
-                f"skipped {c['degenerate_boxes']} instances whose bbox has x2 <= x1 or y2 <= y1 "
-                f"(e.g. {', '.join(e['degenerate_boxes'])})"
-            )
-        if c["dropped_polygons"]:
-            parts.append(
-                f"dropped {c['dropped_polygons']} mask polygons with fewer than 6 coordinates "
-                f"or an odd count (e.g. {', '.join(e['dropped_polygons'])})"
-            )
-        if c["no_valid_polygon"]:
-            parts.append(
-                f"skipped {c['no_valid_polygon']} instances left without a valid polygon "
-                f"(e.g. {', '.join(e['no_valid_polygon'])})"
-            )
-        logger.warning("%s: %s", path, "; ".join(parts), extra={"annotation_skips": c.copy()})
+        parts = [
+            f"{self.MESSAGES[kind].format(n)} (e.g. {', '.join(self.examples[kind])})"
+            for kind, n in self.counts.items() if n
+        ]
+        if parts:
+            logger.warning("%s: %s", path, "; ".join(parts),
+                           extra={"annotation_skips": self.counts.copy()})
 
 #: Ids (image, annotation, category) are JSON integers in the signed 64-bit range.
 INT64_MIN = -(2**63)
@@ -466,7 +459,8 @@ class Validator:
     ) -> dict | None:
         where = {"index": index, "img_id": img_id, "instance": j}
         if type(inst) is not dict:
-            raise self._fail("an instance must be a mapping", inst, key=None, wrong_type=True, **where)
+            raise self._fail("an instance must be a mapping", inst, key=None, wrong_type=True,
+                             **where)
         degenerate = False
         polygons = None
         for key, value in inst.items():
