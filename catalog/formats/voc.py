@@ -101,18 +101,18 @@ def _text(element: ET.Element | None) -> str | None:
     return element.text.strip()
 
 
+def _decimal(text: str | None) -> float:
+    """``text`` as a float when it is a plain ASCII decimal number (see _DECIMAL), else NaN."""
+    return float(text) if text and _DECIMAL.match(text) else math.nan
+
+
 def _side(root: ET.Element, key: str, xml_file: str) -> int | None:
     element = root.find("size/" + key)
     if element is None:
         return None
     text = _text(element)
-    value: Any = None
-    if text and _DECIMAL.match(text):
-        try:
-            number = float(text)
-            value = int(number) if number.is_integer() else None
-        except (ValueError, OverflowError):
-            value = None
+    number = _decimal(text)
+    value = int(number) if number.is_integer() else None
     if value is None or not 1 <= value <= MAX_IMAGE_SIDE:
         raise AnnotationFormatError(
             f"{xml_file}: 'size/{key}' is {short_repr(text)}, not an integer in "
@@ -152,10 +152,7 @@ def _objects(
 
 def _coordinate(box: ET.Element, key: str, index: int, xml_file: str) -> float:
     text = _text(box.find(key))
-    try:
-        value = float(text) if text and _DECIMAL.match(text) else math.nan
-    except ValueError:
-        value = math.nan
+    value = _decimal(text)
     if not math.isfinite(value):
         raise AnnotationFormatError(
             f"{xml_file}: object {index}: 'bndbox/{key}' is {short_repr(text)}, not a finite "
