@@ -214,14 +214,14 @@ def _mask_annotation(mask: np.ndarray, x0: int, y0: int, height: int, width: int
             return None
     else:
         segmentation = _rle(mask, x0, y0, height, width)
-    return {
-        "iscrowd": int(crowd),
-        "category_id": THING_ID_TO_CONTIGUOUS[label.id],
-        "bbox": [float(x0 + xs.min()), float(y0 + ys.min()), float(x0 + xs.max() + 1),
-                 float(y0 + ys.max() + 1)],
-        "bbox_mode": BoxMode.XYXY_ABS,
-        "segmentation": segmentation,
-    }
+    bbox = [x0 + xs.min(), y0 + ys.min(), x0 + xs.max() + 1, y0 + ys.max() + 1]
+    return _annotation(label, crowd, bbox, segmentation)
+
+
+def _annotation(label: CityscapesLabel, crowd: bool, bbox: Any, segmentation: Any) -> dict:
+    return {"iscrowd": int(crowd), "category_id": THING_ID_TO_CONTIGUOUS[label.id],
+            "bbox": [float(v) for v in bbox], "bbox_mode": BoxMode.XYXY_ABS,
+            "segmentation": segmentation}
 
 
 def _pillow() -> Any:
@@ -287,13 +287,8 @@ def _record_from_json(files: tuple[str, ...], to_polygons: bool) -> dict[str, An
             if annotation is not None:
                 annotations.append(annotation)
             continue
-        annotations.append({
-            "iscrowd": int(crowd),
-            "category_id": THING_ID_TO_CONTIGUOUS[label.id],
-            "bbox": [float(low[0]), float(low[1]), float(high[0]), float(high[1])],
-            "bbox_mode": BoxMode.XYXY_ABS,
-            "segmentation": [(points + 0.5).reshape(-1).tolist()],
-        })
+        annotations.append(_annotation(label, crowd, [*low, *high],
+                                       [(points + 0.5).reshape(-1).tolist()]))
     return {"file_name": image_file, "image_id": os.path.basename(image_file),
             "height": height, "width": width, "annotations": annotations}
 
