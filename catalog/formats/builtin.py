@@ -432,10 +432,9 @@ def builtin_dataset_root() -> str:
 
 
 def _root_source() -> str:
-    for var in DATASET_ROOT_ENV_VARS:
-        if os.environ.get(var):
-            return f"${var}"
-    return f"the default, as neither ${' nor $'.join(DATASET_ROOT_ENV_VARS)} is set"
+    var = next((var for var in DATASET_ROOT_ENV_VARS if os.environ.get(var)), None)
+    names = " nor $".join(DATASET_ROOT_ENV_VARS)
+    return f"${var}" if var else f"the default, as neither ${names} is set"
 
 
 def _missing(name: str, root: str, path: str, what: str) -> DatasetFileNotFoundError:

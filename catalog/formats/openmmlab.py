@@ -83,9 +83,9 @@ def _check_shadowing(item: dict, converted: dict, targets: dict[str, str], where
     for target, source in targets.items():
         if target in item and (source not in item or not _same(item[target], converted[target])):
             raise AnnotationFieldError(
-                f"{where} holds {target!r} (value {short_repr(item[target])}) beside {source!r}; the "
-                f"record's {target!r} is made from {source!r}, so the file may not set it "
-                "differently (pass record_format='openmmlab' to keep entries as they are)",
+                f"{where} holds {target!r} (value {short_repr(item[target])}) beside "
+                f"{source!r}; the record's {target!r} is made from {source!r}, so the file may "
+                "not set it differently (pass record_format='openmmlab' to keep entries as they are)",
                 key=target, **fields,
             )
 
@@ -174,18 +174,13 @@ def _check_top_level(content: Any, ann_file: str) -> dict:
             f"{ann_file}: missing top-level key(s) {missing}; an OpenMMLab 2.0 annotation file "
             f"has 'metainfo' and 'data_list', found keys {sorted(map(str, content))[:50]}"
         )
-    if type(content["metainfo"]) is not dict:
-        raise AnnotationFieldTypeError(
-            f"{ann_file}: 'metainfo' must be a dict, got a {type(content['metainfo']).__name__}",
-            path=ann_file,
-            key="metainfo",
-        )
-    if type(content["data_list"]) is not list:
-        raise AnnotationFieldTypeError(
-            f"{ann_file}: 'data_list' must be a list, got a {type(content['data_list']).__name__}",
-            path=ann_file,
-            key="data_list",
-        )
+    for key, expected in (("metainfo", dict), ("data_list", list)):
+        if type(content[key]) is not expected:
+            raise AnnotationFieldTypeError(
+                f"{ann_file}: {key!r} must be a {expected.__name__}, got a "
+                f"{type(content[key]).__name__}",
+                path=ann_file, key=key,
+            )
     return content
 
 
