@@ -85,7 +85,8 @@ def _check_shadowing(item: dict, converted: dict, targets: dict[str, str], where
             raise AnnotationFieldError(
                 f"{where} holds {target!r} (value {short_repr(item[target])}) beside "
                 f"{source!r}; the record's {target!r} is made from {source!r}, so the file may "
-                "not set it differently (pass record_format='openmmlab' to keep entries as they are)",
+                "not set it differently (pass record_format='openmmlab' to keep entries as "
+                "they are)",
                 key=target, **fields,
             )
 
