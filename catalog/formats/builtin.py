@@ -386,8 +386,7 @@ _COCO_PERSON = {
         ("2017_val_100", "val2017", "val2017_100"),
     )
 }
-# prefix -> (panoptic PNG dir, panoptic json, semantic (stuff) label dir); the images and the
-# instances file are those of the COCO split named by the prefix.
+# COCO split -> (name part of the panoptic files, of the stuff label dir); images as the split's.
 _COCO_PANOPTIC = {
     "coco_2017_train": ("train2017", "train2017"),
     "coco_2017_val": ("val2017", "val2017"),

@@ -62,11 +62,8 @@ logger = logging.getLogger(__name__)
 MAX_JSON_BYTES = 16 * 1024 * 1024
 #: Largest image (height * width) rasterized or read (Cityscapes' are 2048 x 1024).
 MAX_PIXELS = 1 << 25
-#: Most pixels one polygon file may make the loader rasterize or compare: the sum, over the
-#: drawn objects, of their bounding boxes clipped to the image (instance objects count three
-#: times). Cityscapes' own files need well under
-#: a tenth of it; a file beyond it (e.g. thousands of image-sized objects) is refused rather
-#: than keeping the loader busy for minutes.
+#: Most pixels one file may make the loader rasterize or compare (the objects' clipped boxes,
+#: instances three times); Cityscapes' own need under a tenth of it.
 MAX_RASTER_WORK = 1 << 28
 #: Largest absolute polygon coordinate accepted.
 _MAX_COORD = 1 << 20

@@ -316,7 +316,6 @@ class Validator:
         self.max_depth = max_depth
         self.skips = AnnotationSkips()
 
-    # ------------------------------------------------------------------ errors
     def _fail(
         self,
         problem: str,
@@ -360,7 +359,6 @@ class Validator:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((c, level + 1) for c in children if isinstance(c, (list, tuple, dict)))
 
-    # ------------------------------------------------------------------ metainfo
     def file_metainfo(self, meta: Any) -> dict:
         """Check the file's own ``metainfo``: a mapping with string keys (not reserved, not
         starting with '_'); ``classes``, when present, a list of strings.
@@ -390,7 +388,6 @@ class Validator:
             self.check_depth(value, 3, key=key)
         return meta
 
-    # ------------------------------------------------------------------ records
     def data_info(self, info: Any, index: int) -> dict:
         """The checked ``data_list`` entry: ``info`` itself, or a copy without the skipped
         instances and dropped polygons.
