@@ -20,6 +20,7 @@ from .._common import CatmapErrorWithFields, DatasetAlreadyRegisteredError, Data
 from ..metadata import MetadataCatalog
 from . import cityscapes
 from .coco import load_coco_json, register_coco_instances, register_lvis_instances
+from .files import set_metadata
 from .panoptic import load_sem_seg, merge_to_panoptic, register_coco_panoptic
 from .voc import VOC_CLASSES, register_pascal_voc
 
@@ -212,17 +213,6 @@ _SKELETON = (
     ("right_hip", "right_knee"), ("left_knee", "left_ankle"), ("right_knee", "right_ankle"),
 )  # fmt: skip
 
-#: The 8 Cityscapes instance classes.
-CITYSCAPES_THING_CLASSES: tuple[str, ...] = (
-    "person", "rider", "car", "truck", "bus", "train", "motorcycle", "bicycle",
-)  # fmt: skip
-#: The 19 Cityscapes semantic classes (train ids 0..18).
-CITYSCAPES_STUFF_CLASSES: tuple[str, ...] = (
-    "road", "sidewalk", "building", "wall", "fence", "pole", "traffic light", "traffic sign",
-    "vegetation", "terrain", "sky", "person", "rider", "car", "truck", "bus", "train",
-    "motorcycle", "bicycle",
-)  # fmt: skip
-
 #: The 150 ADE20K (SceneParsing) classes, label 0..149 (255 is ignored). Spelled as detectron2
 #: spells them (``"window "`` included), so metadata compares equal across the two.
 ADE20K_SEM_SEG_CATEGORIES: tuple[str, ...] = (
@@ -351,8 +341,8 @@ _BUILDERS = {
     "lvis_v0.5": lambda: {"thing_classes": list(lvis_categories("v0.5").classes)},
     "lvis_v0.5_cocofied": _coco_instances,
     "cityscapes": lambda: {
-        "thing_classes": list(CITYSCAPES_THING_CLASSES),
-        "stuff_classes": list(CITYSCAPES_STUFF_CLASSES),
+        "thing_classes": list(cityscapes.THING_CLASSES),
+        "stuff_classes": list(cityscapes.STUFF_CLASSES),
     },
     "ade20k": lambda: {"stuff_classes": list(ADE20K_SEM_SEG_CATEGORIES)},
     "pascal_voc": lambda: {"thing_classes": list(VOC_CLASSES)},
@@ -396,8 +386,7 @@ _COCO_PERSON = {
         ("2017_val_100", "val2017", "val2017_100"),
     )
 }
-# prefix -> (panoptic PNG dir, panoptic json, semantic (stuff) label dir); the images and the
-# instances file are those of the COCO split named by the prefix.
+# COCO split -> (name part of the panoptic files, of the stuff label dir); images as the split's.
 _COCO_PANOPTIC = {
     "coco_2017_train": ("train2017", "train2017"),
     "coco_2017_val": ("val2017", "val2017"),
@@ -442,10 +431,9 @@ def builtin_dataset_root() -> str:
 
 
 def _root_source() -> str:
-    for var in DATASET_ROOT_ENV_VARS:
-        if os.environ.get(var):
-            return f"${var}"
-    return f"the default, as neither ${' nor $'.join(DATASET_ROOT_ENV_VARS)} is set"
+    var = next((var for var in DATASET_ROOT_ENV_VARS if os.environ.get(var)), None)
+    names = " nor $".join(DATASET_ROOT_ENV_VARS)
+    return f"${var}" if var else f"the default, as neither ${names} is set"
 
 
 def _missing(name: str, root: str, path: str, what: str) -> DatasetFileNotFoundError:
@@ -488,42 +476,29 @@ def _register_checked(
     metadata: dict[str, Any],
 ) -> None:
     DatasetCatalog.register(name, _checked(name, root, needs, load))
-    try:
-        MetadataCatalog.get(name).set(**metadata)
-    except Exception:
-        DatasetCatalog.remove(name)
-        raise
+    set_metadata(name, metadata)
 
 
-def _coco(kind: str, image_dir: str, json_rel: str) -> Callable[[str, str], None]:
-    def register(name: str, root: str) -> None:
-        json_file = os.path.join(root, json_rel)
-        register_coco_instances(name, get_builtin_metadata(kind), json_file,
-                                os.path.join(root, image_dir))
-        _guard_entry(name, root, [(json_file, "annotation file", False)])
-
-    return register
+def _coco(kind: str, image_dir: str, json_rel: str, name: str, root: str) -> None:
+    json_file = os.path.join(root, json_rel)
+    register_coco_instances(name, get_builtin_metadata(kind), json_file,
+                            os.path.join(root, image_dir))
+    _guard_entry(name, root, [(json_file, "annotation file", False)])
 
 
-def _lvis(kind: str, json_rel: str) -> Callable[[str, str], None]:
-    def register(name: str, root: str) -> None:
-        json_file = os.path.join(root, json_rel)
-        register_lvis_instances(name, get_builtin_metadata(kind), json_file,
-                                os.path.join(root, "coco", ""))
-        _guard_entry(name, root, [(json_file, "LVIS annotation file", False)])
-
-    return register
+def _lvis(kind: str, json_rel: str, name: str, root: str) -> None:
+    json_file = os.path.join(root, json_rel)
+    register_lvis_instances(name, get_builtin_metadata(kind), json_file,
+                            os.path.join(root, "coco", ""))
+    _guard_entry(name, root, [(json_file, "LVIS annotation file", False)])
 
 
-def _voc(dirname: str, split: str, year: int) -> Callable[[str, str], None]:
-    def register(name: str, root: str) -> None:
-        path = os.path.join(root, dirname)
-        register_pascal_voc(name, path, split, year)
-        MetadataCatalog.get(name).set(evaluator_type="pascal_voc")
-        split_file = os.path.join(path, "ImageSets", "Main", split + ".txt")
-        _guard_entry(name, root, [(split_file, "Pascal VOC split file", False)])
-
-    return register
+def _voc(dirname: str, split: str, year: int, name: str, root: str) -> None:
+    path = os.path.join(root, dirname)
+    register_pascal_voc(name, path, split, year)
+    MetadataCatalog.get(name).set(evaluator_type="pascal_voc")
+    split_file = os.path.join(path, "ImageSets", "Main", split + ".txt")
+    _guard_entry(name, root, [(split_file, "Pascal VOC split file", False)])
 
 
 def _panoptic_paths(prefix: str, root: str) -> dict[str, str]:
@@ -538,117 +513,90 @@ def _panoptic_paths(prefix: str, root: str) -> dict[str, str]:
     }
 
 
-def _panoptic_standard(prefix: str) -> Callable[[str, str], None]:
-    def register(name: str, root: str) -> None:
-
-        p = _panoptic_paths(prefix, root)
-        register_coco_panoptic(name, get_builtin_metadata("coco_panoptic_standard"),
-                               p["image_root"], p["panoptic_root"], p["panoptic_json"],
-                               p["json_file"])
-        _guard_entry(name, root, [(p["panoptic_json"], "panoptic annotation file", False),
-                                  (p["panoptic_root"], "panoptic PNG directory", True)])
-
-    return register
+def _panoptic_standard(prefix: str, name: str, root: str) -> None:
+    p = _panoptic_paths(prefix, root)
+    register_coco_panoptic(name, get_builtin_metadata("coco_panoptic_standard"),
+                           p["image_root"], p["panoptic_root"], p["panoptic_json"],
+                           p["json_file"])
+    _guard_entry(name, root, [(p["panoptic_json"], "panoptic annotation file", False),
+                              (p["panoptic_root"], "panoptic PNG directory", True)])
 
 
-def _panoptic_separated(prefix: str) -> Callable[[str, str], None]:
-    def register(name: str, root: str) -> None:
-        p = _panoptic_paths(prefix, root)
+def _panoptic_separated(prefix: str, name: str, root: str) -> None:
+    p = _panoptic_paths(prefix, root)
+    _register_checked(
+        name, root,
+        [(p["json_file"], "instances annotation file", False),
+         (p["sem_seg_root"], "semantic label directory", True)],
+        lambda: merge_to_panoptic(load_coco_json(p["json_file"], p["image_root"], name),
+                                  load_sem_seg(p["sem_seg_root"], p["image_root"])),
+        {**p, "evaluator_type": "coco_panoptic_seg", "ignore_label": 255,
+         **get_builtin_metadata("coco_panoptic_separated")})
 
+
+def _panoptic_stuffonly(prefix: str, name: str, root: str) -> None:
+    p = _panoptic_paths(prefix, root)
+    _register_checked(
+        name, root,
+        [(p["sem_seg_root"], "semantic label directory", True),
+         (p["image_root"], "image directory", True)],
+        lambda: load_sem_seg(p["sem_seg_root"], p["image_root"]),
+        {"sem_seg_root": p["sem_seg_root"], "image_root": p["image_root"],
+         "evaluator_type": "sem_seg", "ignore_label": 255,
+         **get_builtin_metadata("coco_panoptic_separated")})
+
+
+def _cityscapes(split: str, task: str, name: str, root: str) -> None:
+    image_dir = os.path.join(root, "cityscapes", "leftImg8bit", split, "")
+    gt_dir = os.path.join(root, "cityscapes", "gtFine", split, "")
+    metadata: dict[str, Any] = {"image_dir": image_dir, "gt_dir": gt_dir}
+    if task == "instance_seg":
+        metadata["evaluator_type"] = "cityscapes_instance"
         def load() -> list[dict]:
-
-            return merge_to_panoptic(load_coco_json(p["json_file"], p["image_root"], name),
-                                     load_sem_seg(p["sem_seg_root"], p["image_root"]))
-
-        needs = [(p["json_file"], "instances annotation file", False),
-                 (p["sem_seg_root"], "semantic label directory", True)]
-        _register_checked(name, root, needs, load, {
-            **p, "evaluator_type": "coco_panoptic_seg", "ignore_label": 255,
-            **get_builtin_metadata("coco_panoptic_separated")})
-
-    return register
-
-
-def _panoptic_stuffonly(prefix: str) -> Callable[[str, str], None]:
-    def register(name: str, root: str) -> None:
-        p = _panoptic_paths(prefix, root)
-
+            return cityscapes.load_cityscapes_instances(
+                image_dir, gt_dir, from_json=True, to_polygons=True)
+    else:
+        metadata.update(evaluator_type="cityscapes_sem_seg", ignore_label=255)
         def load() -> list[dict]:
-
-            return load_sem_seg(p["sem_seg_root"], p["image_root"])
-
-        needs = [(p["sem_seg_root"], "semantic label directory", True),
-                 (p["image_root"], "image directory", True)]
-        _register_checked(name, root, needs, load, {
-            "sem_seg_root": p["sem_seg_root"], "image_root": p["image_root"],
-            "evaluator_type": "sem_seg", "ignore_label": 255,
-            **get_builtin_metadata("coco_panoptic_separated")})
-
-    return register
-
-
-def _cityscapes(split: str, task: str) -> Callable[[str, str], None]:
-    def register(name: str, root: str) -> None:
-        image_dir = os.path.join(root, "cityscapes", "leftImg8bit", split, "")
-        gt_dir = os.path.join(root, "cityscapes", "gtFine", split, "")
-
-        def load() -> list[dict]:
-
-            if task == "instance_seg":
-                return cityscapes.load_cityscapes_instances(
-                    image_dir, gt_dir, from_json=True, to_polygons=True)
             return cityscapes.load_cityscapes_semantic(image_dir, gt_dir)
-
-        metadata: dict[str, Any] = {"image_dir": image_dir, "gt_dir": gt_dir}
-        if task == "instance_seg":
-            metadata["evaluator_type"] = "cityscapes_instance"
-        else:
-            metadata.update(evaluator_type="cityscapes_sem_seg", ignore_label=255)
-        needs = [(image_dir, "image directory", True), (gt_dir, "ground-truth directory", True)]
-        _register_checked(name, root, needs, load,
-                          {**metadata, **get_builtin_metadata("cityscapes")})
-
-    return register
+    needs = [(image_dir, "image directory", True), (gt_dir, "ground-truth directory", True)]
+    _register_checked(name, root, needs, load, {**metadata, **get_builtin_metadata("cityscapes")})
 
 
-def _ade20k(split_dir: str) -> Callable[[str, str], None]:
-    def register(name: str, root: str) -> None:
-        base = os.path.join(root, "ADEChallengeData2016")
-        image_dir = os.path.join(base, "images", split_dir)
-        gt_dir = os.path.join(base, "annotations_detectron2", split_dir)
-
-        def load() -> list[dict]:
-
-            return load_sem_seg(gt_dir, image_dir, gt_ext="png", image_ext="jpg")
-
-        needs = [(image_dir, "image directory", True), (gt_dir, "label directory", True)]
-        _register_checked(name, root, needs, load, {
-            "image_root": image_dir, "sem_seg_root": gt_dir, "evaluator_type": "sem_seg",
-            "ignore_label": 255, **get_builtin_metadata("ade20k")})
-
-    return register
+def _ade20k(split_dir: str, name: str, root: str) -> None:
+    base = os.path.join(root, "ADEChallengeData2016")
+    image_dir = os.path.join(base, "images", split_dir)
+    gt_dir = os.path.join(base, "annotations_detectron2", split_dir)
+    needs = [(image_dir, "image directory", True), (gt_dir, "label directory", True)]
+    _register_checked(
+        name, root, needs,
+        lambda: load_sem_seg(gt_dir, image_dir, gt_ext="png", image_ext="jpg"),
+        {"image_root": image_dir, "sem_seg_root": gt_dir, "evaluator_type": "sem_seg",
+         "ignore_label": 255, **get_builtin_metadata("ade20k")})
 
 
 def _registrars() -> dict[str, Callable[[str, str], None]]:
+    """Each builtin name -> its ``register(name, root)``, in detectron2's order of families."""
+    partial = functools.partial
     out: dict[str, Callable[[str, str], None]] = {}
     for name, (image_dir, json_rel) in _COCO_INSTANCES.items():
-        out[name] = _coco("coco", image_dir, json_rel)
+        out[name] = partial(_coco, "coco", image_dir, json_rel)
     for name, (image_dir, json_rel) in _COCO_PERSON.items():
-        out[name] = _coco("coco_person", image_dir, json_rel)
+        out[name] = partial(_coco, "coco_person", image_dir, json_rel)
     for prefix in _COCO_PANOPTIC:
-        out[prefix + "_panoptic_separated"] = _panoptic_separated(prefix)
-        out[prefix + "_panoptic_stuffonly"] = _panoptic_stuffonly(prefix)
-        out[prefix + "_panoptic"] = _panoptic_standard(prefix)
+        out[prefix + "_panoptic_separated"] = partial(_panoptic_separated, prefix)
+        out[prefix + "_panoptic_stuffonly"] = partial(_panoptic_stuffonly, prefix)
+        out[prefix + "_panoptic"] = partial(_panoptic_standard, prefix)
     for kind, splits in _LVIS.items():
         for name, json_rel in splits.items():
-            out[name] = _lvis(kind, json_rel)
+            out[name] = partial(_lvis, kind, json_rel)
     for split in _CITYSCAPES_SPLITS:
         for task in ("instance_seg", "sem_seg"):
-            out[f"cityscapes_fine_{task}_{split}"] = _cityscapes(split, task)
+            out[f"cityscapes_fine_{task}_{split}"] = partial(_cityscapes, split, task)
     for name, (dirname, split, year) in _VOC.items():
-        out[name] = _voc(dirname, split, year)
+        out[name] = partial(_voc, dirname, split, year)
     for split, split_dir in (("train", "training"), ("val", "validation")):
-        out[f"ade20k_sem_seg_{split}"] = _ade20k(split_dir)
+        out[f"ade20k_sem_seg_{split}"] = partial(_ade20k, split_dir)
     return out
 
 

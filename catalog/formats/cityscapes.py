@@ -25,47 +25,22 @@ class CityscapesLabel(NamedTuple):
     ignore_in_eval: bool
 
 
-def _row(name: str, id_: int, train_id: int, instances: bool = False) -> CityscapesLabel:
-    return CityscapesLabel(name, id_, train_id, instances, train_id == 255)
-
-
-#: Every label, in id order (``license plate`` has id -1: never drawn).
-LABELS: tuple[CityscapesLabel, ...] = (
-    _row("unlabeled", 0, 255),
-    _row("ego vehicle", 1, 255),
-    _row("rectification border", 2, 255),
-    _row("out of roi", 3, 255),
-    _row("static", 4, 255),
-    _row("dynamic", 5, 255),
-    _row("ground", 6, 255),
-    _row("road", 7, 0),
-    _row("sidewalk", 8, 1),
-    _row("parking", 9, 255),
-    _row("rail track", 10, 255),
-    _row("building", 11, 2),
-    _row("wall", 12, 3),
-    _row("fence", 13, 4),
-    _row("guard rail", 14, 255),
-    _row("bridge", 15, 255),
-    _row("tunnel", 16, 255),
-    _row("pole", 17, 5),
-    _row("polegroup", 18, 255),
-    _row("traffic light", 19, 6),
-    _row("traffic sign", 20, 7),
-    _row("vegetation", 21, 8),
-    _row("terrain", 22, 9),
-    _row("sky", 23, 10),
-    _row("person", 24, 11, True),
-    _row("rider", 25, 12, True),
-    _row("car", 26, 13, True),
-    _row("truck", 27, 14, True),
-    _row("bus", 28, 15, True),
-    _row("caravan", 29, 255, True),
-    _row("trailer", 30, 255, True),
-    _row("train", 31, 16, True),
-    _row("motorcycle", 32, 17, True),
-    _row("bicycle", 33, 18, True),
-    _row("license plate", -1, 255),
+#: Every label as (name, id, train id), in id order; train id 255 is ignored in evaluation,
+#: ids 24..33 have instances, and ``license plate`` (id -1) is never drawn.
+LABELS: tuple[CityscapesLabel, ...] = tuple(
+    CityscapesLabel(name, id_, train_id, 24 <= id_ <= 33, train_id == 255)
+    for name, id_, train_id in (
+        ("unlabeled", 0, 255), ("ego vehicle", 1, 255), ("rectification border", 2, 255),
+        ("out of roi", 3, 255), ("static", 4, 255), ("dynamic", 5, 255), ("ground", 6, 255),
+        ("road", 7, 0), ("sidewalk", 8, 1), ("parking", 9, 255), ("rail track", 10, 255),
+        ("building", 11, 2), ("wall", 12, 3), ("fence", 13, 4), ("guard rail", 14, 255),
+        ("bridge", 15, 255), ("tunnel", 16, 255), ("pole", 17, 5), ("polegroup", 18, 255),
+        ("traffic light", 19, 6), ("traffic sign", 20, 7), ("vegetation", 21, 8),
+        ("terrain", 22, 9), ("sky", 23, 10), ("person", 24, 11), ("rider", 25, 12),
+        ("car", 26, 13), ("truck", 27, 14), ("bus", 28, 15), ("caravan", 29, 255),
+        ("trailer", 30, 255), ("train", 31, 16), ("motorcycle", 32, 17), ("bicycle", 33, 18),
+        ("license plate", -1, 255),
+    )
 )
 
 NAME_TO_LABEL = {label.name: label for label in LABELS}
@@ -87,11 +62,8 @@ logger = logging.getLogger(__name__)
 MAX_JSON_BYTES = 16 * 1024 * 1024
 #: Largest image (height * width) rasterized or read (Cityscapes' are 2048 x 1024).
 MAX_PIXELS = 1 << 25
-#: Most pixels one polygon file may make the loader rasterize or compare: the sum, over the
-#: drawn objects, of their bounding boxes clipped to the image (instance objects count three
-#: times). Cityscapes' own files need well under
-#: a tenth of it; a file beyond it (e.g. thousands of image-sized objects) is refused rather
-#: than keeping the loader busy for minutes.
+#: Most pixels one file may make the loader rasterize or compare (the objects' clipped boxes,
+#: instances three times); Cityscapes' own need under a tenth of it.
 MAX_RASTER_WORK = 1 << 28
 #: Largest absolute polygon coordinate accepted.
 _MAX_COORD = 1 << 20
@@ -239,14 +211,14 @@ def _mask_annotation(mask: np.ndarray, x0: int, y0: int, height: int, width: int
             return None
     else:
         segmentation = _rle(mask, x0, y0, height, width)
-    return {
-        "iscrowd": int(crowd),
-        "category_id": THING_ID_TO_CONTIGUOUS[label.id],
-        "bbox": [float(x0 + xs.min()), float(y0 + ys.min()), float(x0 + xs.max() + 1),
-                 float(y0 + ys.max() + 1)],
-        "bbox_mode": BoxMode.XYXY_ABS,
-        "segmentation": segmentation,
-    }
+    bbox = [x0 + xs.min(), y0 + ys.min(), x0 + xs.max() + 1, y0 + ys.max() + 1]
+    return _annotation(label, crowd, bbox, segmentation)
+
+
+def _annotation(label: CityscapesLabel, crowd: bool, bbox: Any, segmentation: Any) -> dict:
+    return {"iscrowd": int(crowd), "category_id": THING_ID_TO_CONTIGUOUS[label.id],
+            "bbox": [float(v) for v in bbox], "bbox_mode": BoxMode.XYXY_ABS,
+            "segmentation": segmentation}
 
 
 def _pillow() -> Any:
@@ -312,13 +284,8 @@ def _record_from_json(files: tuple[str, ...], to_polygons: bool) -> dict[str, An
             if annotation is not None:
                 annotations.append(annotation)
             continue
-        annotations.append({
-            "iscrowd": int(crowd),
-            "category_id": THING_ID_TO_CONTIGUOUS[label.id],
-            "bbox": [float(low[0]), float(low[1]), float(high[0]), float(high[1])],
-            "bbox_mode": BoxMode.XYXY_ABS,
-            "segmentation": [(points + 0.5).reshape(-1).tolist()],
-        })
+        annotations.append(_annotation(label, crowd, [*low, *high],
+                                       [(points + 0.5).reshape(-1).tolist()]))
     return {"file_name": image_file, "image_id": os.path.basename(image_file),
             "height": height, "width": width, "annotations": annotations}
 

@@ -1,11 +1,8 @@
 """COCO and LVIS instances files: one msgspec decoder into checked records, and registration.
 
-msgspec decodes the file straight into small structs that hold only the keys records need
-(``coco_url``, ``license`` ... are skipped while parsing) and carry the type and range rules as
-``msgspec.Meta`` constraints, so checking costs almost nothing beyond decoding. What a schema
-cannot say (duplicate ids, unknown categories, keypoint counts, RLE sums) is checked after. Any
-bad value is an :class:`AnnotationFormatError` naming the file, the image, annotation or
-category (id and index) and the key. The garbage collector is paused while records are built.
+The structs hold only the keys records need and carry the type and range rules as
+``msgspec.Meta`` constraints; what a schema cannot say (duplicate ids, unknown categories,
+keypoint counts) is checked after. Errors name the file, the item (id and index) and the key.
 """
 
 from __future__ import annotations
@@ -453,16 +450,10 @@ def load_coco_json(
     dataset_name: str | None = None,
     extra_annotation_keys: Sequence[str] | None = None,
 ) -> list[dict]:
-    """Load a COCO instances (or person keypoints) file as detectron2-format records.
-
-    One record per image, in file order (images without annotations kept): ``file_name``
-    under ``image_root``, ``height``, ``width``, ``image_id``, ``annotations`` with XYWH_ABS
-    ``bbox``, ``category_id`` contiguous by sorted COCO id, ``iscrowd``, ``segmentation``
-    (polygons or RLE), ``keypoints`` (x and y + 0.5, as detectron2) and the extra keys.
-    Every value read is checked by type and range (:class:`AnnotationFormatError`); orphan
-    annotations, empty boxes, negative areas, ``ignore`` and invalid polygons are skipped
-    and counted in one warning per kind. ``dataset_name`` sets ``thing_classes`` and
-    ``thing_dataset_id_to_contiguous_id`` in its metadata.
+    """Load a COCO instances (or person keypoints) file as detectron2-format records, one per
+    image in file order; ``category_id`` is contiguous by sorted COCO id. Orphan annotations,
+    empty boxes, negative areas, ``ignore`` and invalid polygons are skipped (one warning per
+    kind). ``dataset_name`` gets ``thing_classes`` and ``thing_dataset_id_to_contiguous_id``.
 
     Example:
         >>> records = load_coco_json("val2017.json", "val2017", "coco_val")  # doctest: +SKIP

@@ -60,12 +60,18 @@ def rle_area(rle: Mapping[str, Any]) -> int:
     return int(sum(runs[1::2]))
 
 
-def _reverse_id_map(dataset_name: str, metadata: Any) -> dict[int, int] | None:
+def _reverse_map(metadata: Any, dataset_name: str | None = None) -> dict[int, int] | None:
+    """Contiguous id -> dataset id from ``thing_dataset_id_to_contiguous_id`` (None when
+    absent); with ``dataset_name``, a map that cannot be reversed is a CocoExportError."""
+    if metadata is None:
+        return None
+    if isinstance(metadata, str):
+        metadata = MetadataCatalog.get(metadata)
     id_map = metadata.get("thing_dataset_id_to_contiguous_id")
     if id_map is None:
         return None
     reverse = {int(v): int(k) for k, v in id_map.items()}
-    if len(reverse) != len(id_map):
+    if dataset_name is not None and len(reverse) != len(id_map):
         raise CocoExportError(
             f"dataset {dataset_name!r}: thing_dataset_id_to_contiguous_id maps two dataset ids "
             "to one contiguous id; the mapping cannot be reversed",
@@ -158,7 +164,7 @@ def convert_to_coco_dict(dataset_name: str) -> dict[str, Any]:
             dataset=dataset_name,
             key="thing_classes",
         )
-    reverse = _reverse_id_map(dataset_name, metadata)
+    reverse = _reverse_map(metadata, dataset_name)
     categories = [
         {"id": reverse.get(i, i) if reverse is not None else i, "name": str(name)}
         for i, name in enumerate(classes)
@@ -278,15 +284,6 @@ def _numpy(value: Any) -> np.ndarray:
     if hasattr(value, "detach"):
         value = value.detach().cpu().numpy()
     return np.asarray(value)
-
-
-def _reverse_map(metadata: Any) -> dict[int, int] | None:
-    if metadata is None:
-        return None
-    if isinstance(metadata, str):
-        metadata = MetadataCatalog.get(metadata)
-    id_map = metadata.get("thing_dataset_id_to_contiguous_id")
-    return None if id_map is None else {int(v): int(k) for k, v in id_map.items()}
 
 
 def instances_to_coco_results(

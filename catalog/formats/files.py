@@ -12,12 +12,12 @@ from xml.parsers import expat
 
 import msgspec
 import yaml
-from yaml.composer import ComposerError
-from yaml.constructor import ConstructorError
 from yaml.events import AliasEvent, MappingStartEvent, SequenceStartEvent
 from yaml.nodes import MappingNode, Node, SequenceNode
 
+from ..dataset_catalog import DatasetCatalog
 from .._common import AnnotationFormatError
+from ..metadata import MetadataCatalog
 
 
 #: Deepest nesting of lists and mappings accepted in an annotation file (the top level is 1).
@@ -75,7 +75,9 @@ def _decode_utf8(data: bytes, path: str) -> str:
         ) from None
 
 
-def read_text_lines(path: str, *, limit: int = MAX_TEXT_FILE_BYTES, what: str = "file") -> list[str]:
+def read_text_lines(
+    path: str, *, limit: int = MAX_TEXT_FILE_BYTES, what: str = "file"
+) -> list[str]:
     """The stripped, non-empty lines of a small UTF-8 text file (a regular file, no symlink)."""
     data = read_bytes(path, limit=limit, nofollow=True, what=what)
     if data.startswith(_BOM):
@@ -98,10 +100,13 @@ def parse_json(data: bytes, path: str, *, bom: bool = False) -> Any:
         raise AnnotationFormatError(f"{path}: not valid JSON: {exc}") from None
 
 
+def _refusal(problem: str, mark: Any) -> yaml.MarkedYAMLError:
+    """A YAML error at ``mark``, reported by :func:`parse_yaml` with the file and line."""
+    return yaml.MarkedYAMLError(None, None, problem, mark)
+
+
 def _refuse_tag(loader: yaml.SafeLoader, node: Node) -> Any:
-    raise ConstructorError(
-        None,
-        None,
+    raise _refusal(
         f"the YAML tag {node.tag} is refused in annotation files (only JSON value types)",
         node.start_mark,
     )
@@ -112,9 +117,7 @@ def _bounded_number(kind: str) -> Any:
 
     def construct(loader: yaml.SafeLoader, node: Node) -> Any:
         if isinstance(node.value, str) and len(node.value) > MAX_NUMBER_CHARS:
-            raise ConstructorError(
-                None,
-                None,
+            raise _refusal(
                 f"a YAML {kind} of {len(node.value)} characters (the limit is "
                 f"{MAX_NUMBER_CHARS})",
                 node.start_mark,
@@ -145,9 +148,7 @@ class _BoundedLoader(yaml.SafeLoader):
         event = self.peek_event()
         if isinstance(event, AliasEvent) or event.anchor is not None:
             if not self.allow_aliases:
-                raise ComposerError(
-                    None,
-                    None,
+                raise _refusal(
                     "YAML anchors and aliases are refused in annotation files (they can expand "
                     "to billions of values); pass allow_yaml_aliases=True to accept bounded use",
                     event.start_mark,
@@ -158,12 +159,8 @@ class _BoundedLoader(yaml.SafeLoader):
             return super().compose_node(parent, index)
         self.depth += 1  # lists and mappings count, as in JSON (the top level is 1)
         if self.depth > self.max_depth:
-            raise ComposerError(
-                None,
-                None,
-                f"YAML nested more than {self.max_depth} levels deep",
-                event.start_mark,
-            )
+            raise _refusal(f"YAML nested more than {self.max_depth} levels deep",
+                           event.start_mark)
         try:
             return super().compose_node(parent, index)
         finally:
@@ -202,27 +199,19 @@ def _check_expansion(root: Node, composed: int, max_depth: int) -> None:
             height[key] = own + max((height[id(c)] for c in children), default=0)
             on_stack.discard(key)
             if size[key] > limit:
-                raise ComposerError(
-                    None,
-                    None,
+                raise _refusal(
                     f"YAML aliases expand to more than {limit} values ({composed} in the file "
                     f"+ {MAX_ALIAS_EXPANSION} allowed by expansion)",
                     node.start_mark,
                 )
             if height[key] > max_depth:
-                raise ComposerError(
-                    None,
-                    None,
-                    f"YAML aliases expand to nesting deeper than {max_depth} levels",
-                    node.start_mark,
-                )
+                raise _refusal(f"YAML aliases expand to nesting deeper than {max_depth} levels",
+                               node.start_mark)
             continue
         if key in size:
             continue
         if key in on_stack:
-            raise ComposerError(
-                None, None, "a YAML alias refers to a node that contains it", node.start_mark
-            )
+            raise _refusal("a YAML alias refers to a node that contains it", node.start_mark)
         on_stack.add(key)
         stack.append((node, True))
         stack.extend((child, False) for child in _children(node) if id(child) not in size)
@@ -320,3 +309,12 @@ def parse_xml_bytes(data: bytes, path: str) -> ET.Element:
 def read_xml_file(path: str, *, limit: int = MAX_XML_BYTES) -> ET.Element:
     """The root element of the XML file ``path``, read and parsed under the rules above."""
     return parse_xml_bytes(read_bytes(path, limit=limit, what="XML file"), path)
+
+
+def set_metadata(name: str, values: dict[str, Any]) -> None:
+    """Set the metadata of the dataset just registered as ``name``; unregister it on failure."""
+    try:
+        MetadataCatalog.get(name).set(**values)
+    except Exception:
+        DatasetCatalog.remove(name)
+        raise

@@ -14,9 +14,15 @@ from typing import Any, TypedDict, Unpack
 from ..box_mode import BoxMode
 from ..dataset_catalog import DatasetCatalog
 from .._common import AnnotationFormatError, DatasetAlreadyRegisteredError, RecordFormatError
-from ..metadata import MetadataCatalog
 from ..version import __version__
-from .files import MAX_DEPTH, parse_json, parse_yaml, read_bytes, read_text_lines
+from .files import (
+    MAX_DEPTH,
+    parse_json,
+    parse_yaml,
+    read_bytes,
+    read_text_lines,
+    set_metadata,
+)
 from .validate import (
     AnnotationFieldError,
     AnnotationFieldTypeError,
@@ -77,9 +83,10 @@ def _check_shadowing(item: dict, converted: dict, targets: dict[str, str], where
     for target, source in targets.items():
         if target in item and (source not in item or not _same(item[target], converted[target])):
             raise AnnotationFieldError(
-                f"{where} holds {target!r} (value {short_repr(item[target])}) beside {source!r}; the "
-                f"record's {target!r} is made from {source!r}, so the file may not set it "
-                "differently (pass record_format='openmmlab' to keep entries as they are)",
+                f"{where} holds {target!r} (value {short_repr(item[target])}) beside "
+                f"{source!r}; the record's {target!r} is made from {source!r}, so the file may "
+                "not set it differently (pass record_format='openmmlab' to keep entries as "
+                "they are)",
                 key=target, **fields,
             )
 
@@ -168,18 +175,13 @@ def _check_top_level(content: Any, ann_file: str) -> dict:
             f"{ann_file}: missing top-level key(s) {missing}; an OpenMMLab 2.0 annotation file "
             f"has 'metainfo' and 'data_list', found keys {sorted(map(str, content))[:50]}"
         )
-    if type(content["metainfo"]) is not dict:
-        raise AnnotationFieldTypeError(
-            f"{ann_file}: 'metainfo' must be a dict, got a {type(content['metainfo']).__name__}",
-            path=ann_file,
-            key="metainfo",
-        )
-    if type(content["data_list"]) is not list:
-        raise AnnotationFieldTypeError(
-            f"{ann_file}: 'data_list' must be a list, got a {type(content['data_list']).__name__}",
-            path=ann_file,
-            key="data_list",
-        )
+    for key, expected in (("metainfo", dict), ("data_list", list)):
+        if type(content[key]) is not expected:
+            raise AnnotationFieldTypeError(
+                f"{ann_file}: {key!r} must be a {expected.__name__}, got a "
+                f"{type(content[key]).__name__}",
+                path=ann_file, key=key,
+            )
     return content
 
 
@@ -225,12 +227,16 @@ def _caller_metainfo(argument: dict | None, data_root: str) -> dict[str, Any]:
     return merged
 
 
-def _merge_metainfo(
-    from_file: dict, argument: dict | None, data_root: str, ann_file: str
-) -> dict[str, Any]:
-    """The file's metainfo (checked, never read as file names) updated by the caller's."""
-    Validator(ann_file, max_depth=MAX_DEPTH).file_metainfo(from_file)
-    return {**from_file, **_caller_metainfo(argument, data_root)}
+def _read_file(
+    ann_file: str | os.PathLike, data_root: str, metainfo: dict | None, allow_pickle: bool,
+    allow_yaml_aliases: bool,
+) -> tuple[str, dict, dict[str, Any]]:
+    """``(path, content, metainfo)``: the file's metainfo (checked, never read as file names)
+    updated by the caller's ``metainfo``."""
+    path = _resolve(ann_file, data_root)
+    content = _check_top_level(_read(path, allow_pickle, allow_yaml_aliases), path)
+    Validator(path, max_depth=MAX_DEPTH).file_metainfo(content["metainfo"])
+    return path, content, {**content["metainfo"], **_caller_metainfo(metainfo, data_root)}
 
 
 def read_metainfo(
@@ -242,10 +248,8 @@ def read_metainfo(
     allow_yaml_aliases: bool = False,
 ) -> dict[str, Any]:
     """The merged metainfo of an annotation file (argument over file), records not built."""
-    data_root = os.fspath(data_root)
-    path = _resolve(ann_file, data_root)
-    content = _check_top_level(_read(path, allow_pickle, allow_yaml_aliases), path)
-    return _merge_metainfo(content["metainfo"], metainfo, data_root, path)
+    return _read_file(ann_file, os.fspath(data_root), metainfo, allow_pickle,
+                      allow_yaml_aliases)[2]
 
 
 def _num_classes(metainfo: dict[str, Any]) -> int | None:
@@ -275,9 +279,8 @@ def load_annotation_file(
     """
     check_record_format(record_format)
     data_root = os.fspath(data_root)
-    path = _resolve(ann_file, data_root)
-    content = _check_top_level(_read(path, allow_pickle, allow_yaml_aliases), path)
-    merged = _merge_metainfo(content["metainfo"], metainfo, data_root, path)
+    path, content, merged = _read_file(ann_file, data_root, metainfo, allow_pickle,
+                                       allow_yaml_aliases)
     prefixes = {key: _resolve(prefix, data_root) for key, prefix in (data_prefix or {}).items()}
     validator = Validator(path, num_classes=_num_classes(merged), max_depth=MAX_DEPTH)
     records: list[dict] = []
@@ -403,11 +406,7 @@ def register_annotation_file(
     values = {"ann_file": path, **meta}
     if "classes" in meta and "thing_classes" not in meta:
         values["thing_classes"] = meta["classes"]
-    try:
-        MetadataCatalog.get(name).set(**values)
-    except Exception:
-        DatasetCatalog.remove(name)
-        raise
+    set_metadata(name, values)
 
 
 _LOAD_SIGNATURE = inspect.signature(load_annotation_file)

@@ -12,10 +12,9 @@ from typing import Any
 
 from ..dataset_catalog import DatasetCatalog
 from .._common import DatasetFileNotFoundError
-from ..metadata import MetadataCatalog
 from ..version import __version__
 from .coco import load_coco_json
-from .files import parse_json, read_bytes
+from .files import parse_json, read_bytes, set_metadata
 from .validate import (
     INT64_MAX,
     INT64_MIN,
@@ -139,13 +138,8 @@ def register_sem_seg(
         return load_sem_seg(gt_root, image_root, gt_ext, image_ext, strict=strict)
 
     DatasetCatalog.register(name, load)
-    try:
-        MetadataCatalog.get(name).set(
-            sem_seg_root=gt_root, image_root=image_root, evaluator_type="sem_seg", **values
-        )
-    except Exception:
-        DatasetCatalog.remove(name)
-        raise
+    set_metadata(name, {"sem_seg_root": gt_root, "image_root": image_root,
+                        "evaluator_type": "sem_seg", **values})
 
 
 #: Largest panoptic json file read (COCO's train file is about 0.4 GiB).
@@ -235,14 +229,6 @@ def _metadata_dict(name: str, metadata: Any) -> dict[str, Any]:
     return values
 
 
-def _set_metadata(name: str, values: dict[str, Any]) -> None:
-    try:
-        MetadataCatalog.get(name).set(**values)
-    except Exception:
-        DatasetCatalog.remove(name)
-        raise
-
-
 def register_coco_panoptic(
     name: str,
     metadata: Mapping[str, Any],
@@ -283,7 +269,7 @@ def register_coco_panoptic(
             **maps,
         },
     )
-    _set_metadata(
+    set_metadata(
         name,
         {
             "panoptic_root": panoptic_root,
@@ -349,7 +335,7 @@ def register_coco_panoptic_separated(
         )
 
     DatasetCatalog.register(panoptic_name, load_separated)
-    _set_metadata(
+    set_metadata(
         panoptic_name,
         {
             "panoptic_root": panoptic_root,
@@ -371,7 +357,7 @@ def register_coco_panoptic_separated(
     except Exception:
         DatasetCatalog.remove(panoptic_name)
         raise
-    _set_metadata(
+    set_metadata(
         semantic_name,
         {
             "sem_seg_root": sem_seg_root,

@@ -73,7 +73,13 @@ class ParseDataInfoError(CatmapErrorWithFields, TypeError):
 class AnnotationSkips:
     """Counts of instances skipped and polygons dropped while validating one file."""
 
-    KINDS = ("degenerate_boxes", "dropped_polygons", "no_valid_polygon")
+    MESSAGES = {
+        "degenerate_boxes": "skipped {} instances whose bbox has x2 <= x1 or y2 <= y1",
+        "dropped_polygons":
+            "dropped {} mask polygons with fewer than 6 coordinates or an odd count",
+        "no_valid_polygon": "skipped {} instances left without a valid polygon",
+    }
+    KINDS = tuple(MESSAGES)
 
     def __init__(self) -> None:
         self.counts = dict.fromkeys(self.KINDS, 0)
@@ -95,26 +101,13 @@ class AnnotationSkips:
 
     def report(self, path: str, logger: logging.Logger) -> None:
         """Log one warning summarizing every count (nothing when all are zero)."""
-        if not self.total():
-            return
-        parts = []
-        c, e = self.counts, self.examples
-        if c["degenerate_boxes"]:
-            parts.append(
-                f"skipped {c['degenerate_boxes']} instances whose bbox has x2 <= x1 or y2 <= y1 "
-                f"(e.g. {', '.join(e['degenerate_boxes'])})"
-            )
-        if c["dropped_polygons"]:
-            parts.append(
-                f"dropped {c['dropped_polygons']} mask polygons with fewer than 6 coordinates "
-                f"or an odd count (e.g. {', '.join(e['dropped_polygons'])})"
-            )
-        if c["no_valid_polygon"]:
-            parts.append(
-                f"skipped {c['no_valid_polygon']} instances left without a valid polygon "
-                f"(e.g. {', '.join(e['no_valid_polygon'])})"
-            )
-        logger.warning("%s: %s", path, "; ".join(parts), extra={"annotation_skips": c.copy()})
+        parts = [
+            f"{self.MESSAGES[kind].format(n)} (e.g. {', '.join(self.examples[kind])})"
+            for kind, n in self.counts.items() if n
+        ]
+        if parts:
+            logger.warning("%s: %s", path, "; ".join(parts),
+                           extra={"annotation_skips": self.counts.copy()})
 
 #: Ids (image, annotation, category) are JSON integers in the signed 64-bit range.
 INT64_MIN = -(2**63)
@@ -147,31 +140,14 @@ class SkipCounts:
     """Counts of skipped or repaired items, reported in one warning per kind."""
 
     __slots__ = (
-        "orphans",
-        "orphan_examples",
-        "degenerate",
-        "degenerate_examples",
-        "negative_area",
-        "negative_area_examples",
-        "bad_polygons",
-        "no_valid_polygon",
-        "no_valid_polygon_examples",
-        "ignored",
-        "missing_size",
+        "orphans", "orphan_examples", "degenerate", "degenerate_examples", "negative_area",
+        "negative_area_examples", "bad_polygons", "no_valid_polygon",
+        "no_valid_polygon_examples", "ignored", "missing_size",
     )
 
     def __init__(self) -> None:
-        self.orphans = 0
-        self.orphan_examples: list[Any] = []
-        self.degenerate = 0
-        self.degenerate_examples: list[Any] = []
-        self.negative_area = 0
-        self.negative_area_examples: list[Any] = []
-        self.bad_polygons = 0
-        self.no_valid_polygon = 0
-        self.no_valid_polygon_examples: list[Any] = []
-        self.ignored = 0
-        self.missing_size = 0
+        for name in self.__slots__:
+            setattr(self, name, [] if name.endswith("_examples") else 0)
 
     def as_tuple(self) -> tuple[Any, ...]:
         """Every count and example list, in slot order (to compare two loads)."""
@@ -179,28 +155,24 @@ class SkipCounts:
 
     def total(self) -> int:
         """How many items were skipped, dropped or counted in all."""
-        return (
-            self.orphans + self.degenerate + self.negative_area + self.bad_polygons
-            + self.no_valid_polygon + self.ignored + self.missing_size
-        )
+        return sum(getattr(self, n) for n in self.__slots__ if not n.endswith("_examples"))
+
+    def _skip(self, count: str, examples: list[Any], example: Any) -> None:
+        setattr(self, count, getattr(self, count) + 1)
+        if len(examples) < MAX_EXAMPLES:
+            examples.append(example)
 
     def skip_orphan(self, ann_id: Any, image_id: Any) -> None:
         """Count an annotation whose image_id is not among the images."""
-        self.orphans += 1
-        if len(self.orphan_examples) < MAX_EXAMPLES:
-            self.orphan_examples.append((ann_id, image_id))
+        self._skip("orphans", self.orphan_examples, (ann_id, image_id))
 
     def skip_degenerate(self, ann_id: Any, bbox: Any) -> None:
         """Count an annotation with an empty or negative bbox."""
-        self.degenerate += 1
-        if len(self.degenerate_examples) < MAX_EXAMPLES:
-            self.degenerate_examples.append((ann_id, bbox))
+        self._skip("degenerate", self.degenerate_examples, (ann_id, bbox))
 
     def skip_negative_area(self, ann_id: Any, area: Any) -> None:
         """Count an annotation with a negative ``area``."""
-        self.negative_area += 1
-        if len(self.negative_area_examples) < MAX_EXAMPLES:
-            self.negative_area_examples.append((ann_id, area))
+        self._skip("negative_area", self.negative_area_examples, (ann_id, area))
 
     def drop_invalid_polygons(self, segm: list[Any], ann_id: Any) -> list[Any] | None:
         """The polygons of ``segm`` with at least 6 coordinates and an even count, counting the
@@ -211,9 +183,7 @@ class SkipCounts:
         self.bad_polygons += len(segm) - len(valid)
         if valid:
             return valid
-        self.no_valid_polygon += 1
-        if len(self.no_valid_polygon_examples) < MAX_EXAMPLES:
-            self.no_valid_polygon_examples.append(ann_id)
+        self._skip("no_valid_polygon", self.no_valid_polygon_examples, ann_id)
         return None
 
 
@@ -345,7 +315,6 @@ class Validator:
         self.max_depth = max_depth
         self.skips = AnnotationSkips()
 
-    # ------------------------------------------------------------------ errors
     def _fail(
         self,
         problem: str,
@@ -389,7 +358,6 @@ class Validator:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((c, level + 1) for c in children if isinstance(c, (list, tuple, dict)))
 
-    # ------------------------------------------------------------------ metainfo
     def file_metainfo(self, meta: Any) -> dict:
         """Check the file's own ``metainfo``: a mapping with string keys (not reserved, not
         starting with '_'); ``classes``, when present, a list of strings.
@@ -419,7 +387,6 @@ class Validator:
             self.check_depth(value, 3, key=key)
         return meta
 
-    # ------------------------------------------------------------------ records
     def data_info(self, info: Any, index: int) -> dict:
         """The checked ``data_list`` entry: ``info`` itself, or a copy without the skipped
         instances and dropped polygons.
@@ -488,7 +455,8 @@ class Validator:
     ) -> dict | None:
         where = {"index": index, "img_id": img_id, "instance": j}
         if type(inst) is not dict:
-            raise self._fail("an instance must be a mapping", inst, key=None, wrong_type=True, **where)
+            raise self._fail("an instance must be a mapping", inst, key=None, wrong_type=True,
+                             **where)
         degenerate = False
         polygons = None
         for key, value in inst.items():

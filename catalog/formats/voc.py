@@ -14,8 +14,7 @@ from typing import Any
 from ..box_mode import BoxMode
 from ..dataset_catalog import DatasetCatalog
 from .._common import AnnotationFormatError, DatasetFileNotFoundError
-from ..metadata import MetadataCatalog
-from .files import read_text_lines, read_xml_file
+from .files import read_text_lines, read_xml_file, set_metadata
 from .validate import MAX_IMAGE_SIDE, short_repr
 
 logger = logging.getLogger(__name__)
@@ -26,8 +25,6 @@ VOC_CLASSES: tuple[str, ...] = (
     "diningtable", "dog", "horse", "motorbike", "person", "pottedplant", "sheep", "sofa",
     "train", "tvmonitor",
 )  # fmt: skip
-#: detectron2's name for :data:`VOC_CLASSES`.
-CLASS_NAMES = VOC_CLASSES
 _BOX_KEYS = ("xmin", "ymin", "xmax", "ymax")
 #: A plain ASCII decimal number (``float()`` alone would also take ``1_0``, ``nan`` or
 #: non-ASCII digits such as ``"\u0661\u0662"``).
@@ -104,18 +101,18 @@ def _text(element: ET.Element | None) -> str | None:
     return element.text.strip()
 
 
+def _decimal(text: str | None) -> float:
+    """``text`` as a float when it is a plain ASCII decimal number (see _DECIMAL), else NaN."""
+    return float(text) if text and _DECIMAL.match(text) else math.nan
+
+
 def _side(root: ET.Element, key: str, xml_file: str) -> int | None:
     element = root.find("size/" + key)
     if element is None:
         return None
     text = _text(element)
-    value: Any = None
-    if text and _DECIMAL.match(text):
-        try:
-            number = float(text)
-            value = int(number) if number.is_integer() else None
-        except (ValueError, OverflowError):
-            value = None
+    number = _decimal(text)
+    value = int(number) if number.is_integer() else None
     if value is None or not 1 <= value <= MAX_IMAGE_SIDE:
         raise AnnotationFormatError(
             f"{xml_file}: 'size/{key}' is {short_repr(text)}, not an integer in "
@@ -155,10 +152,7 @@ def _objects(
 
 def _coordinate(box: ET.Element, key: str, index: int, xml_file: str) -> float:
     text = _text(box.find(key))
-    try:
-        value = float(text) if text and _DECIMAL.match(text) else math.nan
-    except ValueError:
-        value = math.nan
+    value = _decimal(text)
     if not math.isfinite(value):
         raise AnnotationFormatError(
             f"{xml_file}: object {index}: 'bndbox/{key}' is {short_repr(text)}, not a finite "
@@ -187,10 +181,5 @@ def register_pascal_voc(
         return load_voc_instances(dirname, split, class_names)
 
     DatasetCatalog.register(name, load)
-    try:
-        MetadataCatalog.get(name).set(
-            thing_classes=list(class_names), dirname=dirname, year=year, split=split
-        )
-    except Exception:
-        DatasetCatalog.remove(name)
-        raise
+    set_metadata(name, {"thing_classes": list(class_names), "dirname": dirname, "year": year,
+                        "split": split})
