@@ -5,21 +5,20 @@ and their typed errors). ``catalog.testing.isolated_catalogs`` is public too, fo
 
 catmap's internal API
 ---------------------
-These modules hold the utilities that ``catalog``, ``mappers`` and ``samplers`` share. They
-are imported from their modules (never from ``catalog`` itself), are not catalog concepts,
-and may change between releases:
+Utilities that ``catalog``, ``mappers`` and ``samplers`` share live in one internal module,
+imported from there (never from ``catalog`` itself); they may change between releases:
 
-- :mod:`catalog._common`: ``CatmapError`` (base of every catmap error; pickles whole) and
+- :mod:`catalog._common` errors: ``CatmapError`` (base of every catmap error; pickles whole),
   ``CatmapErrorWithFields`` (keyword fields as attributes), ``missing_dependency``.
-- :mod:`catalog._common`: the one set of argument checks (``check_int``, ``check_seed``,
-  ``check_probability``, ``is_int`` ...), used by constructors and config builders alike.
-- :mod:`catalog._common`: ``derive_seed`` and the numpy / torch generators derived from it.
+- :mod:`catalog._common` checks: ``check_int``, ``check_seed``, ``check_probability``,
+  ``is_int`` ..., used by constructors and config builders alike.
+- :mod:`catalog._common` seeding: ``derive_seed`` and the generators derived from it.
+- :mod:`catalog._common` warnings: ``warn_limited``, limited per kind across processes.
+- :mod:`catalog._common` configs: ``config_value``, ``plain_container`` (detectron2-style and
+  OmegaConf configs).
+- :mod:`catalog._common` switches: ``env_flag``, the one reader of on/off variables.
 - :mod:`catalog.registry`: ``Registry``, the one lookup by name with "did you mean"
   (transforms, samplers; the catalogs through :mod:`catalog.metadata`).
-- :mod:`catalog._common`: warnings limited per kind, counted across processes.
-- :mod:`catalog._common` / :mod:`catalog._common`: reading detectron2-style and
-  OmegaConf configs.
-- :mod:`catalog._common`: ``env_flag``, the one reader of on/off environment variables.
 - :mod:`catalog.storage.sharing` (``share_across_local_ranks``) and
   :mod:`catalog.storage.cache` (``DiskCache``, ``load_with_cache``): the load path's
   cross-rank sharing and cache, used by ``DatasetCatalog.get``.
