@@ -34,7 +34,7 @@ from mappers.datasets import records_of
 from .batching import AspectRatioGroupedDataset, GroupedBatchSampler, ResumableBatchSampler, aspect_ratio_group_ids, check_batch_size
 from .distributed import get_rank, get_world_size, shared_random_seed
 from .errors import LoaderCallError, SamplerConfigError
-from .loader import ResumableLoader, WorkerSeeder, worker_init_reset_seed
+from .loader import ResumableLoader, WorkerSeeder, trivial_batch_collator, worker_init_reset_seed
 from .registry import build_train_sampler
 from .stream import InferenceSampler, RandomSubsetTrainingSampler, RepeatFactorTrainingSampler, TrainingSampler, repeat_factors_from_category_frequency
 
@@ -42,11 +42,6 @@ __all__ = ["LoaderCallError", "WorkerOptions", "build_batch_data_loader", "build
            "build_detection_train_loader", "trivial_batch_collator", "worker_init_reset_seed"]
 
 logger = logging.getLogger(__name__)
-
-
-def trivial_batch_collator(batch: list[Any]) -> list[Any]:
-    """A ``collate_fn`` returning the batch as the list of samples it is."""
-    return batch
 
 
 # ---------------------------------------------------------------- 1. name -> records -> samples

@@ -34,7 +34,7 @@ from .transport import ChainedWorkerInit, LoaderTransport
 logger = logging.getLogger(__name__)
 
 __all__ = ["ResumableLoader", "SampleSeededDataset", "WorkerSeeder", "sample_seed",
-           "seed_this_process", "worker_init_reset_seed"]
+           "seed_this_process", "trivial_batch_collator", "worker_init_reset_seed"]
 
 
 def seed_this_process(seed: int) -> None:
@@ -126,7 +126,8 @@ class _TrackingBatchSampler(Sampler[list[Any]]):
         return len(self.inner)
 
 
-def _as_list(batch: list[Any]) -> list[Any]:
+def trivial_batch_collator(batch: list[Any]) -> list[Any]:
+    """A ``collate_fn`` returning the batch as the list of samples it is."""
     return batch
 
 
@@ -171,7 +172,7 @@ class ResumableLoader:
             slabs=slabs, slab_bytes=slab_bytes)
         weakref.finalize(self, LoaderTransport.close, self.transport)
         mapped = SampleSeededDataset(dataset) if self.sample_seeds else dataset
-        kwargs = self.transport.dataloader_kwargs(mapped, self._tracker, collate_fn or _as_list)
+        kwargs = self.transport.dataloader_kwargs(mapped, self._tracker, collate_fn or trivial_batch_collator)
         kwargs.update(num_workers=num_workers, generator=torch_generator(seed, rank),
                       worker_init_fn=self._seeder if worker_init_fn is None
                       else ChainedWorkerInit(self._seeder, worker_init_fn))

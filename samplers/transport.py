@@ -168,32 +168,6 @@ TRANSPORTS = ("auto", "slab", "dataloader")
 _SPARE_SLABS = 4
 
 
-def resolve_transport(transport: Any, num_workers: int) -> str:
-    if transport not in TRANSPORTS:
-        raise SamplerConfigError(
-            f"loader: transport must be one of {TRANSPORTS}, got {transport!r}"
-        )
-    if num_workers == 0:
-        return "dataloader"
-    if transport == "slab" and not transport_supported():
-        raise SamplerConfigError(
-            "loader: transport='slab' needs os.memfd_create (Linux); use transport='auto'"
-        )
-    if transport == "auto":
-        return "slab" if transport_supported() else "dataloader"
-    return str(transport)
-
-
-def check_timeout(timeout: Any, num_workers: int) -> float:
-    """Seconds: None gives :data:`DEFAULT_TIMEOUT` with workers (0 without); 0: forever."""
-    if timeout is None:
-        return DEFAULT_TIMEOUT if num_workers > 0 else 0.0
-    return check_float(
-        timeout, "timeout (seconds)", minimum=0, finite=False, error=SamplerConfigError,
-        where="loader",
-    )
-
-
 class ChainedWorkerInit:
     """A picklable ``worker_init_fn``: catmap's seeding first, then the user's function."""
 
@@ -324,8 +298,23 @@ class LoaderTransport:
                  prefetch_factor: int | None = None, persistent_workers: bool = False,
                  pin_memory: bool = False, timeout: Any = None, slabs: int | None = None,
                  slab_bytes: int = DEFAULT_SLAB_BYTES) -> None:
-        self.kind = resolve_transport(transport, num_workers)
-        self.timeout = check_timeout(timeout, num_workers)
+        if transport not in TRANSPORTS:
+            raise SamplerConfigError(
+                f"loader: transport must be one of {TRANSPORTS}, got {transport!r}"
+            )
+        if transport == "slab" and num_workers and not transport_supported():
+            raise SamplerConfigError(
+                "loader: transport='slab' needs os.memfd_create (Linux); use transport='auto'"
+            )
+        self.kind = "slab" if num_workers and transport != "dataloader" else "dataloader"
+        if self.kind == "slab" and not transport_supported():  # "auto" off Linux
+            self.kind = "dataloader"
+        # seconds for one batch: None gives DEFAULT_TIMEOUT with workers (0 without); 0: forever
+        self.timeout = (
+            (DEFAULT_TIMEOUT if num_workers > 0 else 0.0) if timeout is None
+            else check_float(timeout, "timeout (seconds)", minimum=0, finite=False,
+                             error=SamplerConfigError, where="loader")
+        )
         self.num_workers = num_workers
         self.persistent_workers = bool(persistent_workers) and num_workers > 0
         self.pin_memory = bool(pin_memory)
