@@ -32,14 +32,7 @@ def check_batch_size(batch_size: Any, owner: str) -> int:
 
 
 class StreamPositions:
-    """The global stream position of each index one rank draws (``cursor``: rank 0's next).
-
-    Example:
-        >>> from samplers import TrainingSampler
-        >>> counter = StreamPositions(TrainingSampler(10, seed=0, rank=1, world_size=2))
-        >>> list(counter.draw([7, 3, 5])), counter.cursor
-        ([(7, 1), (3, 3), (5, 5)], 6)
-    """
+    """The global stream position of each index one rank draws (``cursor``: rank 0's next)."""
 
     def __init__(self, sampler: Any) -> None:
         rank, world = getattr(sampler, "rank", None), getattr(sampler, "world_size", None)

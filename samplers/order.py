@@ -210,12 +210,6 @@ _BUILD_CHUNK = 1 << 18
 class SystematicRounding:
     """Running sums of repeat factors over the records in a keyed slot order (``permute``):
     per slot ``base = I + (G >> 53)`` and ``low = G mod 2**53``; ~22 bytes/record.
-
-    Example:
-        >>> r = SystematicRounding(np.array([2.0, 0.5, 0.5]), permute=False)
-        >>> u = r.offset(seed=0, pass_index=0)
-        >>> int(r.counts(u)[0]), int(r.counts(u)[1:].sum()), r.length(u)
-        (2, 1, 3)
     """
 
     __slots__ = ("_size", "_records", "_sums", "_table", "_shift", "fractional")

@@ -48,9 +48,8 @@ def _seed(seed: Any, name: str, owner: str) -> int:
 
 
 class StreamSampler(Sampler[int]):
-    """Base of the training samplers: cursor, sharding, iteration and state. A subclass defines
-    ``_make_pass(p)``, ``_config()`` and ``constant_length`` (or ``_pass_length``); one that
-    nests state overrides ``_extra_state`` / ``_prepare_extra``.
+    """Base of the training samplers: a subclass defines ``_make_pass(p)``, ``_config()`` and
+    ``constant_length`` (or ``_pass_length``); nested state: ``_extra_state`` / ``_prepare_extra``.
     """
 
     constant_length: int | None = None
