@@ -1,9 +1,5 @@
-"""Batch samplers: fixed-size and aspect-ratio-grouped batches, each index with its global
-stream position (from which the loader seeds the sample), resumable when the sampler is.
-
-A map-style dataset is grouped in index space (:class:`GroupedBatchSampler`, from the
-records' width and height, before anything is read); an ``IterableDataset`` is grouped as its
-items arrive (:class:`AspectRatioGroupedDataset`).
+"""Batch samplers: fixed-size and aspect-ratio-grouped batches of ``(index, global position)``,
+resumable when the sampler is; :class:`AspectRatioGroupedDataset` groups an IterableDataset.
 """
 
 from __future__ import annotations
@@ -36,15 +32,7 @@ def check_batch_size(batch_size: Any, owner: str) -> int:
 
 
 class StreamPositions:
-    """Counts the global stream position of each index one rank draws: ``cursor`` is rank
-    0's next global position; this rank's ``k``-th draw lies at ``cursor + rank + k * world``.
-
-    Example:
-        >>> from samplers import TrainingSampler
-        >>> counter = StreamPositions(TrainingSampler(10, seed=0, rank=1, world_size=2))
-        >>> list(counter.draw([7, 3, 5])), counter.cursor
-        ([(7, 1), (3, 3), (5, 5)], 6)
-    """
+    """The global stream position of each index one rank draws (``cursor``: rank 0's next)."""
 
     def __init__(self, sampler: Any) -> None:
         rank, world = getattr(sampler, "rank", None), getattr(sampler, "world_size", None)
@@ -61,8 +49,7 @@ class StreamPositions:
 
 
 class PositionedBatchSampler(Sampler[list[int]]):
-    """Shared by the batch samplers: ``iter()`` drops the positions of
-    :meth:`iter_with_positions`; loading checks the whole state, then applies it."""
+    """Shared by the batch samplers: ``iter()`` drops the positions; loading checks first."""
 
     sampler: Any
     _positions: StreamPositions
@@ -78,13 +65,7 @@ class PositionedBatchSampler(Sampler[list[int]]):
         raise NotImplementedError
 
     def load_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
-        """Restore a saved state (untrusted); a rejected state changes nothing.
-
-        Raises:
-            StateMismatchError: another global batch size, drop_last or sampler configuration
-                (``strict=False`` loads it anyway, with one warning).
-            SamplerStateError: a malformed state.
-        """
+        """Restore a saved state (untrusted); a rejected state changes nothing."""
         notes = Notes()
         commit = self._prepare_load(state_dict, strict=bool(strict), notes=notes)
         notes.emit(type(self).__name__)
@@ -102,8 +83,7 @@ class PositionedBatchSampler(Sampler[list[int]]):
 
 
 class ResumableBatchSampler(PositionedBatchSampler):
-    """Lists of ``batch_size`` indices; unlike torch's BatchSampler it never pulls an index it
-    does not deliver, so its state is the sampler's state after the last batch.
+    """Lists of ``batch_size`` indices, never pulling an index it does not deliver.
 
     Example:
         >>> from samplers import TrainingSampler
@@ -120,7 +100,6 @@ class ResumableBatchSampler(PositionedBatchSampler):
         self._origin: int | None = None
 
     def iter_with_positions(self) -> Iterator[list[tuple[int, int]]]:
-        """Batches of ``(index, global position)``; each iteration starts at the origin."""
         if self._origin is None:
             self._origin = self._positions.cursor
         else:
@@ -143,7 +122,6 @@ class ResumableBatchSampler(PositionedBatchSampler):
                 "drop_last": self.drop_last}
 
     def state_dict(self) -> dict[str, Any]:
-        """The sampler's state, the next global position and the fingerprint."""
         self._require_stateful("state_dict")
         return make_state("ResumableBatchSampler", position=self._positions.cursor,
                           sampler=self.sampler.state_dict(), config=self._config())
@@ -164,8 +142,7 @@ class ResumableBatchSampler(PositionedBatchSampler):
 
 
 def aspect_ratio_group_ids(dataset_dicts: Any) -> np.ndarray:
-    """Group per record: 0 when ``width > height``, 1 otherwise, 2 when either is unknown
-    (read from a SerializedList's columns without unpickling).
+    """Group per record: 0 when ``width > height``, 1 otherwise, 2 when either is unknown.
 
     Example:
         >>> aspect_ratio_group_ids([{"width": 4, "height": 3}, {"width": 3, "height": 4}, {}])
@@ -192,12 +169,8 @@ def aspect_ratio_group_ids(dataset_dicts: Any) -> np.ndarray:
 
 
 class GroupedBatchSampler(PositionedBatchSampler):
-    """Batches of ``batch_size`` indices that share a group (e.g. landscape / portrait).
-
-    Indices wait per group until one holds a full batch. As in detectron2 only full batches
-    are yielded; ``drop_last=False`` yields the leftovers of a finite sampler at the end. The
-    state holds the pending indices (per rank: :class:`ReshardError` on another rank). Each
-    ``iter()`` restarts at the origin (construction or last load).
+    """Batches of ``batch_size`` indices that share a group (e.g. landscape / portrait); the
+    state holds the pending indices, so it loads only on the same rank (ReshardError).
 
     Example:
         >>> from samplers import TrainingSampler
@@ -231,7 +204,6 @@ class GroupedBatchSampler(PositionedBatchSampler):
         self._origin: tuple[int, list[list[tuple[int, int]]]] | None = None
 
     def iter_with_positions(self) -> Iterator[list[tuple[int, int]]]:
-        """Batches of ``(index, global position)`` pairs."""
         if self._origin is None:
             self._origin = (self._positions.cursor, [list(b) for b in self._buckets])
         else:
@@ -264,8 +236,6 @@ class GroupedBatchSampler(PositionedBatchSampler):
                 "num_groups": self.num_groups, "group_ids": self._ids_digest}
 
     def state_dict(self) -> dict[str, Any]:
-        """The sampler's state, the pending indices per group with their global positions
-        (per rank), the next global position and the fingerprint."""
         self._require_stateful("state_dict")
         return make_state(
             "GroupedBatchSampler", sampler=self.sampler.state_dict(),
@@ -347,10 +317,7 @@ class GroupedBatchSampler(PositionedBatchSampler):
 
 class AspectRatioGroupedDataset(IterableDataset):
     """Batches of ``batch_size`` items of one orientation from an iterable of dicts (as in
-    detectron2); only full batches unless ``drop_last=False``.
-
-    Raises:
-        ImageSizeKeyError: (a KeyError) an item lacks a numeric ``width`` / ``height``.
+    detectron2); ImageSizeKeyError for an item without numeric width / height.
 
     Example:
         >>> items = [{"width": 4, "height": 3, "i": 0}, {"width": 3, "height": 4, "i": 1},

@@ -1,20 +1,9 @@
-"""The loading story, top to bottom (as detectron2's ``build.py``):
+"""The loading story, top to bottom (as detectron2's ``build.py``): name -> records
+(``get_detection_dataset_dicts``) -> samples (``MapDataset(mapper)``) -> indices (sampler) ->
+index batches (aspect-ratio groups) -> batches (``ResumableLoader``, slab transport).
 
-    name  --catalog.get_detection_dataset_dicts-->  records (one shared SerializedList)
-          --DatasetFromList / MapDataset(mapper)-->  samples
-          --sampler (which index, which rank)-->     indices
-          --batch sampler (aspect-ratio groups)-->   index batches
-          --ResumableLoader (DataLoader + slab transport)-->  batches (lists of dicts)
-
-``build_detection_train_loader`` / ``build_detection_test_loader`` / ``build_batch_data_loader``
-keep detectron2's signatures: keyword arguments, or a detectron2 config (yacs ``CfgNode``,
-OmegaConf or a nested mapping) as the first argument. Config keys read (defaults in brackets):
-``DATASETS.TRAIN``, ``DATALOADER.SAMPLER_TRAIN`` ["TrainingSampler"],
-``DATALOADER.REPEAT_THRESHOLD`` [0.0], ``DATALOADER.REPEAT_SQRT`` [True],
-``DATALOADER.RANDOM_SUBSET_RATIO``, ``DATALOADER.NUM_WORKERS`` [4],
-``DATALOADER.ASPECT_RATIO_GROUPING`` [True], ``DATALOADER.FILTER_EMPTY_ANNOTATIONS`` [True],
-``SOLVER.IMS_PER_BATCH`` [16], ``MODEL.KEYPOINT_ON`` / ``ROI_KEYPOINT_HEAD.MIN_KEYPOINTS_PER_IMAGE``,
-``MODEL.LOAD_PROPOSALS`` (proposal files are pickles: refused), ``SEED`` [-1: shared random].
+The builders keep detectron2's signatures: keywords, or a detectron2 config (yacs, OmegaConf
+or a mapping) first; proposal files (pickles) are refused.
 """
 
 from __future__ import annotations
@@ -54,7 +43,7 @@ from mappers.datasets import records_of
 from .batching import AspectRatioGroupedDataset, GroupedBatchSampler, ResumableBatchSampler, aspect_ratio_group_ids, check_batch_size
 from .distributed import get_rank, get_world_size, shared_random_seed
 from .errors import LoaderCallError, SamplerConfigError
-from .loader import ResumableLoader, WorkerSeeder, worker_init_reset_seed
+from .loader import ResumableLoader, WorkerSeeder, trivial_batch_collator, worker_init_reset_seed
 from .registry import build_train_sampler
 from .stream import InferenceSampler, RandomSubsetTrainingSampler, RepeatFactorTrainingSampler, TrainingSampler, repeat_factors_from_category_frequency
 
@@ -62,11 +51,6 @@ __all__ = ["LoaderCallError", "WorkerOptions", "build_batch_data_loader", "build
            "build_detection_train_loader", "trivial_batch_collator", "worker_init_reset_seed"]
 
 logger = logging.getLogger(__name__)
-
-
-def trivial_batch_collator(batch: list[Any]) -> list[Any]:
-    """A ``collate_fn`` returning the batch as the list of samples it is."""
-    return batch
 
 
 # ---------------------------------------------------------------- 1. name -> records -> samples
@@ -106,12 +90,8 @@ def resolve_dataset(dataset: Any, mapper: Callable[[Any], Any] | None, *, seed: 
 # ---------------------------------------------------------------- the DataLoader options
 @dataclasses.dataclass(frozen=True)
 class WorkerOptions:
-    """The DataLoader options every builder takes as keywords (detectron2's names).
-
-    ``transport``: ``"auto"`` (slab transport with workers on Linux), ``"slab"`` or
-    ``"dataloader"``; ``timeout``: seconds for one batch (None: 300 s with workers);
-    ``pin_memory`` pins each slab once; ``worker_init_fn`` runs after catmap's seeding.
-    """
+    """The DataLoader options every builder takes as keywords (detectron2's names, plus
+    ``transport``: "auto" / "slab" / "dataloader")."""
 
     num_workers: int = 0
     collate_fn: Callable[[list[Any]], Any] | None = None
@@ -122,9 +102,6 @@ class WorkerOptions:
     timeout: float | None = None
     worker_init_fn: Callable[[int], Any] | None = None
     transport: str = "auto"
-
-    def as_kwargs(self) -> dict[str, Any]:
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
 
 _OPTION_FIELDS = dataclasses.fields(WorkerOptions)
@@ -204,8 +181,7 @@ class _CollatedBatches(IterableDataset):
 
 def _iterable_loader(dataset: IterableDataset, batch_size: int, options: WorkerOptions, *,
                      grouping: bool, drop_last: bool, seed: int, rank: int) -> Iterable[Any]:
-    """Batches of an IterableDataset as detectron2 makes them (no sampler, not resumable):
-    the dataset shards itself over workers; grouping by each item's width / height."""
+    """Batches of an IterableDataset as detectron2 makes them (no sampler, not resumable)."""
     if options.collate_fn is not None and not callable(options.collate_fn):
         raise SamplerConfigError(f"collate_fn must be callable, got {options.collate_fn!r}")
     if options.num_workers > 0:
@@ -228,8 +204,7 @@ def _iterable_loader(dataset: IterableDataset, batch_size: int, options: WorkerO
 def _resumable_loader(dataset: Any, batch_sampler: Any, options: WorkerOptions, **kwargs: Any) -> ResumableLoader:
     if options.num_workers > 0:
         shared_counters()  # rate-limited warnings count across the workers
-    opts = options.as_kwargs()
-    opts["collate_fn"] = options.collate_fn or trivial_batch_collator
+    opts = {**vars(options), "collate_fn": options.collate_fn or trivial_batch_collator}
     return ResumableLoader(dataset, batch_sampler, **opts, **kwargs)
 
 
@@ -237,12 +212,8 @@ def _resumable_loader(dataset: Any, batch_sampler: Any, options: WorkerOptions, 
 def build_batch_data_loader(dataset: Any, sampler: Any, total_batch_size: int, *,
                             aspect_ratio_grouping: bool = False, drop_last: bool = True,
                             group_ids: Any = None, options: WorkerOptions) -> ResumableLoader | Iterable[Any]:
-    """Batches of ``total_batch_size / world_size`` samples per rank, resumable.
-
-    Grouping comes from ``group_ids`` or the dataset's records (``mappers.datasets.records_of``). An
-    ``IterableDataset`` takes no sampler and gives a plain, non-resumable DataLoader. Each
-    sample is mapped with its own seed ``(sampler seed, global position)``: the batches are
-    the same for any ``num_workers``, after ``load_state_dict`` and on any world size.
+    """Batches of ``total_batch_size / world_size`` samples per rank, resumable, each sample
+    mapped with its own seed; grouping from ``group_ids`` or the dataset's records.
 
     Example:
         >>> loader = build_batch_data_loader(
@@ -277,7 +248,6 @@ def build_batch_data_loader(dataset: Any, sampler: Any, total_batch_size: int, *
 
 # ---------------------------------------------------------------- detectron2 config form
 def _typed(cfg: Any, key: str, default: Any, check: Callable[..., Any], **options: Any) -> Any:
-    """The config value at ``key`` checked; a bad value raises LoaderCallError naming the key."""
     error = functools.partial(LoaderCallError, argument=key)
     return check(config_value(cfg, key, default), f"config key {key}", error=error, **options)
 
@@ -334,7 +304,6 @@ def _config_train_sampler(cfg: Any, dataset: Any) -> Any:
 
 def train_loader_from_config(cfg: Any, mapper: Any = None, *, dataset: Any = None,
                              sampler: Any = None) -> dict[str, Any]:
-    """The arguments of ``build_detection_train_loader`` that a detectron2 config gives."""
     if dataset is None:
         _refuse_proposal_files(cfg, "DATASETS.PROPOSAL_FILES_TRAIN")
         keypoints = _typed(cfg, "MODEL.KEYPOINT_ON", False, check_bool)
@@ -355,7 +324,6 @@ def train_loader_from_config(cfg: Any, mapper: Any = None, *, dataset: Any = Non
 
 
 def inference_loader_from_config(cfg: Any, dataset_name: Any, mapper: Any = None) -> dict[str, Any]:
-    """The arguments of ``build_detection_test_loader`` for ``dataset_name`` (not filtered)."""
     _refuse_proposal_files(cfg, "DATASETS.PROPOSAL_FILES_TEST")
     dataset = get_detection_dataset_dicts(_check_names(dataset_name, "dataset_name", "dataset_name"),
                                           filter_empty=False)
@@ -369,12 +337,8 @@ def inference_loader_from_config(cfg: Any, dataset_name: Any, mapper: Any = None
 def build_detection_train_loader(dataset: Any, *, mapper: Callable[[Any], Any] | None, sampler: Any = None,
                                  total_batch_size: int, aspect_ratio_grouping: bool = True,
                                  seed: int | None = None, options: WorkerOptions) -> ResumableLoader | Iterable[Any]:
-    """An endless, resumable loader of training batches (lists of mapped samples).
-
-    ``dataset``: a registered name, names, records, a SerializedList, a torch Dataset or an
-    IterableDataset; ``mapper``: ``record -> sample or None`` (None is replaced by another
-    record); ``sampler``: default ``TrainingSampler(len(dataset), seed=seed)``; ``seed=None``
-    draws one shared by all ranks. Also ``build_detection_train_loader(cfg, mapper=None, ...)``.
+    """An endless, resumable loader of training batches (lists of mapped samples) from a name,
+    names, records, a Dataset or an IterableDataset; also ``(cfg, mapper=None, ...)``.
 
     Example:
         >>> records = [{"file_name": f"{i}.jpg", "height": 4, "width": 6} for i in range(8)]
@@ -411,9 +375,7 @@ def build_detection_train_loader(dataset: Any, *, mapper: Callable[[Any], Any] |
 @_builder(inference_loader_from_config)
 def build_detection_test_loader(dataset: Any, *, mapper: Callable[[Any], Any] | None, sampler: Any = None,
                                 batch_size: int = 1, options: WorkerOptions) -> ResumableLoader | Iterable[Any]:
-    """A finite loader giving each record exactly once over all ranks (default
-    :class:`InferenceSampler`); ``len`` is this rank's batch count; not resumable. Also
-    ``build_detection_test_loader(cfg, dataset_name, mapper=None)``.
+    """A finite loader giving each record once over all ranks; also ``(cfg, dataset_name)``.
 
     Example:
         >>> loader = build_detection_test_loader([{"i": i} for i in range(5)], mapper=None,

@@ -10,18 +10,14 @@ from catalog._common import check_int
 from .state import MAX_WORLD_SIZE
 
 
-def is_distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
-
-
 def get_rank() -> int:
     """This process's rank (0 when not distributed)."""
-    return int(dist.get_rank()) if is_distributed() else 0
+    return int(dist.get_rank()) if dist.is_available() and dist.is_initialized() else 0
 
 
 def get_world_size() -> int:
     """The default process group's size (1 when not distributed)."""
-    return int(dist.get_world_size()) if is_distributed() else 1
+    return int(dist.get_world_size()) if dist.is_available() and dist.is_initialized() else 1
 
 
 def resolve_rank_and_world_size(rank: int | None, world_size: int | None,
@@ -38,7 +34,7 @@ def shared_random_seed() -> int:
     """A seed in ``[0, 2**31)`` every rank agrees on: drawn from torch's default generator
     (``torch.manual_seed`` makes it reproducible) and broadcast from rank 0."""
     seed = int(torch.randint(2**31, (1,)).item())
-    if is_distributed():
+    if dist.is_available() and dist.is_initialized():
         box = [seed]
         dist.broadcast_object_list(box, src=0)
         seed = int(box[0])

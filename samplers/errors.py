@@ -11,13 +11,7 @@ class SamplerError(CatmapError):
 
 
 class SamplerErrorWithFields(SamplerError, CatmapErrorWithFields):
-    """A SamplerError with keyword fields (:class:`catalog._common.CatmapErrorWithFields`).
-
-    Example:
-        >>> err = LoaderTimeoutError("no batch in 5 s", worker_id=1, timeout=5.0)
-        >>> err.worker_id, err.index, err.timeout
-        (1, None, 5.0)
-    """
+    """A SamplerError with keyword fields (:class:`catalog._common.CatmapErrorWithFields`)."""
 
 
 class SamplerStateError(SamplerError, ValueError):
@@ -29,9 +23,7 @@ class ReshardError(SamplerStateError):
 
 
 class SamplerConfigError(SamplerError, ValueError, TypeError):
-    """A sampler chosen by name from a config has an unknown option or an option of a wrong
-    type or value. It is both a ``ValueError`` and a ``TypeError``.
-    """
+    """An unknown option, or an option of a wrong type or value (ValueError and TypeError)."""
 
 
 class NotResumableError(SamplerError, TypeError):

@@ -1,8 +1,5 @@
 """A Lightning ``LightningDataModule`` over catmap datasets, resumable through checkpoints.
 
-:class:`CatmapDataModule` builds catmap's endless training loader (and optionally a test-style
-validation loader) inside Lightning, and saves the loader position in Lightning checkpoints.
-
 Example::
 
     datamodule = CatmapDataModule("shapes_train", mapper=DatasetMapper(True, augmentations=[]),
@@ -46,14 +43,8 @@ _FORMAT = "catmap.CatmapDataModule/1"
 _MAX_WORLD = 1 << 20
 
 
-def _dist() -> Any:
-    return dist if dist.is_available() and dist.is_initialized() else None
-
-
 class _TrainBatches:
-    """The training iterable handed to Lightning: the loader's batches, with the loader state
-    after each delivered batch queued until Lightning trains on that batch.
-    """
+    """The loader's batches, each one's loader state queued until Lightning trains on it."""
 
     def __init__(self, owner: CatmapDataModule, loader: Any) -> None:
         self.owner = owner
@@ -64,7 +55,7 @@ class _TrainBatches:
         if not owner._resumable:
             yield from loader
             return
-        if owner._undelivered():
+        if owner._pending and owner._trained_state is not None:
             # an earlier iterator fetched batches that were never trained on: go back
             loader.load_state_dict(owner._trained_state)
         owner._pending.clear()
@@ -122,7 +113,6 @@ class CatmapDataModule(LightningDataModule):
         self._pending: collections.deque[dict[str, Any]] = collections.deque()
         self._trained_state: dict[str, Any] | None = None
         self._state_to_load: dict[str, Any] | None = None
-        self._batches_trained = 0
         self._resumable = True
 
     # ------------------------------------------------------------------ data
@@ -132,9 +122,7 @@ class CatmapDataModule(LightningDataModule):
         return list(self.train_dataset) if plain_names(self.train_dataset) else []
 
     def prepare_data(self) -> None:
-        """Load the file-backed datasets once on this rank, filling the on-disk cache, without
-        any collective (Lightning runs this on local rank 0 only).
-        """
+        """Load the file-backed datasets once on this rank, filling the cache (no collective)."""
         for name in self._names():
             if name in DatasetCatalog and DatasetCatalog.entry(name).source_files:
                 DatasetCatalog.get(name)  # inside this_rank_only (see __init_subclass__)
@@ -149,11 +137,10 @@ class CatmapDataModule(LightningDataModule):
                 sampler = build_train_sampler(sampler, dataset)
             elif callable(sampler):
                 sampler = sampler(dataset)
-        options = dict(self.loader_options)
         return build_detection_train_loader(
             dataset, mapper=self.mapper, sampler=sampler, total_batch_size=self.total_batch_size,
             aspect_ratio_grouping=self.aspect_ratio_grouping, num_workers=self.num_workers,
-            seed=self.seed, **options,
+            seed=self.seed, **self.loader_options,
         )
 
     def train_dataloader(self) -> Any:
@@ -176,9 +163,7 @@ class CatmapDataModule(LightningDataModule):
         return _TrainBatches(self, self._loader)
 
     def val_dataloader(self) -> Any:
-        """Each validation record once over all ranks (``build_detection_test_loader``); an
-        empty list when no ``val_dataset`` was given.
-        """
+        """Each validation record once over all ranks; [] without ``val_dataset``."""
         if self.val_dataset is None:
             return []
         return build_detection_test_loader(
@@ -190,30 +175,18 @@ class CatmapDataModule(LightningDataModule):
         trainer = getattr(self, "trainer", None)
         if trainer is not None and trainer.training and self._pending:
             self._trained_state = self._pending.popleft()
-            self._batches_trained += 1
         return batch
 
-    def _undelivered(self) -> bool:
-        return bool(self._pending) and self._trained_state is not None
-
     # ------------------------------------------------------------------ state
-    def _rank_state(self) -> dict[str, Any] | None:
-        if self._trained_state is not None:
-            return self._trained_state
-        if self._state_to_load is not None:  # restored, not trained since
-            return self._state_to_load
-        return None
-
     def state_dict(self) -> dict[str, Any]:
         """Every rank's loader position after the batches its training steps consumed."""
-        mine = self._rank_state()
-        group = _dist()
-        world = group.get_world_size() if group is not None else 1
+        # restored and not trained since: the state to load
+        mine = self._trained_state if self._trained_state is not None else self._state_to_load
+        world = get_world_size()
+        gathered: list[Any] = [mine]
         if world > 1:
-            gathered: list[Any] = [None] * world
-            group.all_gather_object(gathered, mine)
-        else:
-            gathered = [mine]
+            gathered = [None] * world
+            dist.all_gather_object(gathered, mine)
         if all(state is None for state in gathered):
             return {}
         return {"format": _FORMAT, "world_size": world, "per_rank": gathered}
@@ -252,11 +225,6 @@ class CatmapDataModule(LightningDataModule):
         self._state_to_load = chosen
         if self._loader is not None:  # built already: apply at the next train_dataloader()
             self._pending.clear()
-
-    @property
-    def batches_trained(self) -> int:
-        """Training batches this datamodule counted as trained on in this process."""
-        return self._batches_trained
 
 
 def _on_this_rank_only(function: Callable[..., Any]) -> Callable[..., Any]:

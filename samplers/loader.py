@@ -1,18 +1,9 @@
 """ResumableLoader: a DataLoader whose state counts the batches the caller received, and the
 seeding of samples and workers.
 
-The batch sampler runs in the main process; workers prefetch, so the loader queues the batch
-sampler's state after each index batch and keeps it until that batch is delivered:
-``state_dict()`` is the state after the last delivered batch for any ``num_workers``. Each
-index travels with its global stream position, and the worker maps the sample inside
-``mappers.random_state.sample_scope(sample_seed(seed, position))``: augmented batches are the
-same for any ``num_workers``, after a restore and on any world size.
-
-Why not torchdata's ``StatefulDataLoader`` as the base: its state is tied to ``num_workers``,
-resume is O(1) only with ``snapshot_every_n_steps=1``, it trusts (asserts) loaded states, and
-its worker loop is its own while the slab transport is built around torch's DataLoader
-(``tests/test_stateful_dataloader_limits.py`` keeps this observed). ``to_stateful_dataloader``
-bridges the two.
+Workers prefetch, so the batch sampler's state after each index batch waits in a queue until
+that batch is delivered. Each sample is mapped in ``sample_scope(sample_seed(seed, position))``:
+batches are the same for any ``num_workers``, after a restore and on any world size.
 """
 
 from __future__ import annotations
@@ -43,7 +34,7 @@ from .transport import ChainedWorkerInit, LoaderTransport
 logger = logging.getLogger(__name__)
 
 __all__ = ["ResumableLoader", "SampleSeededDataset", "WorkerSeeder", "sample_seed",
-           "seed_this_process", "worker_init_reset_seed"]
+           "seed_this_process", "trivial_batch_collator", "worker_init_reset_seed"]
 
 
 def seed_this_process(seed: int) -> None:
@@ -53,14 +44,12 @@ def seed_this_process(seed: int) -> None:
 
 
 def worker_init_reset_seed(worker_id: int) -> None:
-    """A ``worker_init_fn`` spreading the seed torch gave the worker to numpy, ``random`` and
-    the augmentation generator (the builders' loaders use :class:`WorkerSeeder` instead)."""
+    """A ``worker_init_fn`` spreading torch's worker seed to numpy, ``random`` and augmentations."""
     seed_this_process(derive_seed(torch.initial_seed(), worker_id))
 
 
 class WorkerSeeder:
-    """A picklable ``worker_init_fn`` seeding worker ``w`` from ``(seed, rank, w, pass_index)``;
-    it serves what runs outside a sample (samples are seeded by their own position).
+    """A picklable ``worker_init_fn`` seeding worker ``w`` from ``(seed, rank, w, pass_index)``.
 
     Example:
         >>> WorkerSeeder(1, 0).worker_seed(0) != WorkerSeeder(1, 0).worker_seed(1)
@@ -81,8 +70,7 @@ class WorkerSeeder:
 
 
 class SampleSeededDataset:
-    """``ds[(i, s)]`` is ``dataset[i]`` computed inside ``sample_scope(s)`` (the sample's own
-    randomness, also for ``random`` / numpy / torch with ``seed_globals``); an int key passes.
+    """``ds[(i, s)]`` is ``dataset[i]`` computed inside ``sample_scope(s)``; an int key passes.
 
     Example:
         >>> from mappers.random_state import get_generator
@@ -114,9 +102,7 @@ class SampleSeededDataset:
 
 
 class _TrackingBatchSampler(Sampler[list[Any]]):
-    """Passes batches through, queueing the inner batch sampler's state after each. With a
-    seed, indices go out as ``(index, position, seed)`` (workers derive the sample seed) or,
-    without workers, as ``(index, sample_seed(seed, position))``."""
+    """Passes batches through, queueing the inner state after each; keys carry sample seeds."""
 
     def __init__(self, inner: Any, track: bool, seed: int | None, defer_seeds: bool) -> None:
         self.inner, self.track, self.seed, self.defer_seeds = inner, track, seed, defer_seeds
@@ -140,19 +126,14 @@ class _TrackingBatchSampler(Sampler[list[Any]]):
         return len(self.inner)
 
 
-def _as_list(batch: list[Any]) -> list[Any]:
+def trivial_batch_collator(batch: list[Any]) -> list[Any]:
+    """A ``collate_fn`` returning the batch as the list of samples it is."""
     return batch
 
 
 class ResumableLoader:
     """Iterate batches of a map-style dataset; save and restore the position exactly.
-
-    Built by :func:`samplers.build_batch_data_loader` / ``build_detection_train_loader``;
-    ``loader.loader`` is the torch DataLoader. ``seed`` seeds workers (with ``rank`` and the
-    pass), the DataLoader generator and the sample seeds; ``sample_seeds`` (default: when the
-    batch sampler has ``iter_with_positions``) maps each sample in its own seed scope;
-    ``transport``/``slabs``/``slab_bytes``: see :mod:`samplers.transport`; ``timeout``: seconds
-    for one batch (None: 300 s with workers, 0: forever).
+    ``loader.loader`` is the torch DataLoader; ``seed`` seeds workers and samples.
 
     Example:
         >>> from samplers import TrainingSampler, ResumableBatchSampler
@@ -192,7 +173,7 @@ class ResumableLoader:
             slabs=slabs, slab_bytes=slab_bytes)
         weakref.finalize(self, LoaderTransport.close, self.transport)
         mapped = SampleSeededDataset(dataset) if self.sample_seeds else dataset
-        kwargs = self.transport.dataloader_kwargs(mapped, self._tracker, collate_fn or _as_list)
+        kwargs = self.transport.dataloader_kwargs(mapped, self._tracker, collate_fn or trivial_batch_collator)
         kwargs.update(num_workers=num_workers, generator=torch_generator(seed, rank),
                       worker_init_fn=self._seeder if worker_init_fn is None
                       else ChainedWorkerInit(self._seeder, worker_init_fn))
@@ -249,11 +230,7 @@ class ResumableLoader:
                           config={"sample_seeds": bool(self.sample_seeds)})
 
     def load_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
-        """Continue after the last batch delivered when the state was saved; the state's seed
-        wins. The whole state is checked before anything changes.
-
-        Raises:
-            NotResumableError / StateMismatchError / SamplerStateError / ReshardError.
+        """Continue after the last batch delivered when the state was saved (checked first).
 
         Example:
             >>> from samplers import TrainingSampler, ResumableBatchSampler

@@ -1,17 +1,11 @@
 """Pass orders: a training pass as a function ``position -> dataset index``, never materialized.
 
-* :class:`KeyedPermutation` computes ``perm[i]`` of a keyed pseudorandom permutation of
-  ``range(n)`` from ``(key, i)`` alone: a six-round Feistel network over an ``A x B`` rectangle
-  (``A = ceil(sqrt(n))``) with cycle walking; round keys come from blake2b over ``(purpose, n,
-  parts...)``. Not cryptographic; statistically close to a uniform permutation.
-* :class:`PassOrder` and its compositions (range, array, composed).
-* :class:`SystematicRounding`: repeat-factor passes whose length and positions are O(1) and
-  O(log) per pass: one keyed offset ``u`` per pass decides every record's extra copy
-  (``cum_s = I_s + floor((G_s + u) / 2**53)`` over a fixed keyed slot order), so each record's
-  count is ``floor`` or ``ceil`` of its factor with probability ``frac`` (to 53 bits).
-* :class:`ConcatOrder`: a weighted mixture of part streams; the part counts of a pass are one
-  multinomial draw split down a binary tree of 4096-draw leaves by hypergeometric draws, all
-  keyed by ``(seed, pass, node)``, so position ``t`` costs ``log2(T / 4096)`` splits.
+* :class:`KeyedPermutation`: ``perm[i]`` from ``(key, i)`` alone (six Feistel rounds over an
+  ``A x B`` rectangle with cycle walking; keys from blake2b). Not cryptographic.
+* :class:`SystematicRounding`: repeat-factor passes; one keyed offset per pass decides every
+  record's extra copy, so a pass's length is O(1) and a position O(log n).
+* :class:`ConcatOrder`: a weighted mixture of part streams, the part counts split down a
+  keyed binary tree of 4096-draw leaves (position ``t`` costs ``log2(T / 4096)`` splits).
 """
 
 from __future__ import annotations
@@ -214,16 +208,8 @@ _BUILD_CHUNK = 1 << 18
 
 
 class SystematicRounding:
-    """Running sums of one set of repeat factors (see the module docstring); ~22 bytes/record.
-
-    Slots are the records in a fixed keyed order (``permute``; the identity otherwise or when
-    no factor has a fraction). Per slot: ``base = I + (G >> 53)`` and ``low = G mod 2**53``.
-
-    Example:
-        >>> r = SystematicRounding(np.array([2.0, 0.5, 0.5]), permute=False)
-        >>> u = r.offset(seed=0, pass_index=0)
-        >>> int(r.counts(u)[0]), int(r.counts(u)[1:].sum()), r.length(u)
-        (2, 1, 3)
+    """Running sums of repeat factors over the records in a keyed slot order (``permute``):
+    per slot ``base = I + (G >> 53)`` and ``low = G mod 2**53``; ~22 bytes/record.
     """
 
     __slots__ = ("_size", "_records", "_sums", "_table", "_shift", "fractional")
@@ -258,11 +244,6 @@ class SystematicRounding:
         self._shift = (4 * most // n).bit_length()  # ~4 slots per coarse-table entry
         starts = np.arange((most >> self._shift) + 2, dtype=np.int64) << self._shift
         self._table = np.searchsorted(base, starts, side="left").astype(np.int64)
-
-    @property
-    def nbytes(self) -> int:
-        records = 0 if self._records is None else self._records.nbytes
-        return self._sums.nbytes + self._table.nbytes + records
 
     @staticmethod
     def offset(seed: int, pass_index: int) -> int:

@@ -1,12 +1,6 @@
-"""Choosing a training sampler by name from a config (a name, a dict, or YAML)::
-
-    sampler:
-      name: RepeatFactorTrainingSampler
-      repeat_threshold: 0.001
-
-A registered entry is an attrs options class (its fields are the options, checked by the
-constructors' validators; ``build(dataset_dicts, rank=, world_size=)`` makes the sampler) or any
-callable ``fn(dataset_dicts, **options) -> sampler``.
+"""Choosing a training sampler by name from a config (``{"name": ..., **options}``): an entry is
+an attrs options class with ``build(dataset_dicts, rank=, world_size=)``, or any callable
+``fn(dataset_dicts, **options) -> sampler``.
 """
 
 from __future__ import annotations
@@ -169,11 +163,8 @@ def _options(name: str, entry: type, options: dict[str, Any]) -> Any:
 
 def build_train_sampler(cfg: str | Mapping[str, Any], dataset_dicts: Sequence[Any], *,
                         rank: int | None = None, world_size: int | None = None) -> Sampler:
-    """The training sampler a config names, over ``dataset_dicts``.
-
-    Raises:
-        catalog.RegistryKeyError: an unknown name (the message lists the registered ones).
-        SamplerConfigError: an unknown, missing or malformed option (names sampler and option).
+    """The training sampler a config names, over ``dataset_dicts`` (SamplerConfigError on a bad
+    option, RegistryKeyError on an unknown name).
 
     Example:
         >>> s = build_train_sampler({"name": "TrainingSampler", "seed": 3}, [{}] * 5,

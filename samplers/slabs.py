@@ -1,23 +1,9 @@
 """Shared-memory slabs: how a batch crosses from a worker to the training process.
 
-A worker packs a batch (any nesting of list / tuple / dict / ``Instances`` / structures around
-tensors and numpy arrays) into a slab: a *skeleton* (the structure with every array replaced by
-a small :class:`_Ref`) plus the arrays' bytes, arrays of one field across the samples sharing
-one region. The main process rebuilds every array as a view of its own mapping of the slab (no
-copy). A :class:`SlabPool` holds ``memfd`` slabs, each reused once nothing references the batch
-unpacked from it (a ``weakref.finalize`` on the array every view hangs from); without a free
-slab a batch travels pickled. Slabs are sparse files grown on demand.
-
-Example:
-    >>> pool = SlabPool(2, slab_bytes=1 << 20)
-    >>> ticket = pool.assign(generation=1)
-    >>> handle = pool.writer().write(ticket, [{"x": np.arange(4)}])
-    >>> batch = pool.receive(handle).unpack()
-    >>> batch[0]["x"].tolist(), pool.free_count()
-    ([0, 1, 2, 3], 1)
-    >>> del batch; pool.free_count()
-    2
-    >>> pool.close()
+A worker packs a batch into a slab: a *skeleton* (the structure, each array replaced by a
+:class:`_Ref`) plus the arrays' bytes, one region per field across samples. The main process
+rebuilds each array as a view of its mapping (no copy); a slab is reused once the batch
+unpacked from it dies. Without a free slab a batch travels pickled.
 """
 
 from __future__ import annotations
@@ -48,19 +34,7 @@ T = TypeVar("T")
 
 
 def value_class(cls: type[T]) -> type[T]:
-    """A slotted dataclass of ``cls`` (``eq=False``) that pickles as ``(cls, field values)``.
-
-    Example:
-        >>> import copy
-        >>> @value_class
-        ... class Point:
-        ...     x: int
-        ...     y: int = 0
-        >>> Point(1, 2).__reduce__()[1], copy.copy(Point(1, 2))
-        ((1, 2), Point(x=1, y=2))
-        >>> Point.__slots__, Point(1) == Point(1)
-        (('x', 'y'), False)
-    """
+    """A slotted dataclass of ``cls`` (``eq=False``) that pickles as ``(cls, field values)``."""
     own_reduce = "__reduce__" in cls.__dict__
     made: Any = dataclasses.dataclass(slots=True, eq=False)(cls)
     if not own_reduce:
@@ -94,18 +68,13 @@ _TORCH_DTYPES: dict[str, torch.dtype] = {
               torch.float16, torch.bfloat16, torch.float32, torch.float64,
               torch.complex64, torch.complex128, torch.uint16, torch.uint32, torch.uint64)
 }
-
-
 #: One name object per dtype, so that pickle writes each name once per batch (memo).
 _DTYPE_NAMES = {dtype: name for name, dtype in _TORCH_DTYPES.items()}
 
 
 @value_class
 class _Ref:
-    """Stands in the skeleton for one array: ``kind`` ("t" torch / "n" numpy), dtype name,
-    shape, strides (in elements) and offset in the arena (in elements for torch, bytes for
-    numpy).
-    """
+    """One array in the skeleton; ``kind`` "t" (torch, offset in elements) or "n" (numpy, bytes)."""
 
     kind: str
     dtype: str
@@ -116,18 +85,13 @@ class _Ref:
 
 @value_class
 class _InstancesNode:
-    """Stands in the skeleton for an ``Instances`` (its fields packed like any dict)."""
-
     image_size: tuple[int, int]
     fields: dict[str, Any]
 
 
 @value_class
 class _StructureNode:
-    """Stands in the skeleton for a structure (``Boxes``, ``BitMasks``, ``PolygonMasks`` ...):
-    its class and its attributes, packed like a dict; rebuilt without calling the constructor.
-    """
-
+    """A structure (``Boxes``, ``PolygonMasks`` ...), rebuilt without calling its constructor."""
     cls: type
     state: dict[str, Any]
 
@@ -137,7 +101,6 @@ _STRUCTURES = frozenset(TRANSPORTABLE_STRUCTURES)
 
 class Region(NamedTuple):
     """One byte range of the arena: ``rows`` arrays stacked along dimension 0 (worker side)."""
-
     offset: int
     nbytes: int
     kind: str
@@ -147,8 +110,6 @@ class Region(NamedTuple):
 
 
 class BatchPlan(NamedTuple):
-    """What :func:`plan_batch` found: the skeleton, the regions, the arrays to copy in."""
-
     skeleton: Any
     regions: list[Region]
     sources: list[list[Any]]
@@ -276,9 +237,7 @@ def plan_batch(batch: Any) -> BatchPlan:
 
 
 def write_batch(plan: BatchPlan, arena: torch.Tensor, arena_np: np.ndarray) -> None:
-    """Copy the arrays of ``plan`` into ``arena`` (a uint8 tensor) / ``arena_np`` (the same
-    bytes as a numpy uint8 array), at the regions' offsets.
-    """
+    """Copy the arrays of ``plan`` into ``arena`` (uint8 tensor) / ``arena_np`` (same bytes)."""
     for region, sources in zip(plan.regions, plan.sources, strict=True):
         start, stop = region.offset, region.offset + region.nbytes
         if region.kind == "t":
@@ -348,9 +307,7 @@ def _fill(node: Any, views: _Views) -> Any:
 
 
 def unpack_batch(skeleton: Any, base: np.ndarray) -> Any:
-    """Rebuild a batch from its skeleton, every array a view of ``base``, a uint8 array of
-    at least the plan's ``nbytes`` (a multiple of ``ALIGNMENT``) bytes.
-    """
+    """Rebuild a batch from its skeleton, every array a view of the uint8 array ``base``."""
     return _fill(skeleton, _Views(base))
 
 
@@ -375,16 +332,13 @@ def transport_supported() -> bool:
 
 @value_class
 class Ticket:
-    """Slab ``slab`` for the batch numbered ``serial`` (sent to a worker with the indices)."""
-
     slab: int
     serial: int
 
 
 @value_class
 class SlabBatch:
-    """What a worker returns for a batch written into a slab: where, how big, the skeleton."""
-
+    """What a worker returns for a batch written into a slab."""
     token: str
     slab: int
     serial: int
@@ -396,16 +350,13 @@ class SlabBatch:
 
 
 def _receive(token: str, slab: int, serial: int, nbytes: int, skeleton: Any) -> Any:
-    """Unpickling a SlabBatch in the process that owns its pool gives a ReceivedBatch."""
     handle = SlabBatch(token, slab, serial, nbytes, skeleton)
     pool = _POOLS.get(token)
     return pool.receive(handle) if pool is not None else handle
 
 
 class ReceivedBatch:
-    """A handle that arrived in the main process. :meth:`unpack` gives the batch; a handle
-    dropped without unpacking (a prefetched batch nobody asked for) frees its slab.
-    """
+    """A handle in the main process; dropped without :meth:`unpack`, it frees its slab."""
 
     __slots__ = ("pool", "handle", "__weakref__")
 
@@ -414,7 +365,6 @@ class ReceivedBatch:
         self.handle = handle
 
     def unpack(self) -> Any:
-        """The batch, every array a view of the slab (no copy)."""
         pool, handle = self.pool, self.handle
         if pool is None:
             raise TransportError(f"batch in slab {handle.slab} was already unpacked")
@@ -429,7 +379,7 @@ class ReceivedBatch:
 
 
 class SlabWriter:
-    """The worker side of a pool: maps slabs once per process and writes batches into them."""
+    """The worker side of a pool: maps slabs once per process."""
 
     def __init__(self, token: str, fds: list[int]) -> None:
         self.token = token
@@ -460,9 +410,6 @@ class SlabWriter:
         return entry[1], entry[2]
 
     def write(self, ticket: Ticket | None, batch: Any) -> Any:
-        """Write ``batch`` into the ticket's slab and return its :class:`SlabBatch`; without a
-        ticket, or for a batch larger than ``MAX_SLAB_BYTES``, return ``batch`` itself.
-        """
         if ticket is None:
             return batch
         plan = plan_batch(batch)
@@ -482,7 +429,7 @@ def _open_writer(token: str, dupfds: list[Any]) -> SlabWriter:
 
 
 class SlabPool:
-    """``num_slabs`` shared slabs of ``slab_bytes`` (virtual) each; see the module docstring."""
+    """``num_slabs`` shared slabs of ``slab_bytes`` (virtual, sparse) each."""
 
     def __init__(self, num_slabs: int, *, slab_bytes: int = DEFAULT_SLAB_BYTES,
                  pin_memory: bool = False) -> None:
@@ -529,11 +476,9 @@ class SlabPool:
 
     @property
     def num_slabs(self) -> int:
-        """Number of slabs."""
         return len(self._state)
 
     def writer(self) -> SlabWriter:
-        """The picklable worker side of this pool."""
         return self._writer
 
     def free_count(self) -> int:
@@ -542,9 +487,7 @@ class SlabPool:
             return len(self._free)
 
     def assign(self, generation: int) -> Ticket | None:
-        """A free slab for the next batch of iterator ``generation``, or None (the batch then
-        travels pickled).
-        """
+        """A free slab for the next batch of iterator ``generation`` (None: travel pickled)."""
         with self._lock:
             if self._closed or not self._free:
                 self.fallbacks += 1
@@ -557,7 +500,6 @@ class SlabPool:
             return Ticket(slab, self._next_serial)
 
     def receive(self, handle: SlabBatch) -> ReceivedBatch:
-        """Take a handle that arrived from a worker (called by unpickling)."""
         with self._lock:
             if self._serial[handle.slab] == handle.serial and self._state[handle.slab] == _ASSIGNED:
                 self._state[handle.slab] = _RECEIVED
@@ -569,7 +511,6 @@ class SlabPool:
         return ReceivedBatch(self, handle)
 
     def release(self, slab: int, serial: int) -> None:
-        """Return a slab to the free list (no-op unless ``serial`` is its current batch)."""
         with self._lock:
             if self._serial[slab] != serial or self._state[slab] == _FREE:
                 return
@@ -580,9 +521,7 @@ class SlabPool:
                 self._free.append(slab)
 
     def reclaim(self, generation: int) -> int:
-        """Free the slabs assigned in ``generation`` whose batch never arrived; call only once
-        the workers of that generation are dead. Returns how many were freed.
-        """
+        """Free (and count) the slabs of ``generation`` whose batch never came; workers are dead."""
         freed = 0
         with self._lock:
             for slab, state in enumerate(self._state):
@@ -605,7 +544,6 @@ class SlabPool:
         return mapping
 
     def unpack(self, handle: SlabBatch) -> Any:
-        """The batch of a received handle as views of the slab (see :class:`ReceivedBatch`)."""
         slab, serial, nbytes = handle.slab, handle.serial, handle.nbytes
         if nbytes == 0:
             self.release(slab, serial)
@@ -630,7 +568,7 @@ class SlabPool:
         result = torch.cuda.cudart().cudaHostRegister(pointer, size, 0)
         code = int(getattr(result, "value", result))
         if code != 0:
-            warnings.warn(f"cudaHostRegister failed ({code}); batches are not pinned",stacklevel=2)
+            warnings.warn(f"cudaHostRegister failed ({code}); batches are not pinned", stacklevel=2)
             self.pin_memory = False
             return
         self._pinned[slab] = (pointer, size)
@@ -653,9 +591,7 @@ class SlabPool:
         self._fds = []
 
     def close(self) -> None:
-        """Close the pool: free slabs are unmapped now, held ones when their batch dies. The
-        shared files disappear once the workers have exited too.
-        """
+        """Unmap free slabs now, held ones when their batch dies."""
         with self._lock:
             if self._closed:
                 return

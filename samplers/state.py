@@ -1,10 +1,5 @@
-"""The sampler state format: one versioned format, checked field by field on load.
-
-A state is a plain dict (ints, floats, strs, lists, nested dicts) tagged ``{"type": <class>,
-"version": STATE_VERSION}``. It comes from a checkpoint another run wrote, so it is untrusted:
-every field is checked for type and range before anything changes, and ``"config"`` (the
-fingerprint of what shaped the stream) is compared with the loading object's. Any other
-version is refused with :class:`SamplerStateError`.
+"""The sampler state format: a plain dict tagged ``{"type", "version"}``, untrusted on load:
+every field is checked and ``"config"`` (the stream's fingerprint) compared before any change.
 """
 
 from __future__ import annotations
@@ -42,7 +37,6 @@ def is_stateful(obj: object) -> bool:
 
 
 def make_state(kind: str, **fields: Any) -> dict[str, Any]:
-    """``{"type": kind, "version": STATE_VERSION, **fields}``."""
     return {"type": kind, "version": STATE_VERSION, **fields}
 
 
@@ -52,8 +46,7 @@ def _short(value: Any, limit: int = 80) -> str:
 
 
 def check_state(state: Any, kind: str, keys: list[str]) -> Mapping[str, Any]:
-    """``state`` if it is a ``kind`` state of this version with exactly ``keys`` (plus type and
-    version); else :class:`SamplerStateError` naming what is wrong."""
+    """``state`` if it is a ``kind`` state of this version with exactly ``keys``."""
     if not isinstance(state, Mapping):
         raise SamplerStateError(f"{kind}.load_state_dict: expected a dict, got {type(state).__name__}")
     found = state.get("type")
@@ -157,9 +150,8 @@ class Notes:
 
 
 def check_config(saved: Any, mine: Mapping[str, Any], owner: str, *, strict: bool, notes: Notes) -> None:
-    """Compare a saved fingerprint with ``mine``: same keys and kinds, else
-    :class:`SamplerStateError`; a differing value raises :class:`StateMismatchError` (``key``
-    names it) unless ``strict`` is False, which notes it and goes on."""
+    """Compare a saved fingerprint with ``mine``: StateMismatchError on a differing value
+    (noted instead when not ``strict``), SamplerStateError on other keys or kinds."""
     where = f"{owner}.load_state_dict"
     if not isinstance(saved, Mapping):
         raise SamplerStateError(f"{where}: 'config' must be a dict, got {type(saved).__name__}")
@@ -188,8 +180,7 @@ def check_config(saved: Any, mine: Mapping[str, Any], owner: str, *, strict: boo
 
 
 def prepare_nested_load(obj: Any, state: Any, *, strict: bool, notes: Notes) -> Callable[[], None]:
-    """Check ``state`` for a nested ``obj`` without changing it; return what applies it. A
-    catmap object checks the whole state now; another Stateful loads when applied."""
+    """Check ``state`` for a nested ``obj`` without changing it; return what applies it."""
     prepare = getattr(obj, "_prepare_load", None)
     if callable(prepare):
         return prepare(state, strict=strict, notes=notes)

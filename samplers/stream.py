@@ -1,18 +1,9 @@
 """Index samplers: the endless, resumable, rank-sharded training streams and InferenceSampler.
 
-The protocol (in the style of torchdata nodes):
-
-* **pass order** -- a training sampler says what pass ``p`` is: ``_make_pass(p)`` returns a
-  :class:`~samplers.order.PassOrder` (a function position -> index, computed from ``(seed, p)``);
-* **position** -- the global stream is pass 0, pass 1, ...; rank ``r`` of ``world_size`` takes
-  global positions ``r, r + world_size, ...``. The cursor ``(pass, offset)`` is rank 0's next
-  global position, the same on every rank, so a state re-shards to another world size;
-* **nested state** -- ``state_dict()`` is the seed, the cursor and the configuration fingerprint,
-  plus what a sampler nests (a subset seed, the part states of a :class:`ConcatSampler`).
-  Loading checks everything first, then sets the cursor: O(1), nothing skipped is replayed.
-
-``iter()`` starts at the sampler's origin (construction or the last load), as detectron2's
-samplers restart; a newer ``iter()`` supersedes the previous iterator.
+A training sampler gives pass ``p`` as a :class:`~samplers.order.PassOrder` keyed by
+``(seed, p)``; rank ``r`` takes global positions ``r, r + world_size, ...``. The state is the
+seed, the cursor ``(pass, offset)`` (rank 0's next position, so it re-shards) and a config
+fingerprint; loading is O(1). ``iter()`` restarts at the origin (construction or last load).
 """
 
 from __future__ import annotations
@@ -63,12 +54,8 @@ def _seed(seed: Any, name: str, owner: str) -> int:
 
 
 class StreamSampler(Sampler[int]):
-    """Base of the training samplers: cursor, sharding, iteration and state. ``seed`` (shared by
-    all ranks; a loaded state's seed replaces it), ``rank`` and ``world_size`` are attributes.
-
-    A subclass defines ``_make_pass(p)``, ``_config()`` and ``constant_length`` (the pass
-    length when it does not depend on the pass, else None with ``_pass_length``); one that
-    nests state overrides ``_extra_state`` / ``_prepare_extra``.
+    """Base of the training samplers: a subclass defines ``_make_pass(p)``, ``_config()`` and
+    ``constant_length`` (or ``_pass_length``); nested state: ``_extra_state`` / ``_prepare_extra``.
     """
 
     constant_length: int | None = None
@@ -93,13 +80,11 @@ class StreamSampler(Sampler[int]):
         raise NotImplementedError
 
     def _pass_length(self, seed: int, pass_index: int) -> int:
-        """A pass's length for ``seed``, without changing the sampler."""
         if self.constant_length is None:
             raise NotImplementedError(f"{type(self).__name__}: a varying pass length needs _pass_length")
         return self.constant_length
 
     def _extra_state(self, pass_index: int) -> dict[str, Any]:
-        """The nested state of the cursor's pass ``pass_index`` (keys: ``extra_keys``)."""
         return {"pass_start": None}
 
     def _prepare_extra(self, state: Mapping[str, Any], *, strict: bool, notes: Notes) -> Callable[[], None]:
@@ -123,7 +108,7 @@ class StreamSampler(Sampler[int]):
 
     # -------------------------------------------------------------- passes and cursor
     def _order(self, pass_index: int) -> PassOrder:
-        """Pass ``pass_index``; passes are made in order (a concat pass moves its parts)."""
+        """Pass ``pass_index``; made in order (a concat pass moves its parts)."""
         orders = self._orders
         nxt = max(orders) + 1 if orders else self._cursor_pass
         while nxt <= pass_index:
@@ -139,7 +124,6 @@ class StreamSampler(Sampler[int]):
             self._cursor_pass, self._cursor_offset = pass_index, offset + consumed * self.world_size
 
     def _normalize_cursor(self) -> None:
-        """Move the cursor forward until its offset lies inside its pass."""
         self._sync_cursor()
         self._chunk = None
         while self._cursor_offset >= (length := len(self._order(self._cursor_pass))):
@@ -148,7 +132,6 @@ class StreamSampler(Sampler[int]):
             self._cursor_pass += 1
 
     def _move_to(self, cursor: tuple[int, int]) -> None:
-        """Set the cursor (a ConcatSampler drives its parts this way)."""
         self._orders.clear()
         self._chunk = None
         self._cursor_pass, self._cursor_offset = cursor
@@ -218,14 +201,9 @@ class StreamSampler(Sampler[int]):
                           **self._extra_state(pass_index))
 
     def load_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
-        """Continue where the saved sampler stood (re-sharded over this world size); the
-        state's seed wins. A rejected state changes nothing.
-
-        Raises:
-            StateMismatchError: saved by a differently configured sampler (``strict=False``
-                loads it anyway, with one warning).
-            SamplerStateError: another sampler type or version, a missing, unknown or
-                malformed key, or a value out of range.
+        """Continue where the saved sampler stood (re-sharded); the state's seed wins. A rejected
+        state changes nothing: StateMismatchError (another config; ``strict=False`` warns
+        instead) or SamplerStateError (malformed).
         """
         notes = Notes()
         commit = self._prepare_load(state_dict, strict=bool(strict), notes=notes)
@@ -233,7 +211,6 @@ class StreamSampler(Sampler[int]):
         commit()
 
     def _prepare_load(self, state_dict: Any, *, strict: bool, notes: Notes) -> Callable[[], None]:
-        """Check a whole state without changing anything; return the function applying it."""
         name = type(self).__name__
         keys = ["seed", "pass_index", "offset", "world_size", "config", *self.extra_keys]
         state = check_state(state_dict, name, keys)
@@ -265,8 +242,8 @@ class StreamSampler(Sampler[int]):
 
 
 class TrainingSampler(StreamSampler):
-    """Endless passes over ``range(size)``: pass ``p`` is ``KeyedPermutation(size, "shuffle",
-    seed, p)`` (or ``arange`` without shuffling); ``seed=None`` draws a seed shared by all ranks.
+    """Endless passes over ``range(size)``, each a keyed permutation of ``(seed, pass)``;
+    ``seed=None`` draws a seed shared by all ranks.
 
     Example:
         >>> import itertools
@@ -298,9 +275,8 @@ class TrainingSampler(StreamSampler):
 
 
 class RandomSubsetTrainingSampler(StreamSampler):
-    """Endless passes over a fixed random subset of ``int(size * subset_ratio)`` records: the
-    first ``k`` positions of ``KeyedPermutation(size, "subset", seed_subset)``, visited in the
-    order of ``KeyedPermutation(k, "shuffle", seed_shuffle, p)``. Nothing is materialized.
+    """Endless passes over a fixed random subset of ``int(size * subset_ratio)`` records (keyed
+    by ``seed_subset``), each pass shuffled by ``(seed_shuffle, pass)``.
 
     Example:
         >>> import itertools
@@ -417,12 +393,8 @@ def _factors_from_records(records: Iterable[Any], thresh: float, sqrt: bool, lab
 
 def repeat_factors_from_category_frequency(dataset_dicts: Sequence[dict] | Any, repeat_thresh: float,
                                            sqrt: bool = True) -> torch.Tensor:
-    """Per-record repeat factors (LVIS sampling): ``r(c) = max(1, sqrt(t / f(c)))`` where
-    ``f(c)`` is the fraction of records with category ``c``; a record's factor is its largest
-    ``r(c)`` (1.0 without annotations). A SerializedList is read from its columns.
-
-    Raises:
-        catalog.RecordFormatError: a record is not a dict or has no integer ``category_id``.
+    """Per-record repeat factors (LVIS): a record's largest ``max(1, sqrt(t / f(c)))`` over its
+    categories ``c`` (``f``: fraction of records with ``c``); RecordFormatError on a bad record.
 
     Example:
         >>> records = [{"annotations": [{"category_id": 0}, {"category_id": 1}]},
@@ -468,10 +440,8 @@ def _check_factors(repeat_factors: Any, owner: str) -> np.ndarray:
 
 
 class RepeatFactorTrainingSampler(StreamSampler):
-    """Endless shuffled passes where record ``i`` appears ``floor(r_i)`` or ``ceil(r_i)``
-    times (``ceil`` with probability ``frac(r_i)``), as in detectron2; replaces RepeatDataset
-    and ClassBalancedDataset. The extra copies come from systematic rounding
-    (:class:`~samplers.order.SystematicRounding`), so resuming at any depth is O(chunk).
+    """Endless shuffled passes where record ``i`` appears ``floor(r_i)`` or ``ceil(r_i)`` times,
+    as in detectron2 (systematic rounding: resuming at any depth is O(chunk)).
 
     Example:
         >>> import itertools
@@ -494,7 +464,6 @@ class RepeatFactorTrainingSampler(StreamSampler):
     @classmethod
     def from_category_frequency(cls, dataset_dicts: Any, repeat_thresh: float, *, sqrt: bool = True,
                                 **kwargs: Any) -> RepeatFactorTrainingSampler:
-        """The sampler over :func:`repeat_factors_from_category_frequency`."""
         return cls(repeat_factors_from_category_frequency(dataset_dicts, repeat_thresh, sqrt), **kwargs)
 
     @property
@@ -528,12 +497,9 @@ class RepeatFactorTrainingSampler(StreamSampler):
 
 # ---------------------------------------------------------------- concatenation
 class ConcatSampler(StreamSampler):
-    """Global indices into datasets concatenated into one list, mixing the parts by weight.
-
-    Part ``j`` covers ``[start_j, start_j + sizes[j])``. Each draw picks part ``j`` with
-    probability ``weights[j] / sum(weights)`` (default: proportional to ``sizes``) and takes
-    the part's next index from its own sampler (default: a shuffled ``TrainingSampler``). A
-    pass is ``sum(sizes)`` draws keyed by ``(seed, pass)``; its state nests the part states.
+    """Global indices into concatenated datasets: each draw picks part ``j`` with probability
+    ``weights[j] / sum(weights)`` (default: by ``sizes``) and takes that part sampler's next
+    index. The state nests the part states.
 
     Example:
         >>> import itertools
@@ -639,8 +605,7 @@ class ConcatSampler(StreamSampler):
 
 
 class InferenceSampler(Sampler[int]):
-    """This rank's contiguous shard of ``range(size)``, once: no padding, no duplicates; the
-    first ``size % world_size`` ranks get one index more.
+    """This rank's contiguous shard of ``range(size)``, once, without padding.
 
     Example:
         >>> [len(InferenceSampler(2, rank=r, world_size=3)) for r in range(3)]

@@ -1,21 +1,8 @@
 """catmap samplers and datasets inside torchdata: ``StatefulDataLoader`` and ``torchdata.nodes``.
 
-A catmap training batch sampler is ``Stateful`` (``state_dict`` / ``load_state_dict``), so
-torchdata's ``StatefulDataLoader`` already saves *which* indices come next. What it cannot carry
-is *how* each sample is augmented: a plain map-style dataset draws its augmentations (and
-``MapDataset``'s replacements for records the mapper rejected) from per-worker generators, so
-pixels after a restore differ from the uninterrupted run. The glue here sends every index with
-its sample seed, ``sample_seed(seed, global stream position)`` (:mod:`mappers.random_state`),
-exactly as :class:`samplers.ResumableLoader` does: :class:`SeededBatchSampler` (Stateful key
-batches), :func:`to_stateful_dataloader`, and for ``torchdata.nodes`` :class:`SampleKeysNode`
-(the key source) with :class:`MapKeys` (a picklable ``map_fn``).
-
-Example:
-    >>> from samplers import TrainingSampler, ResumableBatchSampler
-    >>> keys = SeededBatchSampler(
-    ...     ResumableBatchSampler(TrainingSampler(4, seed=0, rank=0, world_size=1), 2), seed=0)
-    >>> batch = next(iter(keys)); [index for index, _ in batch] == next(iter(keys.batch_sampler))
-    True
+torchdata already saves *which* indices come next (catmap batch samplers are ``Stateful``);
+the glue here also sends each index with its sample seed, as :class:`samplers.ResumableLoader`
+does, so augmentations after a restore match the uninterrupted run.
 """
 
 from __future__ import annotations
@@ -37,8 +24,8 @@ except ImportError:  # the optional extra
     raise missing_dependency("torchdata", "torchdata", "samplers.torchdata_support") from None
 
 class SeededBatchSampler:
-    """Batches of ``(index, sample_seed(seed, global position))`` keys from a catmap batch
-    sampler, for a dataset wrapped in :class:`samplers.SampleSeededDataset`.
+    """Batches of ``(index, sample seed)`` keys from a catmap batch sampler (for a
+    :class:`samplers.SampleSeededDataset`).
 
     Example:
         >>> from samplers import TrainingSampler, ResumableBatchSampler
@@ -68,12 +55,10 @@ class SeededBatchSampler:
         return len(self.batch_sampler)  # TypeError for an endless sampler, as torch expects
 
     def state_dict(self) -> dict[str, Any]:
-        """The wrapped batch sampler's state (after the last batch drawn) and the seed."""
         return make_state("SeededBatchSampler", batch_sampler=self.batch_sampler.state_dict(),
                           seed=self.seed)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue after the batches drawn when ``state_dict`` was saved (checked first)."""
         state = check_state(state_dict, "SeededBatchSampler", ["batch_sampler", "seed"])
         seed = check_int(state["seed"], "seed", "SeededBatchSampler", 0, MAX_SEED)
         self.batch_sampler.load_state_dict(state["batch_sampler"])
@@ -119,8 +104,7 @@ def to_stateful_dataloader(loader: Any, *, num_workers: int | None = None,
 
 
 class MapKeys:
-    """Map a batch of ``(index, sample seed)`` keys with a dataset (a picklable ``map_fn`` for
-    ``torchdata.nodes.ParallelMapper``).
+    """Map a batch of ``(index, sample seed)`` keys (a picklable ``ParallelMapper`` map_fn).
 
     Example:
         >>> MapKeys(list(range(10)))([(3, 0), (4, 1)])
@@ -140,8 +124,7 @@ class MapKeys:
 
 
 class SampleKeysNode(BaseNode):  # type: ignore[misc]
-    """A ``torchdata.nodes`` source of key batches: one item per batch of
-    ``(index, sample seed)`` keys from a catmap batch sampler.
+    """A ``torchdata.nodes`` source: one item per batch of ``(index, sample seed)`` keys.
 
     Example::
 

@@ -1,23 +1,9 @@
 """How batches travel from loader workers to the training process, and what a fault becomes.
 
-``transport="slab"`` (the default with workers on Linux): each index batch goes to a worker
-with a ticket for a free slab of a :class:`~samplers.slabs.SlabPool`; the worker maps the
-samples, collates them, writes every array into the slab and returns a handle of a few
-hundred bytes; the main process rebuilds the batch as views of the slab, mapped once. A
-plain torch DataLoader instead puts every tensor into a new shared-memory segment, passes its
-file descriptor, maps it and unmaps it page by page when it is freed: 850-1,000 µs of
-main-process CPU per 640x480-ish image, which caps a loader near 1,000 images/s whatever the
-number of workers. ``transport="dataloader"`` keeps that path.
-
-A worker exception travels whole (:class:`WorkerFailure`) and is raised with ``[DataLoader
-worker W, dataset index I]`` added; a :class:`ProgressBoard` in shared memory records the index
-each worker maps, so a timeout or a dead worker becomes a typed error naming it.
-
-Example:
-    >>> resolve_transport("auto", num_workers=0)
-    'dataloader'
-    >>> check_timeout(None, num_workers=2) == DEFAULT_TIMEOUT
-    True
+``transport="slab"`` (default with workers on Linux) writes each batch into a shared slab
+(:mod:`samplers.slabs`): a plain DataLoader spends ~1 ms of main-process CPU per image on
+shared-memory tensors. A worker exception travels whole (:class:`WorkerFailure`); a
+:class:`ProgressBoard` names the worker and index behind a timeout or a dead worker.
 """
 
 from __future__ import annotations
@@ -71,7 +57,6 @@ class WorkerFailure:
     @classmethod
     def capture(cls, exc: BaseException, *, worker_id: int | None, index: int | None,
                 ticket: Any = None) -> WorkerFailure:
-        """Record ``exc`` (in the worker)."""
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         try:
             payload: bytes | None = pickle.dumps(exc)
@@ -101,59 +86,46 @@ class WorkerFailure:
 
 
 class ProgressBoard:
-    """One int64 slot per worker in anonymous shared memory: the dataset index it maps now
-    (-1: between batches).
-
-    Example:
-        >>> board = ProgressBoard(2)
-        >>> board.set(1, 42); board.get(1), board.get(0)
-        (42, None)
-    """
+    """One int64 slot per worker in shared memory: the dataset index it maps now (-1: none)."""
 
     def __init__(self, num_workers: int, fd: int | None = None) -> None:
         self.num_workers = num_workers
         size = max(num_workers, 1) * 8
+        fresh = fd is None
         if fd is None:
             fd = os.memfd_create("catmap-progress", os.MFD_CLOEXEC)
             os.ftruncate(fd, size)
         self._fd = fd
         self._map = mmap.mmap(fd, size)
         self._slots = np.frombuffer(self._map, dtype=np.int64)
-        self._slots[:] = -1
+        if fresh:
+            self._slots[:] = -1
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_open_board, (self.num_workers, reduction.DupFd(self._fd)))
 
     def set(self, worker_id: int, index: int) -> None:
-        """Record that ``worker_id`` now maps ``index`` (-1: idle)."""
         if 0 <= worker_id < self.num_workers:
             self._slots[worker_id] = index
 
     def get(self, worker_id: int | None) -> int | None:
-        """The index ``worker_id`` is mapping, or None when idle or unknown."""
         if worker_id is None or not 0 <= worker_id < self.num_workers:
             return None
         value = int(self._slots[worker_id])
         return value if value >= 0 else None
 
     def close(self) -> None:
-        """Close the main process's file descriptor (the mapping goes with the object)."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
 
 
 def _open_board(num_workers: int, dupfd: Any) -> ProgressBoard:
-    board = ProgressBoard.__new__(ProgressBoard)
-    board.num_workers = num_workers
-    board._fd = dupfd.detach()
-    board._map = mmap.mmap(board._fd, max(num_workers, 1) * 8)
-    board._slots = np.frombuffer(board._map, dtype=np.int64)
-    return board
+    return ProgressBoard(num_workers, dupfd.detach())
 
 
 def _waiting_for(iterator: Any) -> int | None:
-    """The worker id the torch iterator waits on for its next batch (private torch state)."""
+    """The worker id torch's iterator waits on (private torch state)."""
     info = getattr(iterator, "_task_info", {}).get(getattr(iterator, "_rcvd_idx", -1))
     return int(info[0]) if info else None
 
@@ -196,43 +168,8 @@ TRANSPORTS = ("auto", "slab", "dataloader")
 _SPARE_SLABS = 4
 
 
-def resolve_transport(transport: Any, num_workers: int) -> str:
-    """``"slab"`` or ``"dataloader"`` for a loader option value."""
-    if transport not in TRANSPORTS:
-        raise SamplerConfigError(
-            f"loader: transport must be one of {TRANSPORTS}, got {transport!r}"
-        )
-    if num_workers == 0:
-        return "dataloader"
-    if transport == "slab" and not transport_supported():
-        raise SamplerConfigError(
-            "loader: transport='slab' needs os.memfd_create (Linux); use transport='auto'"
-        )
-    if transport == "auto":
-        return "slab" if transport_supported() else "dataloader"
-    return str(transport)
-
-
-def check_timeout(timeout: Any, num_workers: int) -> float:
-    """The loader timeout in seconds: None gives :data:`DEFAULT_TIMEOUT` with workers (0
-    without); 0 waits forever.
-    """
-    if timeout is None:
-        return DEFAULT_TIMEOUT if num_workers > 0 else 0.0
-    return check_float(
-        timeout, "timeout (seconds)", minimum=0, finite=False, error=SamplerConfigError,
-        where="loader",
-    )
-
-
 class ChainedWorkerInit:
-    """A picklable ``worker_init_fn``: catmap's seeding first, then the user's function.
-
-    Example:
-        >>> calls = []
-        >>> ChainedWorkerInit(calls.append, lambda w: calls.append(-w))(3); calls
-        [3, -3]
-    """
+    """A picklable ``worker_init_fn``: catmap's seeding first, then the user's function."""
 
     def __init__(self, first: Callable[[int], Any], then: Callable[[int], Any]) -> None:
         self.first = first
@@ -244,7 +181,7 @@ class ChainedWorkerInit:
 
 
 class _Fetched:
-    """Samples of one batch on their way from WorkerDataset to TransportCollate (in a worker)."""
+    """Samples of one batch from WorkerDataset to TransportCollate (in a worker)."""
 
     __slots__ = ("ticket", "samples")
 
@@ -266,10 +203,8 @@ def _dataset_index(key: Any) -> int | None:
 
 
 class WorkerDataset:
-    """Wraps the loader's dataset in the workers: fetches a batch of keys (after an optional
-    slab ticket), records progress, and turns an exception into a :class:`WorkerFailure`.
-    An ``(index, position, seed)`` key becomes ``(index, sample_seed(seed, position))``
-    here, so the main process does not derive the sample seeds.
+    """The dataset in the workers: fetches a batch of keys (after an optional slab ticket),
+    records progress, turns an exception into a :class:`WorkerFailure`; derives sample seeds.
     """
 
     def __init__(self, dataset: Any, board: ProgressBoard | None) -> None:
@@ -307,9 +242,7 @@ class WorkerDataset:
 
 
 class TransportCollate:
-    """The DataLoader ``collate_fn`` of both transports: collates with the user's function and,
-    with a ticket, writes the batch into its slab.
-    """
+    """The ``collate_fn`` of both transports: the user's collate, then (with a ticket) the slab."""
 
     def __init__(self, collate_fn: Callable[[list[Any]], Any], writer: SlabWriter | None,
                  board: ProgressBoard | None) -> None:
@@ -365,8 +298,23 @@ class LoaderTransport:
                  prefetch_factor: int | None = None, persistent_workers: bool = False,
                  pin_memory: bool = False, timeout: Any = None, slabs: int | None = None,
                  slab_bytes: int = DEFAULT_SLAB_BYTES) -> None:
-        self.kind = resolve_transport(transport, num_workers)
-        self.timeout = check_timeout(timeout, num_workers)
+        if transport not in TRANSPORTS:
+            raise SamplerConfigError(
+                f"loader: transport must be one of {TRANSPORTS}, got {transport!r}"
+            )
+        if transport == "slab" and num_workers and not transport_supported():
+            raise SamplerConfigError(
+                "loader: transport='slab' needs os.memfd_create (Linux); use transport='auto'"
+            )
+        self.kind = "slab" if num_workers and transport != "dataloader" else "dataloader"
+        if self.kind == "slab" and not transport_supported():  # "auto" off Linux
+            self.kind = "dataloader"
+        # seconds for one batch: None gives DEFAULT_TIMEOUT with workers (0 without); 0: forever
+        self.timeout = (
+            (DEFAULT_TIMEOUT if num_workers > 0 else 0.0) if timeout is None
+            else check_float(timeout, "timeout (seconds)", minimum=0, finite=False,
+                             error=SamplerConfigError, where="loader")
+        )
         self.num_workers = num_workers
         self.persistent_workers = bool(persistent_workers) and num_workers > 0
         self.pin_memory = bool(pin_memory)
@@ -380,7 +328,6 @@ class LoaderTransport:
 
     def dataloader_kwargs(self, dataset: Any, batch_sampler: Any,
                           collate_fn: Callable[[list[Any]], Any]) -> dict[str, Any]:
-        """DataLoader arguments: dataset, batch_sampler, collate_fn, pin_memory, timeout."""
         if self.num_workers == 0:
             return {"dataset": dataset, "batch_sampler": batch_sampler,
                     "collate_fn": collate_fn, "pin_memory": self.pin_memory}
@@ -393,7 +340,6 @@ class LoaderTransport:
                 "pin_memory": self.pin_memory and self.pool is None, "timeout": self.timeout}
 
     def iterate(self, loader: Any) -> Iterator[Any]:
-        """Batches of ``loader`` (the DataLoader built with :meth:`dataloader_kwargs`)."""
         if self.num_workers == 0:
             return iter(loader)
         iterator = iter(loader)
@@ -421,7 +367,6 @@ class LoaderTransport:
             self._finish(loader, iterator, generation, workers_failed)
 
     def receive(self, item: Any) -> Any:
-        """Turn what a worker returned into the batch (or raise the worker's exception)."""
         kind = type(item)
         if kind is ReceivedBatch:
             return item.unpack()
@@ -439,9 +384,7 @@ class LoaderTransport:
         return item
 
     def _finish(self, loader: Any, iterator: Any, generation: int, workers_failed: bool) -> None:
-        """After an iterator ends: stop its workers (unless persistent and healthy) and free
-        the slabs of batches that never arrived.
-        """
+        """Stop the workers (unless persistent and healthy); free slabs that never came back."""
         if self.persistent_workers and not workers_failed:
             return
         shutdown = getattr(iterator, "_shutdown_workers", None)
@@ -459,7 +402,6 @@ class LoaderTransport:
                 logger.debug("freed %d slabs of batches that never arrived", freed)
 
     def close(self) -> None:
-        """Free the slabs and the progress board (batches still held stay valid)."""
         if self.pool is not None:
             self.pool.close()
         if self.board is not None:
