@@ -1,12 +1,8 @@
 """Registry: the one name → object lookup of catmap, with the one "did you mean".
 
-Everything looked up by name goes through a :class:`Registry`: the datasets of
-:data:`~catalog.DatasetCatalog` and the metadata of :data:`~catalog.MetadataCatalog` (through
-:class:`~catalog.metadata.NamedContainer`), the Compose steps (``TRANSFORMS``), the
-augmentations a config names (a registry backed by the ``mappers.transforms`` module, so a new
-transform is found once it is listed in that module's ``__all__``) and the training samplers
-(``SAMPLERS``). An unknown name raises one error message shape, built by
-:func:`unknown_name_message` with the close matches of :func:`close_matches`.
+Datasets, metadata, Compose steps (``TRANSFORMS``), augmentations named in configs and training
+samplers (``SAMPLERS``) are all looked up here, so an unknown name always gets the same message
+with its close matches.
 
 Example:
     >>> STEPS = Registry("step")
@@ -30,7 +26,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar, overload
 
-from ._common import CatmapErrorWithFields
+from ._common import CatmapErrorWithFields, short_repr
 
 __all__ = [
     "Registry",
@@ -51,12 +47,7 @@ _MISSING: Any = object()
 
 
 class RegistryKeyError(CatmapErrorWithFields, KeyError):
-    """A name was looked up that is not registered; the message lists close matches.
-
-    Attributes:
-        name: the name looked up.
-        kind: what was looked up ("sampler", "transform", ...).
-    """
+    """A name was looked up that is not registered (fields ``name``, ``kind``)."""
 
     field_names = ("name", "kind")
 
@@ -65,22 +56,12 @@ class RegistryKeyError(CatmapErrorWithFields, KeyError):
 
 
 def close_matches(name: object, candidates: Iterable[str], n: int = 3) -> list[str]:
-    """The (at most ``n``) candidates most like ``name``, best first.
-
-    Example:
-        >>> close_matches("coco_2017_trian", ["coco_2017_train", "voc_2007", "coco_2017_val"])
-        ['coco_2017_train', 'coco_2017_val']
-    """
+    """The (at most ``n``) candidates most like ``name``, best first."""
     return difflib.get_close_matches(str(name), list(candidates), n=n, cutoff=MATCH_CUTOFF)
 
 
 def did_you_mean(name: object, candidates: Iterable[str]) -> str:
-    """``" Did you mean: a, b?"`` for the close matches of ``name``, or ``""`` when none.
-
-    Example:
-        >>> did_you_mean("RandomFlp", ["RandomFlip", "Resize"])
-        ' Did you mean: RandomFlip?'
-    """
+    """``" Did you mean: a, b?"`` for the close matches of ``name``, or ``""`` when none."""
     close = close_matches(name, candidates)
     return f" Did you mean: {', '.join(close)}?" if close else ""
 
@@ -99,19 +80,10 @@ def unknown_name_message(kind: str, name: object, candidates: Iterable[str]) -> 
 
 
 class Registry(Generic[V]):
-    """Maps names to objects (classes, functions, catalog entries); thread-safe.
-
-    Args:
-        kind: what the names name, used in messages ("sampler", "dataset").
-        module: optional module whose ``__all__`` names are found as well (looked up with
-            ``getattr`` on first use); registered names take precedence.
-        missing_error: the KeyError subclass raised for an unknown name (built from the
-            message alone).
-        duplicate_error: the ValueError subclass raised when a name is registered twice.
-        replace_same: registering the very same object again under its name is a no-op
-            (False: it is an error like any other duplicate).
-        owner: the public name of what holds this registry (``"DatasetCatalog"``), named in
-            the duplicate-name message as the object to call ``remove`` on.
+    """Maps names to objects; thread-safe. ``kind`` names them in messages; the names in
+    ``module.__all__`` are found too (registered ones win); ``missing_error`` /
+    ``duplicate_error`` are the errors raised; ``replace_same`` makes registering the same
+    object again a no-op; ``owner`` is named in the duplicate message (``"DatasetCatalog"``).
 
     Example:
         >>> import json
@@ -139,7 +111,6 @@ class Registry(Generic[V]):
         self._items: dict[str, V] = {}
         self._lock = threading.RLock()
 
-    # ------------------------------------------------------------------ registration
     @overload
     def register(self, name: str | None = None) -> Callable[[T], T]: ...
 
@@ -147,16 +118,8 @@ class Registry(Generic[V]):
     def register(self, name: str, obj: T) -> T: ...
 
     def register(self, name: Any = None, obj: Any = _MISSING) -> Any:
-        """Register ``obj`` under ``name`` (its ``__name__`` when omitted).
-
-        Usable as ``@REG.register()``, ``@REG.register``, ``@REG.register("Name")`` or
-        ``REG.register("Name", obj)``.
-
-        Raises:
-            TypeError: name is not a str.
-            ValueError: the name is empty, or already registered to another object (the
-                ``duplicate_error`` given to the constructor).
-        """
+        """Register ``obj`` under ``name`` (its ``__name__`` when omitted): ``@REG.register()``,
+        ``@REG.register``, ``@REG.register("Name")`` or ``REG.register("Name", obj)``."""
         if name is not None and not isinstance(name, str):
             if callable(name) and obj is _MISSING:  # @REG.register without parentheses
                 return self.add(name.__name__, name)
@@ -168,12 +131,7 @@ class Registry(Generic[V]):
         return decorator if obj is _MISSING else decorator(obj)
 
     def add(self, name: str, obj: Any) -> Any:
-        """Register ``obj`` under ``name`` and return ``obj``.
-
-        Raises:
-            TypeError: name is not a str.
-            ValueError: name is empty, or already registered (see :meth:`register`).
-        """
+        """Register ``obj`` under ``name`` and return ``obj``."""
         check_name(name, self.kind)
         with self._lock:
             existing = self._items.get(name, _MISSING)
@@ -181,19 +139,13 @@ class Registry(Generic[V]):
                 if self._owner:
                     remedy = f"; call {self._owner}.remove({name!r}) first to replace it"
                 else:
-                    remedy = f" to {_short(existing)}; pop it first to replace it"
+                    remedy = f" to {short_repr(existing)}; pop it first to replace it"
                 raise self._duplicate_error(f"{self.kind} {name!r} is already registered{remedy}")
             self._items[name] = obj
         return obj
 
-    # ------------------------------------------------------------------ lookup
     def get(self, name: str) -> V:
-        """The object registered under ``name`` (or found in the backing module).
-
-        Raises:
-            RegistryKeyError: (a KeyError; or the constructor's ``missing_error``) the name is
-                unknown; the message lists close matches and the registered names.
-        """
+        """The object registered under ``name`` (or found in the backing module)."""
         found = self.find(name, _MISSING)
         if found is _MISSING:
             raise self.unknown(name)
@@ -241,14 +193,8 @@ class Registry(Generic[V]):
         with self._lock:
             return list(self._items.items())
 
-    # ------------------------------------------------------------------ removal, state
     def pop(self, name: str, default: Any = _MISSING) -> Any:
-        """Unregister ``name`` and return its object (as ``dict.pop``).
-
-        Raises:
-            RegistryKeyError: (or ``missing_error``) the name is not registered and no default
-                is given. Names of the backing module cannot be removed.
-        """
+        """Unregister ``name`` and return its object (as ``dict.pop``)."""
         with self._lock:
             found = self._items.pop(name, _MISSING) if isinstance(name, str) else _MISSING
         if found is not _MISSING:
@@ -276,21 +222,8 @@ class Registry(Generic[V]):
         return f"Registry({self.kind!r}, [{', '.join(self.names())}])"
 
 
-def _short(value: object, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def check_name(name: object, kind: str) -> None:
-    """Raise unless ``name`` is a non-empty str.
-
-    Raises:
-        TypeError: name is not a str.
-        ValueError: name is empty.
-
-    Example:
-        >>> check_name("coco_2017_val", "dataset")
-    """
+    """Raise TypeError / ValueError unless ``name`` is a non-empty str."""
     if not isinstance(name, str):
         raise TypeError(f"a {kind} name must be a str, got {type(name).__name__}: {name!r}")
     if not name:
