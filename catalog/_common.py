@@ -54,13 +54,7 @@ def _rebuild_error(cls: type, args: tuple, state: dict) -> CatmapError:
 
 class CatmapErrorWithFields(CatmapError):
     """A CatmapError whose keyword arguments named in ``field_names`` become attributes
-    (default None); the message stays the only positional argument.
-
-    Example:
-        >>> err = DatasetFileNotFoundError("missing", path="/d/coco")
-        >>> err.path, err.dataset
-        ('/d/coco', None)
-    """
+    (default None); the message stays the only positional argument."""
 
     field_names: ClassVar[tuple[str, ...]] = ()
 
@@ -135,13 +129,7 @@ class DatasetFileNotFoundError(_PlainMessage, CatmapErrorWithFields, FileNotFoun
 
 
 class MissingDependencyError(CatmapErrorWithFields, ImportError):
-    """An optional dependency is not installed; fields ``extra`` and ``package``.
-
-    Example:
-        >>> err = missing_dependency("pycocotools", "coco", "COCO evaluation")
-        >>> 'pip install "catmap[coco]"' in str(err)
-        True
-    """
+    """An optional dependency is not installed; fields ``extra`` and ``package``."""
 
     field_names = ("extra", "package")
 
@@ -252,12 +240,7 @@ def _float_range(minimum, maximum, above, below) -> str:
 
 
 def is_int(value: Any) -> bool:
-    """True for a Python or numpy integer; False for a bool and a float.
-
-    Example:
-        >>> is_int(3), is_int(np.int64(3)), is_int(True), is_int(3.0)
-        (True, True, False, False)
-    """
+    """True for a Python or numpy integer; False for a bool and a float."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
@@ -354,14 +337,7 @@ def check_float(
 
 
 def check_bool(value: Any, name: str, *, error: ErrorSpec = _DEFAULT_ERROR, where: str = "") -> bool:
-    """``value`` as a ``bool``: only True/False (or ``numpy.bool_``), never 0 / 1.
-
-    Example:
-        >>> check_bool("yes", "shuffle", where="TrainingSampler")
-        Traceback (most recent call last):
-        ...
-        TypeError: TrainingSampler: shuffle must be true or false, got str 'yes'
-    """
+    """``value`` as a ``bool``: only True/False (or ``numpy.bool_``), never 0 / 1."""
     if not isinstance(value, (bool, np.bool_)):
         raise _wrong_type(error, where, name, "true or false", value)
     return bool(value)
@@ -469,14 +445,7 @@ ON_VALUES = frozenset({"1", "true", "on", "yes"})
 
 def env_flag(name: str, default: bool) -> bool:
     """The on/off value of environment variable ``name``; unset, empty or unknown values give
-    ``default``.
-
-    Example:
-        >>> os.environ["CATMAP_EXAMPLE_FLAG"] = "Off"
-        >>> env_flag("CATMAP_EXAMPLE_FLAG", default=True)
-        False
-        >>> del os.environ["CATMAP_EXAMPLE_FLAG"]
-    """
+    ``default``."""
     value = os.environ.get(name, "").strip().lower()
     if value in OFF_VALUES:
         return False
@@ -532,13 +501,7 @@ def plain_value(value: Any) -> Any:
 
 def plain_container(value: Any) -> Any:
     """``value`` with its outer container made a ``dict`` (any Mapping, a DictConfig) or a
-    ``list`` (any Sequence but str/bytes, a ListConfig); anything else unchanged.
-
-    Example:
-        >>> from omegaconf import OmegaConf
-        >>> plain_container(OmegaConf.create({"names": ["a", "b"], "n": "${x}", "x": 2}))
-        {'names': ['a', 'b'], 'n': 2, 'x': 2}
-    """
+    ``list`` (any Sequence but str/bytes, a ListConfig); anything else unchanged."""
     if is_config_container(value):
         return _to_container(value)
     if isinstance(value, Mapping):
@@ -549,12 +512,7 @@ def plain_container(value: Any) -> Any:
 
 
 def plain_names(value: Any) -> list[str] | None:
-    """The list of names when ``value`` is a non-empty sequence of strs, else None.
-
-    Example:
-        >>> plain_names(("a", "b")), plain_names("a"), plain_names([{"file_name": "x"}])
-        (['a', 'b'], None, None)
-    """
+    """The list of names when ``value`` is a non-empty sequence of strs, else None."""
     if isinstance(value, (*_SCALAR_SEQUENCES, Mapping)):
         return None
     if not (is_config_container(value) or isinstance(value, Sequence)):
@@ -573,12 +531,7 @@ def _config_child(node: Any, name: str) -> Any:
 
 def is_detectron2_config(obj: Any) -> bool:
     """True if ``obj`` looks like a detectron2 config (a yacs CfgNode, DictConfig, dict or
-    attribute object with an upper-case top-level section such as ``DATALOADER``).
-
-    Example:
-        >>> is_detectron2_config({"DATALOADER": {}}), is_detectron2_config([{"file_name": "a"}])
-        (True, False)
-    """
+    attribute object with an upper-case top-level section such as ``DATALOADER``)."""
     if isinstance(obj, (str, bytes, list, tuple)) or obj is None:
         return False
     try:
