@@ -588,6 +588,10 @@ def _first_per_kind() -> int:
     return int(value) if value.isdigit() else FIRST_PER_KIND
 
 
+def _slot(kind: str) -> int:
+    return zlib.crc32(kind.encode()) % _SLOTS
+
+
 def _attach_counters(path: str) -> int | None:
     """Open the counters another process of this run created, or None if ``path`` is not a
     catmap memfd or ``catmap-warnings-*`` file of ours of the exact size."""
@@ -668,7 +672,7 @@ def register_kind(kind: str) -> int:
     with _state_lock:
         fcntl.lockf(fd, fcntl.LOCK_EX, _SLOTS * _NAME_BYTES, _SLOTS * 8)
         try:
-            start = zlib.crc32(kind.encode()) % _SLOTS
+            start = _slot(kind)
             for probe in range(_SLOTS):
                 slot = (start + probe) % _SLOTS
                 row = names[slot]
