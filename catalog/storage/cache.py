@@ -38,6 +38,7 @@ from .records_file import (
     CacheCorruptError,
     MappedFile,
     UnsafeEntryError,
+    foreign,
     open_entry,
     read_header,
     write_records,
@@ -342,12 +343,7 @@ class DiskCache:
         except OSError as exc:
             raise CacheUnavailableError(
                 f"cannot use the cache directory {where}: {exc}", directory=where) from exc
-        st = os.fstat(dfd)
-        problem = None
-        if st.st_uid != os.getuid():
-            problem = f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
-        elif st.st_mode & 0o022:
-            problem = f"has mode {st.st_mode & 0o777:o}: group or others can write it"
+        problem = foreign(os.fstat(dfd))
         if problem is not None:
             os.close(dfd)
             raise CacheUnavailableError(

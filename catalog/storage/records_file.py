@@ -36,6 +36,7 @@ __all__ = [
     "CacheCorruptError",
     "MappedFile",
     "UnsafeEntryError",
+    "foreign",
     "open_entry",
     "read_header",
     "write_records",
@@ -163,17 +164,20 @@ def open_entry(name: str | os.PathLike[str], *, dir_fd: int | None = None) -> in
             raise UnsafeEntryError(f"{where} is a symbolic link; not followed") from exc
         raise
     st = os.fstat(fd)
-    problem = None
-    if not stat_module.S_ISREG(st.st_mode):
-        problem = "is not a regular file"
-    elif st.st_uid != os.getuid():
-        problem = f"belongs to uid {st.st_uid}, not to this user"
-    elif st.st_mode & 0o022:
-        problem = f"has mode {st.st_mode & 0o777:o}: group or others can write it"
+    problem = "is not a regular file" if not stat_module.S_ISREG(st.st_mode) else foreign(st)
     if problem is not None:
         os.close(fd)
         raise UnsafeEntryError(f"{where} {problem}; not read")
     return fd
+
+
+def foreign(st: os.stat_result) -> str | None:
+    """Why another user could have written the file or directory behind ``st``, or None."""
+    if st.st_uid != os.getuid():
+        return f"belongs to uid {st.st_uid}, not to this user (uid {os.getuid()})"
+    if st.st_mode & 0o022:
+        return f"has mode {st.st_mode & 0o777:o}: group or others can write it"
+    return None
 
 
 class MappedFile:
