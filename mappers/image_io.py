@@ -69,9 +69,14 @@ _UNSET: Any = object()
 
 @dataclass(frozen=True)
 class ImageLimits:
-    """Every bound on reading one image; None removes one. The defaults are far above COCO,
-    LVIS, Cityscapes and Objects365 photos. ``max_decode_work`` bounds pixels x scans of a
-    progressive JPEG; ``remote_roots``: URL prefixes under which URLs may be read.
+    """The per-sample work budget, in one place; None removes a bound. The defaults are far
+    above COCO, LVIS, Cityscapes and Objects365 samples. Reading: ``max_pixels`` (header),
+    ``max_bytes`` (file), ``max_decode_work`` (pixels x scans of a progressive JPEG);
+    ``remote_roots``: URL prefixes under which URLs may be read. Masks, checked before any
+    allocation or rasterization (``SampleBudgetError``): ``max_mask_bytes`` (instances x H x W
+    of a sample's bitmasks), ``max_polygon_vertices`` and ``max_polygon_edge_length`` (the sum
+    over a sample's polygons of each edge's longer axis, in pixels; pycocotools allocates ~80
+    bytes per pixel of it).
 
     Example:
         >>> set_image_limits(remote_roots=("s3://my-bucket/",))  # doctest: +SKIP
@@ -82,9 +87,13 @@ class ImageLimits:
     max_decode_work: int | None = 1 << 29
     remote_roots: tuple[str, ...] = ()
     remote_timeout_s: float = 30.0
+    max_mask_bytes: int | None = 1 << 30
+    max_polygon_vertices: int | None = 1 << 20
+    max_polygon_edge_length: int | None = 1 << 22
 
     def __post_init__(self) -> None:
-        for name in ("max_pixels", "max_bytes", "max_decode_work"):
+        for name in ("max_pixels", "max_bytes", "max_decode_work", "max_mask_bytes",
+                     "max_polygon_vertices", "max_polygon_edge_length"):
             check_int(getattr(self, name), name, minimum=1, optional=True, error=ValueError,
                       where="ImageLimits")
         roots = self.remote_roots
