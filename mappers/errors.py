@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import pickle
 
-from catalog._common import CatmapError, RecordFormatError
+from catalog._common import CatmapError, CatmapErrorWithFields, RecordFormatError
 
 __all__ = [
     "ImageNotFoundError",
@@ -86,13 +86,11 @@ class UnsupportedImageFormatError(CatmapError, ValueError):
     """``read_image`` was asked for a pixel format it does not produce (RGB, BGR, L)."""
 
 
-class SampleBudgetError(RecordFormatError):
+class SampleBudgetError(CatmapErrorWithFields, RecordFormatError):
     """A sample's masks would cost more than the ``budget`` field of ``ImageLimits`` allows
     (``cost`` > ``limit``); raised before any allocation, skipped by ``skip_bad_annotations``."""
 
-    def __init__(self, message: str, *, budget: str = "", cost: int = 0, limit: int = 0) -> None:
-        super().__init__(message)
-        self.budget, self.cost, self.limit = budget, cost, limit
+    field_names = ("budget", "cost", "limit")
 
 
 class MapFuncPickleError(CatmapError, pickle.PicklingError):
