@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import glob
 import os
-import pickle
 import resource
 import subprocess
 import sys
@@ -84,18 +83,34 @@ def test_edge_length_bomb_is_refused_before_pycocotools():
     assert lines[1].startswith("max_polygon_edge_length True bomb")
 
 
+def _tiny_instances(count: int) -> list[dict]:
+    return [_anno([[x, 1.0, x + 2.0, 1.0, x + 2.0, 3.0]], id=i)
+            for i, x in enumerate(np.linspace(0, 2000, count).tolist())]
+
+
 def test_many_tiny_instances_are_refused_before_allocating_masks():
-    """4,000 valid 4-pixel instances on one 2048^2 image would take 16 GiB of bitmasks."""
-    annos = [_anno([[x, 1.0, x + 2.0, 1.0, x + 2.0, 3.0]], id=i)
-             for i, x in enumerate(np.linspace(0, 2000, 4000).tolist())]
-    with pytest.raises(SampleBudgetError, match="4000 masks x 2048 x 2048") as info:
-        annotations_to_instances(annos, (2048, 2048), "bitmask", context="file 'a.jpg'")
-    assert info.value.budget == "max_mask_bytes" and info.value.limit == 1 << 30
-    assert "file 'a.jpg'" in str(info.value) and isinstance(info.value, RecordFormatError)
-    restored = pickle.loads(pickle.dumps(info.value))
-    assert (type(restored), restored.budget, restored.cost) == (
-        SampleBudgetError, "max_mask_bytes", 4000 * 2048 * 2048)
+    """4,000 valid 4-pixel instances on one 2048^2 image would take 16 GiB of bitmasks: in a
+    child capped at 3 GiB, a typed error comes before any allocation."""
+    result = _child("""
+        import pickle
+        from mappers import annotations_to_instances
+        from mappers.errors import SampleBudgetError
+        from tests.test_sample_budget import _tiny_instances
+        try:
+            annotations_to_instances(_tiny_instances(4000), (2048, 2048), "bitmask",
+                                     context="file 'a.jpg'")
+        except SampleBudgetError as exc:
+            back = pickle.loads(pickle.dumps(exc))
+            print(type(back).__name__, back.budget, back.cost, back.limit, str(back))
+    """)
+    assert result.returncode == 0, result.stderr[-2000:]
+    name, budget, cost, limit, message = result.stdout.split(" ", 4)
+    assert (name, budget, int(cost), int(limit)) == (
+        "SampleBudgetError", "max_mask_bytes", 4000 * 2048 * 2048, 1 << 30)
+    assert message.startswith("file 'a.jpg', image: 4000 masks x 2048 x 2048 bytes")
+    assert issubclass(SampleBudgetError, RecordFormatError)  # skip_bad_annotations skips it
     # polygons are not dense: the same sample is fine as PolygonMasks
+    annos = _tiny_instances(4000)
     assert len(annotations_to_instances(annos, (2048, 2048), "polygon").gt_masks) == 4000
 
 
