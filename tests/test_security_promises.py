@@ -1,5 +1,6 @@
 """SECURITY.md promises that no other test pinned: rank messages are data, every catmap error
-pickles whole, and mask resampling bounds its work. (SECURITY.md maps each promise to a test.)"""
+pickles whole, mask resampling and XML element counts are bounded; SECURITY.md names a test
+for each promise, and every test it names exists."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ import torch
 import catalog  # noqa: F401  (every package's errors are registered)
 import mappers  # noqa: F401
 import samplers  # noqa: F401
+from catalog import AnnotationFormatError
 from catalog._common import CatmapError
+from catalog.formats.files import MAX_XML_ELEMENTS, parse_xml_bytes
 from catalog.storage.records import decode, encode
 from mappers.errors import StructureShapeError
 from mappers.structures import BitMasks
@@ -74,6 +77,14 @@ def test_mask_resampling_bounds_its_work(box, match):
     masks = BitMasks(torch.ones((1, 8, 8), dtype=torch.bool))
     with pytest.raises(StructureShapeError, match=match):
         masks.crop_and_resize(torch.tensor([box], dtype=torch.float32), 28)
+
+
+def test_xml_element_count_is_bounded():
+    """Pascal VOC XML: at most 200,000 elements, however small the file."""
+    assert len(parse_xml_bytes(b"<a>" + b"<b/>" * 1000 + b"</a>", "ok.xml")) == 1000
+    flood = b"<a>" + b"<b/>" * MAX_XML_ELEMENTS + b"</a>"  # 800 KB, under the byte cap
+    with pytest.raises(AnnotationFormatError, match="elements"):
+        parse_xml_bytes(flood, "flood.xml")
 
 
 def test_every_test_security_md_names_exists():
