@@ -8,6 +8,7 @@ import pickle
 from catalog._common import CatmapError, CatmapErrorWithFields, RecordFormatError
 
 __all__ = [
+    "ImageLimitsError",
     "ImageNotFoundError",
     "ImageReadError",
     "ImageSizeMismatchError",
@@ -84,6 +85,10 @@ class ImageSizeMismatchError(CatmapError, ValueError):
 
 class UnsupportedImageFormatError(CatmapError, ValueError):
     """``read_image`` was asked for a pixel format it does not produce (RGB, BGR, L)."""
+
+
+class ImageLimitsError(CatmapError, ValueError):
+    """A bad ``ImageLimits`` value, ``$CATMAP_IMAGE_LIMITS`` or ``$CATMAP_MAX_IMAGE_PIXELS``."""
 
 
 class SampleBudgetError(CatmapErrorWithFields, RecordFormatError):

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import logging
 import math
 import os
 import re
 import stat
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from catalog._common import (
 )
 
 from .errors import (
+    ImageLimitsError,
     ImageNotFoundError,
     ImageReadError,
     ImageSizeMismatchError,
@@ -55,6 +57,7 @@ MAX_IMAGE_SIDE = 1 << 20
 JPEG_DECODERS = ("simplejpeg", "pillow")  # fastest first; other formats always use Pillow
 SUPPORTED_FORMATS = ("RGB", "BGR", "L", "YUV-BT.601")
 _PIXELS_ENV = "CATMAP_MAX_IMAGE_PIXELS"
+_LIMITS_ENV = "CATMAP_IMAGE_LIMITS"  # set_image_limits' JSON, for spawned / forkserver workers
 _OPENCV_THREADS_ENV = "CATMAP_OPENCV_THREADS"
 _SOS = re.compile(rb"\xff\xda")  # start of scan (in scan data 0xFF is followed by 0)
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
@@ -75,7 +78,9 @@ class ImageLimits:
     allocation or rasterization (``SampleBudgetError``): ``max_mask_bytes`` (instances x H x W
     of a sample's bitmasks), ``max_polygon_vertices`` and ``max_polygon_edge_length`` (the sum
     over a sample's polygons of each edge's longer axis, in pixels; pycocotools allocates ~80
-    bytes per pixel of it).
+    bytes per pixel of it). :func:`set_image_limits` also writes them as JSON to
+    ``$CATMAP_IMAGE_LIMITS``, which a process reads when it imports catmap: forked, spawned and
+    forkserver DataLoader workers (and subprocesses) all get the limits set before they start.
 
     Example:
         >>> set_image_limits(remote_roots=("s3://my-bucket/",))  # doctest: +SKIP
@@ -93,18 +98,37 @@ class ImageLimits:
     def __post_init__(self) -> None:
         for name in ("max_pixels", "max_bytes", "max_decode_work", "max_mask_bytes",
                      "max_polygon_vertices", "max_polygon_edge_length"):
-            check_int(getattr(self, name), name, minimum=1, optional=True, error=ValueError,
-                      where="ImageLimits")
+            check_int(getattr(self, name), name, minimum=1, optional=True,
+                      error=ImageLimitsError, where="ImageLimits")
         roots = self.remote_roots
-        if isinstance(roots, str) or not all(isinstance(r, str) and "://" in r for r in roots):
-            raise ValueError(f"ImageLimits: remote_roots must be URL prefixes, got {roots!r}")
+        if not isinstance(roots, (list, tuple)) or not all(
+                isinstance(r, str) and "://" in r for r in roots):
+            raise ImageLimitsError(f"ImageLimits: remote_roots must be URL prefixes, got {roots!r}")
         object.__setattr__(self, "remote_roots", tuple(roots))
-        if not (isinstance(self.remote_timeout_s, (int, float)) and self.remote_timeout_s > 0):
-            raise ValueError(f"ImageLimits: bad remote_timeout_s {self.remote_timeout_s!r}")
+        if not (type(self.remote_timeout_s) in (int, float) and 0 < self.remote_timeout_s < 1e9):
+            raise ImageLimitsError(f"ImageLimits: bad remote_timeout_s {self.remote_timeout_s!r}")
+
+
+def _limits_from_env(text: str) -> ImageLimits | None:
+    """``$CATMAP_IMAGE_LIMITS`` (a JSON object of ImageLimits fields) as limits; '' is None."""
+    if not text.strip():
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ImageLimitsError(f"${_LIMITS_ENV}: not JSON ({exc})") from None
+    known = {f.name for f in fields(ImageLimits)}
+    if not isinstance(data, dict) or not set(data) <= known:
+        raise ImageLimitsError(f"${_LIMITS_ENV}: expected an object with keys among "
+                               f"{sorted(known)}, got {text[:200]!r}")
+    try:
+        return ImageLimits(**data)
+    except ImageLimitsError as exc:
+        raise ImageLimitsError(f"${_LIMITS_ENV}: {exc}") from None
 
 
 _DEFAULT_LIMITS = ImageLimits()
-_configured: ImageLimits | None = None  # inherited by forked workers, not by spawned ones
+_configured: ImageLimits | None = _limits_from_env(os.environ.get(_LIMITS_ENV, ""))
 
 
 def get_image_limits() -> ImageLimits:
@@ -114,15 +138,16 @@ def get_image_limits() -> ImageLimits:
     if _configured is not None or not text:
         return _configured or _DEFAULT_LIMITS
     if text.lower() != "none" and (not text.isdigit() or int(text) <= 0):
-        raise ValueError(f"${_PIXELS_ENV} must be a positive integer or 'none', got {text!r}")
+        raise ImageLimitsError(f"${_PIXELS_ENV} must be a positive int or 'none', got {text!r}")
     return replace(_DEFAULT_LIMITS, max_pixels=None if text.lower() == "none" else int(text))
 
 
 def set_image_limits(limits: ImageLimits | None = None, **changes: Any) -> ImageLimits:
-    """Set this process's limits (forked workers inherit them; spawned ones read
-    ``$CATMAP_MAX_IMAGE_PIXELS``): ``limits``, or the current ones with ``changes``."""
+    """Set the limits of this process and of the workers and subprocesses it starts later
+    (through ``$CATMAP_IMAGE_LIMITS``): ``limits``, or the current ones with ``changes``."""
     global _configured
     _configured = replace(limits or get_image_limits(), **changes)
+    os.environ[_LIMITS_ENV] = json.dumps(asdict(_configured))
     return _configured
 
 

@@ -25,7 +25,7 @@ import torch
 
 from catalog._common import CatmapError, is_int
 
-from .geometry_checks import polygons_to_bitmask
+from .geometry_checks import check_mask_budget, polygons_to_bitmask
 
 __all__ = ["TorchvisionTargetError", "to_torchvision_batch", "to_torchvision_detection"]
 
@@ -102,6 +102,7 @@ def _boxes(sample: Mapping[str, Any], instances: Any) -> torch.Tensor:
 def _polygon_masks(sample: Mapping[str, Any], polygons: Sequence[Any], height: int,
                    width: int) -> torch.Tensor:
     name = _describe(sample)
+    check_mask_budget([{"segmentation": p} for p in polygons], height, width, f"image {name!r}")
     masks = np.zeros((len(polygons), height, width), dtype=np.uint8)
     for i, polys in enumerate(polygons):
         masks[i] = polygons_to_bitmask(

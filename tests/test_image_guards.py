@@ -56,6 +56,7 @@ def default_limit(monkeypatch):
     """Every test starts from the default limit and leaves it so."""
     monkeypatch.delenv("CATMAP_MAX_IMAGE_PIXELS", raising=False)
     monkeypatch.setattr(image_io, "_configured", None)
+    monkeypatch.setenv(image_io._LIMITS_ENV, "")  # restored after set_image_limits
     yield
 
 

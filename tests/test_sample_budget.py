@@ -11,17 +11,20 @@ import resource
 import subprocess
 import sys
 import textwrap
+from dataclasses import asdict
 
 import numpy as np
 import pytest
+import torch
 
 from catalog import BoxMode, load_annotation_file, load_coco_json
 from catalog._common import RecordFormatError
-from mappers import DatasetMapper, annotations_to_instances
+from mappers import DatasetMapper, Instances, annotations_to_instances
 from mappers import image_io
-from mappers.errors import SampleBudgetError
+from mappers.errors import ImageLimitsError, ImageTooLargeError, SampleBudgetError
 from mappers.geometry_checks import check_mask_budget, polygons_to_bitmask
-from mappers.image_io import ImageLimits, get_image_limits, set_image_limits
+from mappers.image_io import ImageLimits, get_image_limits, read_image, set_image_limits
+from mappers.torchvision_targets import to_torchvision_detection
 from tests.image_bytes import png_bytes
 
 EXTERNAL = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "external")
@@ -32,6 +35,7 @@ if not os.path.isdir(EXTERNAL):
 @pytest.fixture(autouse=True)
 def _default_limits(monkeypatch):
     monkeypatch.setattr(image_io, "_configured", None)
+    monkeypatch.setenv(image_io._LIMITS_ENV, "")  # restored after the test's set_image_limits
 
 
 def _zigzag(height: int, width: int, vertices: int) -> list[float]:
@@ -219,3 +223,70 @@ def test_list_and_array_polygons_cost_the_same():
     for segm in ([poly], [flat]):
         with pytest.raises(SampleBudgetError, match="= 21"):
             check_mask_budget([_anno(segm)], 10, 10, "image")
+
+
+def test_torchvision_polygon_masks_are_budgeted_before_allocation():
+    square = [np.array([1.0, 1.0, 5.0, 1.0, 5.0, 6.0, 1.0, 6.0])]
+    sample = {"file_name": "tv.jpg", "image": torch.zeros(3, 8, 10, dtype=torch.uint8),
+              "instances": Instances((8, 10), gt_boxes=torch.tensor([[1.0, 1.0, 5.0, 6.0]] * 3),
+                                     gt_classes=torch.tensor([0, 0, 0]),
+                                     gt_masks=[square] * 3)}
+    set_image_limits(max_mask_bytes=3 * 8 * 10)
+    assert to_torchvision_detection(sample, label_offset=1)[1]["masks"].shape == (3, 8, 10)
+    set_image_limits(max_mask_bytes=3 * 8 * 10 - 1)
+    with pytest.raises(SampleBudgetError, match="image 'tv.jpg': 3 masks x 8 x 10") as info:
+        to_torchvision_detection(sample, label_offset=1)
+    assert (info.value.budget, info.value.cost) == ("max_mask_bytes", 240)
+    set_image_limits(max_mask_bytes=None, max_polygon_vertices=11)  # 3 x 4 vertices
+    with pytest.raises(SampleBudgetError, match="polygon vertices = 12"):
+        to_torchvision_detection(sample, label_offset=1)
+
+
+class _LimitsInWorker(torch.utils.data.Dataset):
+    """Reports the worker's limits and what reading ``path`` gives there."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> tuple[dict, str]:
+        try:
+            outcome = str(read_image(self.path).shape)
+        except ImageTooLargeError as exc:
+            outcome = f"ImageTooLargeError: {exc}"
+        return asdict(get_image_limits()), outcome
+
+
+def test_limits_reach_spawned_dataloader_workers(tmp_path):
+    """A spawned worker imports catmap afresh: the limits set in the parent still hold there."""
+    (tmp_path / "big.png").write_bytes(png_bytes(np.zeros((40, 50, 3), np.uint8)))
+    dataset = _LimitsInWorker(str(tmp_path / "big.png"))
+    limits = set_image_limits(max_pixels=40 * 50 - 1, remote_roots=("s3://bucket/",),
+                              max_mask_bytes=None)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=1,
+                                         multiprocessing_context="spawn")
+    seen, outcome = next(iter(loader))
+    assert seen == {**asdict(limits), "remote_roots": ["s3://bucket/"]}  # (a list: default_convert)
+    assert outcome.startswith("ImageTooLargeError") and "big.png" in outcome
+    assert dataset[0][1] == outcome  # as in this process
+
+
+@pytest.mark.parametrize("text, match", [
+    ("{", "not JSON"), ("[" * 100_000, "not JSON"), ("[1]", "expected an object"),
+    ('{"max_pixelz": 5}', "max_pixelz"), ('{"max_pixels": 0}', "max_pixels must be >= 1"),
+    ('{"max_bytes": 1.5}', "max_bytes must be"), ('{"max_bytes": true}', "max_bytes must be"),
+    ('{"remote_roots": "s3://b/"}', "remote_roots"), ('{"remote_roots": 5}', "remote_roots"), ('{"remote_timeout_s": Infinity}', "timeout"),
+    ('{"remote_timeout_s": NaN}', "timeout"),
+])
+def test_bad_limits_environment_is_a_typed_error(text, match):
+    with pytest.raises(ImageLimitsError, match=match) as info:
+        image_io._limits_from_env(text)
+    assert "$CATMAP_IMAGE_LIMITS" in str(info.value)
+
+
+def test_limits_environment_round_trips():
+    assert image_io._limits_from_env("") is None
+    limits = set_image_limits(max_decode_work=None, remote_roots=("s3://a/",))
+    assert image_io._limits_from_env(os.environ[image_io._LIMITS_ENV]) == limits
