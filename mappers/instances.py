@@ -24,7 +24,7 @@ from .structure_common import as_index
 
 __all__ = ["Instances", "as_detectron2_types"]
 
-#: Environment switch: "0" keeps catmap's structure types even when detectron2 is imported.
+#: Environment switch: "0" keeps catmap's types when detectron2 is imported (tools/check_detectron2.py).
 DETECTRON2_TYPES_ENV = "CATMAP_DETECTRON2_TYPES"
 
 

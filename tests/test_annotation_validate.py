@@ -3,7 +3,6 @@ instance and key; degenerate boxes and invalid polygons skipped and counted in o
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
