@@ -8,9 +8,10 @@ A check with a client nobody here wrote: detectron2's model, ``SimpleTrainer``,
 generated shapes dataset (tiny images). detectron2 need not be built: its source tree works
 (the R50-FPN ops come from torchvision).
 
-Usage (detectron2 is not on the package index; point PYTHONPATH at a checkout)::
+Usage (detectron2 is not on the package index; put a checkout on PYTHONPATH after this
+repository, whose ``tools`` package would otherwise be shadowed by detectron2's)::
 
-    PYTHONPATH=/path/to/detectron2:. python tools/check_detectron2.py --iters 20
+    PYTHONPATH=.:/path/to/detectron2 python -m tools.check_detectron2 --iters 20
 
 Prints the total loss of the first and last iterations and the COCO bbox/segm results; exits 1
 when the loss did not fall.
