@@ -39,7 +39,7 @@ from .annotations import (
 )
 from .datasets import unwrap, wrap_for_pickling
 from .errors import ImageReadError, MapperArgumentError, PipelineStepError
-from .instances import Instances
+from .instances import Instances, as_detectron2_types
 from .image_io import (
     check_image_size,
     image_to_tensor,
@@ -605,7 +605,7 @@ class DatasetMapper:
             sample = self._proposals(sample)
         sample = self._to_tensor(sample)  # image as a CHW tensor
         sample.pop("transforms", None)
-        return sample
+        return as_detectron2_types(sample)  # detectron2's classes when detectron2 is imported
 
     @classmethod
     def from_config(cls, cfg: Any, is_train: bool = True) -> dict[str, Any]:

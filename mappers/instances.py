@@ -11,15 +11,21 @@ Example:
 from __future__ import annotations
 
 import itertools
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
+from catalog._common import env_flag
+
 from .structure_common import as_index
 
-__all__ = ["Instances"]
+__all__ = ["Instances", "as_detectron2_types"]
+
+#: Environment switch: "0" keeps catmap's types when detectron2 is imported (tools/check_detectron2.py).
+DETECTRON2_TYPES_ENV = "CATMAP_DETECTRON2_TYPES"
 
 
 def _normalize_index(item: Any, length: int) -> slice | torch.Tensor:
@@ -212,3 +218,38 @@ class Instances:
         )
 
     __str__ = __repr__
+
+
+def _as_detectron2(value: Any, d2: Any) -> Any:
+    """``value`` rebuilt as the detectron2 class of the same name, sharing its fields."""
+    if type(value) is Instances:
+        out = d2.Instances.__new__(d2.Instances)
+        out._image_size = value._image_size
+        out._fields = {k: _as_detectron2(v, d2) for k, v in value._fields.items()}
+        return out
+    if not type(value).__module__.startswith("mappers.structures."):
+        return value
+    cls = getattr(d2, type(value).__name__)
+    out = cls.__new__(cls)
+    out.__dict__.update(vars(value))  # tensor / polygons: the same objects, nothing copied
+    if type(value).__name__ == "BitMasks":
+        out.image_size = value.image_size  # an attribute in detectron2, a property here
+    return out
+
+
+def as_detectron2_types(sample: dict[str, Any]) -> dict[str, Any]:
+    """``sample`` with its ``Instances`` (and the structures in them) as detectron2's classes
+    when ``detectron2.structures`` is imported in this process and ``CATMAP_DETECTRON2_TYPES``
+    is not "0"; otherwise ``sample`` itself. Tensors and polygon arrays are shared, not copied.
+
+    Example:
+        >>> as_detectron2_types({"instances": Instances((2, 2))})["instances"]  # no detectron2
+        Instances(num_instances=0, image_height=2, image_width=2, fields=[])
+    """
+    d2 = sys.modules.get("detectron2.structures")
+    if d2 is None or not env_flag(DETECTRON2_TYPES_ENV, True):
+        return sample
+    for key, value in sample.items():
+        if type(value) is Instances:
+            sample[key] = _as_detectron2(value, d2)
+    return sample

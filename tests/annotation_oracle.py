@@ -148,7 +148,8 @@ def check_rle(mask: dict, hw: tuple | None) -> None:
 
 
 def expect(doc: Any, fmt: str) -> tuple[dict, list, dict]:
-    """(metainfo, records, skip counts) the loader must return, or raise Invalid."""
+    """(metainfo, records, counts of what raw mode keeps but conversion would refuse or
+    drop) the loader must return in raw mode (record_format="openmmlab"), or raise Invalid."""
     if fmt == "json":
         need(not has_nonfinite(doc))
     need(isinstance(doc, dict) and "metainfo" in doc and "data_list" in doc)
@@ -161,7 +162,7 @@ def expect(doc: Any, fmt: str) -> tuple[dict, list, dict]:
         need(cdepth(value) <= MAX_DEPTH - 2)
         if key == "classes":
             need(isinstance(value, list) and all(isinstance(c, str) for c in value))
-    ncls = len(meta["classes"]) if "classes" in meta else 2**31
+    ncls = len(meta["classes"]) if "classes" in meta else None
     skips = collections.Counter()
     records = []
     for info in data_list:
@@ -190,7 +191,8 @@ def expect(doc: Any, fmt: str) -> tuple[dict, list, dict]:
                     need(isinstance(v, list) and len(v) == 4 and all(map(is_num, v)))
                     degenerate = v[2] <= v[0] or v[3] <= v[1]
                 elif key == "bbox_label":
-                    need(is_int(v) and 0 <= v < ncls)
+                    need(is_int(v) and 0 <= v < 2**31)
+                    skips["unknown_labels"] += ncls is not None and v >= ncls
                 elif key == "ignore_flag":
                     need(type(v) in (int, bool) and v in (0, 1))
                 elif key == "keypoints":
@@ -205,15 +207,10 @@ def expect(doc: Any, fmt: str) -> tuple[dict, list, dict]:
                         good = [p for p in v if len(p) >= 6 and len(p) % 2 == 0]
                 else:
                     need(cdepth(v) <= MAX_DEPTH - 5)
-            if degenerate:
-                skips["degenerate_boxes"] += 1
-                continue
-            if good is not None and len(good) < len(inst["mask"]):
+            skips["degenerate_boxes"] += degenerate
+            if not degenerate and good is not None and len(good) < len(inst["mask"]):
                 skips["dropped_polygons"] += len(inst["mask"]) - len(good)
-                if not good:
-                    skips["no_valid_polygon"] += 1
-                    continue
-                inst = {**inst, "mask": good}
-            kept.append(inst)
+                skips["no_valid_polygon"] += not good
+            kept.append(inst)  # kept as it is, as mmengine keeps it
         records.append({**info, "instances": kept})
-    return meta, records, dict(skips)
+    return meta, records, {k: v for k, v in skips.items() if v}

@@ -3,11 +3,15 @@
 ``pytest.importorskip`` only catches ``ImportError``; torchvision from PyPI beside the local
 CPU build of torch fails with a ``RuntimeError`` ("operator torchvision::nms does not exist"),
 so integrations with such libraries use :func:`import_or_skip` instead.
+
+CI names the libraries it installs in ``CATMAP_TEST_REQUIRE`` (space-separated module names,
+e.g. "torchvision"): for those a failed import fails the test instead of skipping it.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from types import ModuleType
 
 import pytest
@@ -20,5 +24,7 @@ def import_or_skip(name: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except Exception as error:  # ImportError, or a binary built for another torch
+        if name.split(".")[0] in os.environ.get("CATMAP_TEST_REQUIRE", "").split():
+            raise
         pytest.skip(f"{name} is not usable here: {type(error).__name__}: {error}",
                     allow_module_level=True)

@@ -3,7 +3,6 @@ instance and key; degenerate boxes and invalid polygons skipped and counted in o
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -80,7 +79,7 @@ BAD = [
     (("instances", 0, "bbox"), [0, 0, "1", 1], "bbox", False),
     (("instances", 0, "bbox"), [0, 0, 10**400, 1], "bbox", False),
     (("instances", 0, "bbox"), [0, 0, True, 1], "bbox", False),
-    (("instances", 0, "bbox_label"), 3, "bbox_label", False),
+    # a label beyond the classes is kept with a warning here (raw mode), refused when converting
     (("instances", 0, "bbox_label"), -1, "bbox_label", False),
     (("instances", 0, "bbox_label"), 1.0, "bbox_label", True),
     (("instances", 0, "bbox_label"), False, "bbox_label", True),
@@ -145,11 +144,11 @@ def test_degenerate_boxes_and_bad_polygons_skipped_and_counted_in_one_warning(tm
     insts.append({"bbox": [5, 9, 8, 2], "bbox_label": 0})  # negative height
     insts[1]["mask"] = [[1, 1, 9, 1, 9, 9], [1, 2], [1, 2, 3, 4, 5, 6, 7]]  # 2 invalid
     insts.append({"bbox": [1, 1, 2, 2], "bbox_label": 1, "mask": [[1, 2, 3, 4]]})  # none valid
-    expected = copy.deepcopy(doc["data_list"][0])
-    expected["instances"] = [insts[0], {**insts[1], "mask": [[1, 1, 9, 1, 9, 9]]}, insts[2]]
     with caplog.at_level(logging.WARNING, logger="catalog.formats.openmmlab"):
-        _, records = _load(tmp_path, doc)
-    assert records == [expected]
+        _, records = _load(tmp_path, doc, record_format="detectron2")
+    annotations = records[0]["annotations"]
+    assert [a["bbox"] for a in annotations] == [i["bbox"] for i in insts[:3]]
+    assert annotations[1]["segmentation"] == [[1, 1, 9, 1, 9, 9]]
     warnings = [r for r in caplog.records if hasattr(r, "annotation_skips")]
     assert len(warnings) == 1
     assert warnings[0].annotation_skips == {
@@ -159,6 +158,12 @@ def test_degenerate_boxes_and_bad_polygons_skipped_and_counted_in_one_warning(tm
     }
     message = warnings[0].getMessage()
     assert "ann.json" in message and "data_list[0].instances[3]" in message
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="catalog.formats.openmmlab"):
+        _, records = _load(tmp_path, doc)  # raw mode keeps them, as mmengine does
+    assert records == doc["data_list"]
+    (kept,) = [r for r in caplog.records if hasattr(r, "annotation_kept")]
+    assert kept.annotation_kept["degenerate_boxes"] == 2
 
 
 def test_extra_keys_kept_as_they_are(tmp_path):
@@ -178,8 +183,11 @@ def test_parse_data_info_sees_checked_entries_and_output_is_checked(tmp_path):
 
     doc = _doc()
     doc["data_list"][0]["instances"].append({"bbox": [3, 3, 1, 1], "bbox_label": 0})
-    _, records = _load(tmp_path, doc, parse_data_info=parse)
-    assert seen == [3] and records == [{"file_name": "a.jpg"}]
+    _, records = _load(tmp_path, doc, parse_data_info=parse)  # raw mode: as mmengine gives it
+    assert seen == [4] and records == [{"file_name": "a.jpg"}]
+    _load(tmp_path, doc, parse_data_info=lambda info: {**info, "n": parse(info)},
+          record_format="detectron2")
+    assert seen == [4, 3]  # converting: the checked entry, the empty box dropped
     with pytest.raises(ParseDataInfoError, match="entry 0") as info:
         _load(tmp_path, doc, parse_data_info=lambda info: "a.jpg")
     assert isinstance(info.value, TypeError) and isinstance(info.value, CatmapError)
@@ -206,7 +214,7 @@ def test_pickle_content_is_checked_too(tmp_path):
         load_annotation_file(path, allow_pickle=True)
 
 
-def test_real_mmengine_file_point_pair_masks_are_counted(caplog):
+def test_real_mmengine_file_point_pair_masks_are_kept_and_counted(caplog):
     path = "/work/shared/external/mmengine/annotations/dummy_annotation.json"
     if not os.path.isfile(path):
         pytest.skip("shared external files not available")
@@ -214,7 +222,8 @@ def test_real_mmengine_file_point_pair_masks_are_counted(caplog):
         n_instances = sum(len(d.get("instances", [])) for d in json.load(f)["data_list"])
     with caplog.at_level(logging.WARNING, logger="catalog.formats.openmmlab"):
         _, records = load_annotation_file(path, record_format="openmmlab")
-    # its masks are [x, y] pairs, not polygons: every instance is skipped, and counted
-    (warning,) = [r for r in caplog.records if hasattr(r, "annotation_skips")]
-    assert warning.annotation_skips["no_valid_polygon"] == n_instances > 0
-    assert all(r["instances"] == [] for r in records if "instances" in r)
+    # its masks are [x, y] pairs, not polygons: raw mode keeps them, as mmengine does, and
+    # counts them in one warning
+    (warning,) = [r for r in caplog.records if hasattr(r, "annotation_kept")]
+    assert warning.annotation_kept["no_valid_polygon"] == n_instances > 0
+    assert sum(len(r["instances"]) for r in records) == n_instances

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.optional_imports import import_or_skip
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 bench = pytest.importorskip("tools.bench_loader")
@@ -44,3 +46,11 @@ def test_quick_run_end_to_end(tmp_path):
     rows = {(r["workers"], r["pipeline"]): r for r in results["rows"]}
     assert rows[(1, "catmap")]["main_us"] < rows[(1, "torch-dl")]["main_us"]
     assert (tmp_path / "r.json").exists()
+
+
+def test_torchvision_v2_baseline_runs(tmp_path):
+    """The tv2 row is measured wherever torchvision imports (CI requires it there)."""
+    import_or_skip("torchvision.transforms.v2")
+    results = bench.main(["--quick", "--max-workers", "0", "--pipelines", "tv2"])
+    (row,) = [r for r in results["rows"] if r["pipeline"] == "tv2"]
+    assert row["img_s"] > 0 and not [n for n in results.get("notes", []) if "tv2" in n]

@@ -187,3 +187,53 @@ def test_instance_without_label_is_a_typed_error(tmp_path):
     assert (info.value.index, info.value.instance, info.value.img_id) == (0, 0, 9)
     _, raw = load_annotation_file(tmp_path / "ann.json", record_format="openmmlab")
     assert raw[0]["instances"] == [{"bbox": [0, 0, 2, 2]}]
+
+
+def _loose_doc() -> dict:
+    """What mmengine's BaseDataset keeps as it is: a label beyond the classes, [x, y] point
+    pairs as a mask (mmengine's own dummy_annotation.json has them), an empty box, extra keys."""
+    return {"metainfo": {"task_name": "t"}, "data_list": [
+        {"img_path": "a.jpg", "height": 20, "width": 30, "instances": [
+            {"bbox": [0, 0, 10, 20], "bbox_label": 1, "mask": [[0, 0], [0, 10], [10, 20]],
+             "extra_anns": [1, 2]},
+            {"bbox": [5, 5, 5, 9], "bbox_label": 0, "ignore_flag": 0},
+            {"bbox": [1, 1, 9, 9], "bbox_label": 0, "mask": [[1, 1, 9, 1, 9, 9], [2, 2]]}]},
+        {"img_path": "b.jpg", "instances": [], "note": "x"}]}
+
+
+def test_raw_mode_keeps_what_mmengine_keeps_and_warns(tmp_path, caplog):
+    path = tmp_path / "loose.json"
+    path.write_text(json.dumps(_loose_doc()))
+    with caplog.at_level("WARNING", logger="catalog.formats.openmmlab"):
+        meta, raw = load_annotation_file(path, metainfo={"classes": ("dog",)},
+                                         record_format="openmmlab")
+    assert raw == _loose_doc()["data_list"] and meta["classes"] == ("dog",)
+    (warning,) = [r for r in caplog.records if hasattr(r, "annotation_kept")]
+    assert warning.annotation_kept["unknown_labels"] == 1
+    assert warning.annotation_kept["degenerate_boxes"] == 1
+    assert warning.annotation_kept["no_valid_polygon"] == 1
+    assert "kept as they are" in warning.getMessage()
+    mmengine_dataset = import_or_skip("mmengine.dataset")
+    theirs = mmengine_dataset.BaseDataset(ann_file=str(path), metainfo={"classes": ("dog",)},
+                                          serialize_data=False)
+    assert len(theirs) == len(raw) and theirs.metainfo["classes"] == ("dog",)
+    for index, entry in enumerate(raw):
+        info = theirs.get_data_info(index)
+        assert {k: v for k, v in info.items() if k != "sample_idx"} == entry
+    # Converting still refuses the label with a typed error naming entry, instance and key.
+    with pytest.raises(AnnotationFormatError, match="bbox_label") as error:
+        load_annotation_file(path, metainfo={"classes": ("dog",)})
+    assert (error.value.index, error.value.instance, error.value.key) == (0, 0, "bbox_label")
+
+
+def test_converted_records_hold_no_raw_fields(tmp_path):
+    doc = {"metainfo": {"classes": ["a", "b"]}, "data_list": [
+        {"img_path": "a.jpg", "img_id": 4, "height": 20, "width": 30, "instances": [
+            {"bbox": [0, 0, 10, 20], "bbox_label": 1, "ignore_flag": 1,
+             "mask": [[0, 0, 9, 0, 9, 9]], "score": 0.5}]}]}
+    (tmp_path / "ann.json").write_text(json.dumps(doc))
+    _, (record,) = load_annotation_file(tmp_path / "ann.json")
+    assert record == {
+        "file_name": "a.jpg", "image_id": 4, "height": 20, "width": 30, "annotations": [
+            {"bbox": [0, 0, 10, 20], "bbox_mode": BoxMode.XYXY_ABS, "category_id": 1,
+             "iscrowd": 1, "segmentation": [[0, 0, 9, 0, 9, 9]], "score": 0.5}]}

@@ -62,7 +62,7 @@ def to_detectron2_record(entry: dict, *, index: int, path: str) -> dict:
             "they are)",
             path=path, index=index, img_id=img_id, key="img_path",
         )
-    record: dict[str, Any] = {k: v for k, v in entry.items() if k not in _ENTRY_KEYS}
+    record: dict[str, Any] = {k: v for k, v in entry.items() if k not in _ENTRY_TARGETS.values()}
     for key, value in entry.items():
         if key == "instances":
             record["annotations"] = [
@@ -107,7 +107,8 @@ def _annotation(inst: dict, j: int, *, index: int, img_id: Any, path: str) -> di
                 "record_format='openmmlab' to keep entries as they are)",
                 path=path, index=index, img_id=img_id, instance=j, key=required,
             )
-    annotation: dict[str, Any] = {k: v for k, v in inst.items() if k not in _INSTANCE_TARGETS}
+    annotation: dict[str, Any] = {k: v for k, v in inst.items()
+                                  if k not in _INSTANCE_TARGETS and k not in _INSTANCE_KEYS}
     for key, value in inst.items():
         if key == "bbox":
             annotation["bbox"] = list(value)
@@ -282,10 +283,17 @@ def load_annotation_file(
     path, content, merged = _read_file(ann_file, data_root, metainfo, allow_pickle,
                                        allow_yaml_aliases)
     prefixes = {key: _resolve(prefix, data_root) for key, prefix in (data_prefix or {}).items()}
-    validator = Validator(path, num_classes=_num_classes(merged), max_depth=MAX_DEPTH)
+    raw_mode = record_format == "openmmlab"
+    num_classes = _num_classes(merged)
+    validator = Validator(path, num_classes=None if raw_mode else num_classes,
+                          max_depth=MAX_DEPTH)
     records: list[dict] = []
+    unknown_labels = 0
     for index, raw in enumerate(content["data_list"]):
         info = validator.data_info(raw, index)
+        if raw_mode:  # kept as mmengine keeps it; what conversion would refuse is counted
+            info = raw
+            unknown_labels += _unknown_labels(raw, num_classes)
         parsed = parse_data_info(info) if parse_data_info is not None else info
         if isinstance(parsed, dict):
             parsed = [parsed]
@@ -310,9 +318,35 @@ def load_annotation_file(
             if record_format == "detectron2":
                 record = to_detectron2_record(record, index=index, path=path)
             records.append(record)
-    validator.skips.report(path, logger)
+    if raw_mode:
+        _report_kept(path, validator.skips.as_dict(), unknown_labels, num_classes)
+    else:
+        validator.skips.report(path, logger)
     logger.info("loaded %d records from %s", len(records), path)
     return merged, records
+
+
+def _unknown_labels(entry: dict, num_classes: int | None) -> int:
+    """How many of ``entry``'s instances have a ``bbox_label`` outside 0..num_classes-1."""
+    if num_classes is None:
+        return 0
+    labels = [inst.get("bbox_label") for inst in entry.get("instances") or ()]
+    return sum(1 for label in labels if label is not None and not 0 <= label < num_classes)
+
+
+def _report_kept(path: str, counts: dict[str, int], unknown_labels: int,
+                 num_classes: int | None) -> None:
+    """Warn once about the instances that raw mode keeps but conversion would refuse or drop."""
+    problems = [f"{n} {what}" for n, what in (
+        (unknown_labels, f"instances with a bbox_label outside 0..{(num_classes or 0) - 1}"),
+        (counts["degenerate_boxes"], "instances with an empty bbox (x2 <= x1 or y2 <= y1)"),
+        (counts["no_valid_polygon"], "instances without a valid mask polygon"),
+        (counts["dropped_polygons"], "mask polygons with fewer than 6 or an odd count of "
+         "coordinates")) if n]
+    if problems:
+        logger.warning("%s: kept as they are (record_format='openmmlab'), though the detectron2 "
+                       "conversion refuses or drops them: %s", path, "; ".join(problems),
+                       extra={"annotation_kept": {**counts, "unknown_labels": unknown_labels}})
 
 
 class AnnotationFileOptions(TypedDict, total=False):
