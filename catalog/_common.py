@@ -1,6 +1,7 @@
 """catmap's internal vocabulary, used by catalog, mappers and samplers alike: the error base
 classes and catalog's typed errors, argument checks, seed derivation, environment switches,
-config values (OmegaConf, detectron2-style configs) and rate-limited warnings.
+config values (OmegaConf, detectron2-style configs), a garbage-collector pause and
+rate-limited warnings.
 
 Internal: import it as ``from catalog._common import ...``; the public errors are re-exported
 by :mod:`catalog`.
@@ -9,7 +10,9 @@ by :mod:`catalog`.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
+import gc
 import logging
 import math
 import mmap
@@ -20,7 +23,7 @@ import sys
 import tempfile
 import threading
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -271,7 +274,7 @@ def check_int(
     """
     if value is None and optional:
         return None  # type: ignore[return-value]
-    if not is_int(value):
+    if type(value) is not int and not is_int(value):
         raise _wrong_type(error, where, name, _int_kind(minimum, maximum), value, optional)
     number = int(value)
     if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
@@ -304,8 +307,10 @@ def check_float(
     """
     if value is None and optional:
         return None  # type: ignore[return-value]
-    span = _float_range(minimum, maximum, above, below)
-    if not is_number(value):
+    if type(value) is not float and type(value) is not int and not (
+        is_int(value) or isinstance(value, np.floating)
+    ):
+        span = _float_range(minimum, maximum, above, below)
         number_kind = "finite number" if finite else "number"
         if span.startswith("in "):
             kind = f"a number {span}"
@@ -326,6 +331,7 @@ def check_float(
         or (above is not None and not number > above)
         or (below is not None and not number < below)
     ):
+        span = _float_range(minimum, maximum, above, below)
         if span.startswith("in ") or (span and not finite):
             text = span
         elif finite:
@@ -415,8 +421,11 @@ def derive_seed(*parts: int | None) -> int:
         >>> derive_seed(42, 0, 1) == derive_seed(42, 0, 1) != derive_seed(42, 1, 0)
         True
     """
-    entropy = [int(p) + 1 if p is not None else 0 for p in parts]
-    if any(e < 0 for e in entropy):
+    entropy, negative = [], False
+    for part in parts:
+        entropy.append(0 if part is None else int(part) + 1)
+        negative = negative or entropy[-1] < 0
+    if negative:  # wrap every part to 64 bits
         entropy = [e & 0xFFFFFFFFFFFFFFFF for e in entropy]
     state = np.random.SeedSequence(entropy).generate_state(2, dtype=np.uint32)
     return int((int(state[0]) << 31) ^ int(state[1])) & 0x7FFFFFFFFFFFFFFF
@@ -434,6 +443,24 @@ def torch_generator(*parts: int | None):  # -> torch.Generator
     generator = torch.Generator()
     generator.manual_seed(derive_seed(*parts))
     return generator
+
+
+@contextlib.contextmanager
+def gc_paused(*, promote: bool = False) -> Iterator[None]:
+    """Disable the garbage collector while building many small objects that form no cycles
+    (records). ``promote``: move what the block created to the oldest generation on exit
+    (freeze + unfreeze), so later collections do not rescan it; skipped when the
+    application froze objects itself."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            if promote and gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
+            gc.enable()
 
 
 # ----------------------------------------------------------------------- environment flags
@@ -489,11 +516,21 @@ def plain_value(value: Any) -> Any:
     if is_config_container(value):
         return _to_container(value)
     if isinstance(value, dict):
-        items = {key: plain_value(item) for key, item in value.items()}
-        return items if any(items[k] is not v for k, v in value.items()) else value
+        converted: Any = None
+        for key, item in value.items():
+            new = plain_value(item)
+            if new is not item:
+                converted = converted or dict(value)
+                converted[key] = new
+        return value if converted is None else converted
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):  # keep namedtuples
-        converted = [plain_value(item) for item in value]
-        if all(new is old for new, old in zip(converted, value, strict=True)):
+        converted = None
+        for index, item in enumerate(value):
+            new = plain_value(item)
+            if new is not item:
+                converted = converted or list(value)
+                converted[index] = new
+        if converted is None:
             return value
         return converted if isinstance(value, list) else tuple(converted)
     return value
@@ -505,9 +542,9 @@ def plain_container(value: Any) -> Any:
     if is_config_container(value):
         return _to_container(value)
     if isinstance(value, Mapping):
-        return {key: plain_value(item) for key, item in value.items()}
+        return plain_value(dict(value))  # a new dict either way
     if isinstance(value, Sequence) and not isinstance(value, _SCALAR_SEQUENCES):
-        return [plain_value(item) for item in value]
+        return plain_value(list(value))
     return value
 
 

@@ -637,9 +637,5 @@ def builtin_dataset_names() -> list[str]:
     return list(_PROVIDER.names())
 
 
-def _on_missing_metadata(name: str) -> bool:
-    return DatasetCatalog._materialize(name)
-
-
 DatasetCatalog._set_lazy_provider(_PROVIDER)
-MetadataCatalog._on_missing = _on_missing_metadata
+MetadataCatalog._on_missing = DatasetCatalog._materialize

@@ -14,27 +14,26 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct, UNSET, UnsetType
 
 from ..box_mode import BoxMode
-from .._common import AnnotationFormatError, plain_container
+from .._common import AnnotationFormatError, gc_paused, plain_container
 from ..dataset_catalog import DatasetCatalog
-from ..gc_pause import gc_paused
 from ..metadata import MetadataCatalog
 from ..version import __version__
 from .files import read_bytes
 from .validate import (
     INT64_MAX,
     INT64_MIN,
+    MAX_EXAMPLES,
     MAX_IMAGE_SIDE,
     MAX_NUM_KEYPOINTS,
     MAX_RLE_RUN,
     RLE_CHARS,
-    SkipCounts,
     extra_value_problem,
     keypoints_problem,
     short_repr,
@@ -42,6 +41,7 @@ from .validate import (
 
 logger = logging.getLogger(__name__)
 _get_id = attrgetter("id")
+_get_image_id, _get_annotations = itemgetter("image_id"), itemgetter("annotations")
 
 #: Deepest nesting of JSON arrays and objects accepted anywhere in the file (the top level is 1).
 MAX_JSON_DEPTH = 1024
@@ -107,11 +107,60 @@ _ANNOTATION_FIELDS: list[tuple[Any, ...]] = [
 _FIELD_NAMES = frozenset(f[0] for f in _ANNOTATION_FIELDS)
 
 
+class SkipCounts:
+    """Counts of skipped or repaired items, reported in one warning per kind."""
+
+    __slots__ = (
+        "orphans", "orphan_examples", "degenerate", "degenerate_examples", "negative_area",
+        "negative_area_examples", "bad_polygons", "no_valid_polygon",
+        "no_valid_polygon_examples", "ignored", "missing_size",
+    )
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, [] if name.endswith("_examples") else 0)
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        """Every count and example list, in slot order (to compare two loads)."""
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def _skip(self, count: str, examples: list[Any], example: Any) -> None:
+        setattr(self, count, getattr(self, count) + 1)
+        if len(examples) < MAX_EXAMPLES:
+            examples.append(example)
+
+    def skip_orphan(self, ann_id: Any, image_id: Any) -> None:
+        """Count an annotation whose image_id is not among the images."""
+        self._skip("orphans", self.orphan_examples, (ann_id, image_id))
+
+    def skip_degenerate(self, ann_id: Any, bbox: Any) -> None:
+        """Count an annotation with an empty or negative bbox."""
+        self._skip("degenerate", self.degenerate_examples, (ann_id, bbox))
+
+    def skip_negative_area(self, ann_id: Any, area: Any) -> None:
+        """Count an annotation with a negative ``area``."""
+        self._skip("negative_area", self.negative_area_examples, (ann_id, area))
+
+    def drop_invalid_polygons(self, segm: list[Any], ann_id: Any) -> list[Any] | None:
+        """The polygons of ``segm`` with at least 6 coordinates and an even count, counting the
+        others; None (the instance is skipped, and counted) when none is valid. Called only
+        once a caller has seen an invalid polygon, so the common case costs nothing.
+        """
+        valid = [p for p in segm if len(p) >= 6 and not len(p) & 1]
+        self.bad_polygons += len(segm) - len(valid)
+        if valid:
+            return valid
+        self._skip("no_valid_polygon", self.no_valid_polygon_examples, ann_id)
+        return None
+
+
 @functools.lru_cache(maxsize=16)
 def _decoder(extra_keys: tuple[str, ...], lvis: bool) -> msgspec.json.Decoder:
     """The decoder of a file whose annotations also carry ``extra_keys`` (any JSON value)."""
-    fields = _ANNOTATION_FIELDS + [(f"extra_{i}", Any, UNSET) for i in range(len(extra_keys))]
-    rename = {f"extra_{i}": key for i, key in enumerate(extra_keys)}
+    fields, rename = list(_ANNOTATION_FIELDS), {}
+    for i, key in enumerate(extra_keys):
+        fields.append((f"extra_{i}", Any, UNSET))
+        rename[f"extra_{i}"] = key
     annotation = msgspec.defstruct("_Annotation", fields, gc=False, kw_only=True,
                                    rename=rename or None)
     image, category = (_LvisImage, _LvisCategory) if lvis else (_Image, _Category)
@@ -217,19 +266,23 @@ def load_coco_records(
     """The work of :func:`load_coco_json` without metadata or warnings:
     ``(records, category structs sorted by id, skip counts)``."""
     json_file, image_root = os.fspath(json_file), os.fspath(image_root)
-    keys = tuple(dict.fromkeys(extra_annotation_keys))
-    extra = tuple(k for k in keys if k not in RECORD_KEYS and k not in _FIELD_NAMES)
-    validated = tuple(k for k in keys if k in VALIDATED_KEYS)
+    extra: list[str] = []
+    validated: list[str] = []
+    for key in dict.fromkeys(extra_annotation_keys):
+        if key in VALIDATED_KEYS:
+            validated.append(key)
+        elif key not in RECORD_KEYS and key not in _FIELD_NAMES:
+            extra.append(key)
     counts = SkipCounts()
     with gc_paused(promote=True):
-        data = _decode(json_file, extra, lvis)
-        categories, keypoint_counts = _categories(data.categories or [], json_file)
+        data = _decode(json_file, tuple(extra), lvis)
+        categories, keypoint_counts, id_map = _categories(data.categories or [], json_file)
         records, annos_of_image = _image_records(data.images, json_file, image_root, lvis, counts)
-        _attach(data.annotations or [], annos_of_image, {c.id: i for i, c in enumerate(categories)},
-                keypoint_counts, extra, validated, json_file, counts)
+        _attach(data.annotations or [], annos_of_image, id_map, keypoint_counts, extra, validated,
+                json_file, counts)
         if lvis:
-            _lvis_id_lists(data.images, records, {c.id for c in categories}, json_file)
-            records.sort(key=lambda r: r["image_id"])
+            _lvis_id_lists(data.images, records, id_map, json_file)
+            records.sort(key=_get_image_id)
     return records, categories, counts
 
 
@@ -237,14 +290,21 @@ def _fail(json_file: str, kind: str, item_id: Any, index: int, problem: str) -> 
     raise AnnotationFormatError(f"{json_file}: {kind} {short_repr(item_id)} (index {index}): {problem}")
 
 
-def _categories(categories: list[Any], json_file: str) -> tuple[list[Any], list[int | None]]:
-    seen: set[int] = set()
+def _categories(
+    categories: list[Any], json_file: str
+) -> tuple[list[Any], list[int | None], dict[int, int]]:
+    """The categories sorted by id, their keypoint counts, and COCO id -> contiguous id."""
+    id_map: dict[int, int] = {}
     for index, cat in enumerate(categories):
-        if cat.id in seen:
+        if cat.id in id_map:
             _fail(json_file, "category", cat.id, index, f"category id {cat.id} appears more than once")
-        seen.add(cat.id)
-    ordered = sorted(categories, key=lambda c: c.id)
-    return ordered, [len(c.keypoints) if c.keypoints else None for c in ordered]
+        id_map[cat.id] = index
+    ordered = sorted(categories, key=_get_id)
+    keypoint_counts: list[int | None] = []
+    for contiguous, cat in enumerate(ordered):
+        id_map[cat.id] = contiguous
+        keypoint_counts.append(len(cat.keypoints) if cat.keypoints else None)
+    return ordered, keypoint_counts, id_map
 
 
 _BAD_URL_PARTS = ("", ".", "..")
@@ -308,8 +368,8 @@ def _attach(
     annos_of_image: dict[int, list[dict]],
     id_map: dict[int, int],
     keypoint_counts: list[int | None],
-    extra_keys: tuple[str, ...],
-    validated_keys: tuple[str, ...],
+    extra_keys: list[str],
+    validated_keys: list[str],
     json_file: str,
     counts: SkipCounts,
 ) -> None:
@@ -331,7 +391,7 @@ def _attach(
             if ann_id is not None:
                 seen.add(ann_id)
     del ids, unique
-    extra_fields = [(f"extra_{i}", key) for i, key in enumerate(extra_keys)]
+    extra_fields = list(enumerate(extra_keys))
     extra: dict[str, Any] = {}
     rle, unset, find_problem = _Rle, UNSET, keypoints_problem
     for ann in annotations:
@@ -347,8 +407,8 @@ def _attach(
                       f"{total}, not height * width = {pixels}")
         if extra_fields or validated_keys:
             extra = {}
-            for field, key in extra_fields:
-                value = getattr(ann, field)
+            for i, key in extra_fields:
+                value = getattr(ann, f"extra_{i}")
                 if value is not unset:
                     problem = extra_value_problem(value)
                     if problem:
@@ -400,7 +460,7 @@ def _attach(
         target.append(obj)
 
 
-def _lvis_id_lists(images: list[Any], records: list[dict], known: set[int], json_file: str) -> None:
+def _lvis_id_lists(images: list[Any], records: list[dict], known: dict[int, int], json_file: str) -> None:
     by_id = {r["image_id"]: r for r in records}
     for index, img in enumerate(images):
         record = by_id[img.id]
@@ -413,8 +473,8 @@ def _lvis_id_lists(images: list[Any], records: list[dict], known: set[int], json
             record[key] = ids
 
 
-def report_skips(counts: SkipCounts, json_file: str) -> None:
-    """Log one summary warning per kind of what loading ``json_file`` skipped."""
+def _report(records: list[dict], counts: SkipCounts, json_file: str, kind: str) -> list[dict]:
+    """Log one summary warning per kind of what loading ``json_file`` skipped, and the totals."""
     if counts.orphans:
         logger.warning("%s: skipped %d annotations whose image_id is not among the images "
                        "(annotation id, image_id): %s", json_file, counts.orphans, counts.orphan_examples)
@@ -437,11 +497,21 @@ def report_skips(counts: SkipCounts, json_file: str) -> None:
                        json_file, counts.missing_size)
 
 
-def _finish(records: list[dict], counts: SkipCounts, json_file: str, kind: str) -> list[dict]:
-    report_skips(counts, json_file)
     logger.info("loaded %d images and %d instances from %s (%s)", len(records),
-                sum(len(r["annotations"]) for r in records), json_file, kind)
+                sum(map(len, map(_get_annotations, records))), json_file, kind)
     return records
+
+
+def _thing_metadata(categories: list[Any], lvis: bool) -> dict[str, Any]:
+    """``thing_classes`` (an LVIS category's first synonym, else its name, else its id) and
+    ``thing_dataset_id_to_contiguous_id`` of categories sorted by id."""
+    classes: list[str] = []
+    id_map: dict[int, int] = {}
+    for contiguous, cat in enumerate(categories):
+        name = cat.synonyms[0] if lvis and cat.synonyms else cat.name
+        classes.append(name if name is not None else str(cat.id))
+        id_map[cat.id] = contiguous
+    return {"thing_classes": classes, "thing_dataset_id_to_contiguous_id": id_map}
 
 
 def load_coco_json(
@@ -464,10 +534,9 @@ def load_coco_json(
     records, categories, counts = load_coco_records(json_file, image_root, extra_annotation_keys or ())
     if dataset_name is not None:
         MetadataCatalog.get(dataset_name, warn_unregistered=False).set(
-            thing_classes=[c.name if c.name is not None else str(c.id) for c in categories],
-            thing_dataset_id_to_contiguous_id={c.id: i for i, c in enumerate(categories)},
+            **_thing_metadata(categories, lvis=False)
         )
-    return _finish(records, counts, json_file, "COCO")
+    return _report(records, counts, json_file, "COCO")
 
 
 def load_lvis_json(
@@ -489,11 +558,7 @@ def load_lvis_json(
     )
     if dataset_name is not None:
         meta = MetadataCatalog.get(dataset_name, warn_unregistered=False)
-        values: dict[str, Any] = {
-            "thing_classes": [c.synonyms[0] if c.synonyms else c.name if c.name is not None
-                              else str(c.id) for c in categories],
-            "thing_dataset_id_to_contiguous_id": {c.id: i for i, c in enumerate(categories)},
-        }
+        values = _thing_metadata(categories, lvis=True)
         if categories and all(c.image_count is not None for c in categories):
             if meta.get("class_image_count") is None:
                 values["class_image_count"] = [{"id": c.id, "image_count": c.image_count}
@@ -502,7 +567,7 @@ def load_lvis_json(
             if meta.get("class_frequency") is None:
                 values["class_frequency"] = [c.frequency for c in categories]
         meta.set(**values)
-    return _finish(records, counts, json_file, "LVIS")
+    return _report(records, counts, json_file, "LVIS")
 
 
 def register_json_instances(
@@ -526,10 +591,7 @@ def register_json_instances(
     if metadata is not None and not isinstance(metadata, dict):
         raise TypeError(f"metadata of dataset {name!r} must be a dict, got {type(metadata).__name__}")
     extra = tuple(extra_annotation_keys or ())
-
-    def load_records() -> list[dict]:
-        return load(json_file, image_root, name, extra_annotation_keys=extra)
-
+    load_records = functools.partial(load, json_file, image_root, name, extra_annotation_keys=extra)
     DatasetCatalog.register(name, load_records, source_files=(json_file,), options={"cache": cache},
                             cache_key={
                                 "loader": loader_name,

@@ -1,5 +1,5 @@
 """Validation of annotations for every format in one place: the typed errors, the limits,
-the skip counters, the COCO value checks, the OpenMMLab 2.0 ``data_list`` validator and the
+the COCO value checks, the OpenMMLab 2.0 ``data_list`` validator and the
 COCO panoptic segment checks. Errors name the file, the item (id and index) and the key.
 """
 
@@ -134,57 +134,6 @@ _repr.maxlist = _repr.maxdict = 8
 def short_repr(value: Any) -> str:
     """A bounded repr for error messages (deeply nested or huge values stay short)."""
     return _repr.repr(value)
-
-
-class SkipCounts:
-    """Counts of skipped or repaired items, reported in one warning per kind."""
-
-    __slots__ = (
-        "orphans", "orphan_examples", "degenerate", "degenerate_examples", "negative_area",
-        "negative_area_examples", "bad_polygons", "no_valid_polygon",
-        "no_valid_polygon_examples", "ignored", "missing_size",
-    )
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, [] if name.endswith("_examples") else 0)
-
-    def as_tuple(self) -> tuple[Any, ...]:
-        """Every count and example list, in slot order (to compare two loads)."""
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def total(self) -> int:
-        """How many items were skipped, dropped or counted in all."""
-        return sum(getattr(self, n) for n in self.__slots__ if not n.endswith("_examples"))
-
-    def _skip(self, count: str, examples: list[Any], example: Any) -> None:
-        setattr(self, count, getattr(self, count) + 1)
-        if len(examples) < MAX_EXAMPLES:
-            examples.append(example)
-
-    def skip_orphan(self, ann_id: Any, image_id: Any) -> None:
-        """Count an annotation whose image_id is not among the images."""
-        self._skip("orphans", self.orphan_examples, (ann_id, image_id))
-
-    def skip_degenerate(self, ann_id: Any, bbox: Any) -> None:
-        """Count an annotation with an empty or negative bbox."""
-        self._skip("degenerate", self.degenerate_examples, (ann_id, bbox))
-
-    def skip_negative_area(self, ann_id: Any, area: Any) -> None:
-        """Count an annotation with a negative ``area``."""
-        self._skip("negative_area", self.negative_area_examples, (ann_id, area))
-
-    def drop_invalid_polygons(self, segm: list[Any], ann_id: Any) -> list[Any] | None:
-        """The polygons of ``segm`` with at least 6 coordinates and an even count, counting the
-        others; None (the instance is skipped, and counted) when none is valid. Called only
-        once a caller has seen an invalid polygon, so the common case costs nothing.
-        """
-        valid = [p for p in segm if len(p) >= 6 and not len(p) & 1]
-        self.bad_polygons += len(segm) - len(valid)
-        if valid:
-            return valid
-        self._skip("no_valid_polygon", self.no_valid_polygon_examples, ann_id)
-        return None
 
 
 _VISIBILITY = frozenset((0, 1, 2))

@@ -21,8 +21,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .._common import CatmapError, RecordFormatError
-from ..gc_pause import gc_paused
+from .._common import CatmapError, RecordFormatError, gc_paused
 
 __all__ = [
     "ImmutableRecordsError",
