@@ -195,8 +195,10 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
                         )
                 records = SerializedList(result, name=name)
             after = MetadataCatalog.get(name).as_dict() if name in MetadataCatalog else {}
-            changed = {k: v for k, v in after.items()
-                       if k != "name" and (k not in before or not values_equal(before[k], v))}
+            changed = {}
+            for key, value in after.items():
+                if key != "name" and (key not in before or not values_equal(before[key], value)):
+                    changed[key] = value
             return records, {"metadata": changed}
 
         cached = entry.options.get("cache", True) and entry.source_files

@@ -133,7 +133,11 @@ class Metadata:
 
     def as_dict(self) -> dict[str, Any]:
         """A shallow copy of every key and value."""
-        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        values = {}
+        for key, value in self.__dict__.items():
+            if not key.startswith("_"):
+                values[key] = value
+        return values
 
     def __contains__(self, key: object) -> bool:
         return (

@@ -155,7 +155,8 @@ class Registry(Generic[V]):
         """The object registered under ``name``, or ``default`` (no error)."""
         with self._lock:
             found = self._items.get(name, _MISSING) if isinstance(name, str) else _MISSING
-        if found is _MISSING and isinstance(name, str) and name in self._module_names():
+        if (found is _MISSING and self._module is not None and isinstance(name, str)
+                and name in self._module_names()):
             found = getattr(self._module, name, _MISSING)
         return default if found is _MISSING else found
 

@@ -23,8 +23,9 @@ import stat as stat_module
 import time
 import warnings
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -202,7 +203,7 @@ class CacheKey:
     def file_name(self) -> str:
         """``<name>-<identity>-<digest>.catmap``: the identity (loader, options, source paths)
         groups versions of one dataset, so writing one removes the older ones."""
-        identity = "\0".join([self.loader, self.options, *(s[0] for s in self.sources)])
+        identity = "\0".join([self.loader, self.options, *map(itemgetter(0), self.sources)])
         whole = json.dumps(self.fields(), sort_keys=True)
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name).strip("._")[:80] or "dataset"
         identity_digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:10]
@@ -435,23 +436,17 @@ class DiskCache:
         logger.info("cached %d records of %r in %s", len(records), key.name, where)
         return mapped.records(key.name), extra
 
-    @contextlib.contextmanager
-    def _lock(self, key: CacheKey) -> Iterator[bool]:
-        """Hold the key's build lock; yields False when another process held it past
-        :func:`lock_timeout` (the caller then builds without the cache)."""
+    def _lock(self, key: CacheKey) -> filelock.FileLock | None:
+        """The key's build lock, held (not held when it cannot be created: releasing it does
+        nothing); None when another process held it past :func:`lock_timeout` (the caller
+        then builds without the cache)."""
         path = str(self.directory / (key.file_name() + _LOCK_SUFFIX))
         lock = filelock.FileLock(path, mode=0o600)
         try:
-            held = _acquire(lock, key.name, path)
+            return lock if _acquire(lock, key.name, path) else None
         except OSError as exc:
             warn_once(f"lock:{self.directory}", f"catmap cache: cannot lock {path} ({exc})")
-            yield True
-            return
-        try:
-            yield held
-        finally:
-            if held:
-                lock.release()
+            return lock
 
     def _skip(self, exc: CacheError) -> None:
         warn_once(f"{self.directory}:{type(exc).__name__}",
@@ -498,12 +493,13 @@ class DiskCache:
             hit = self._load_in(dfd, key)
             if hit is not None:
                 return hit
-            with self._lock(key) as held:
-                hit = self._load_in(dfd, key) if held else None
+            lock = self._lock(key)
+            try:
+                hit = self._load_in(dfd, key) if lock is not None else None
                 if hit is not None:
                     return hit
                 records, extra = build()
-                if not held or (cacheable is not None and not cacheable(records, extra)):
+                if lock is None or (cacheable is not None and not cacheable(records, extra)):
                     return records, extra
                 try:
                     return self._store_in(dfd, key, records, extra)
@@ -512,6 +508,9 @@ class DiskCache:
                 except TypeError as exc:  # extra (the loader's metadata) is not data-only
                     logger.info("not caching %r: %s", key.name, exc)
                 return records, extra
+            finally:
+                if lock is not None:
+                    lock.release()  # a no-op when not held
         finally:
             os.close(dfd)
 
