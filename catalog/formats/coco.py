@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import sys
+from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any, Literal
@@ -107,18 +108,22 @@ _ANNOTATION_FIELDS: list[tuple[Any, ...]] = [
 _FIELD_NAMES = frozenset(f[0] for f in _ANNOTATION_FIELDS)
 
 
+@dataclass(slots=True)
 class SkipCounts:
-    """Counts of skipped or repaired items, reported in one warning per kind."""
+    """Counts of skipped or repaired items (with the first examples), reported in one
+    warning per kind."""
 
-    __slots__ = (
-        "orphans", "orphan_examples", "degenerate", "degenerate_examples", "negative_area",
-        "negative_area_examples", "bad_polygons", "no_valid_polygon",
-        "no_valid_polygon_examples", "ignored", "missing_size",
-    )
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, [] if name.endswith("_examples") else 0)
+    orphans: int = 0
+    orphan_examples: list[Any] = field(default_factory=list)
+    degenerate: int = 0
+    degenerate_examples: list[Any] = field(default_factory=list)
+    negative_area: int = 0
+    negative_area_examples: list[Any] = field(default_factory=list)
+    bad_polygons: int = 0
+    no_valid_polygon: int = 0
+    no_valid_polygon_examples: list[Any] = field(default_factory=list)
+    ignored: int = 0
+    missing_size: int = 0
 
     def as_tuple(self) -> tuple[Any, ...]:
         """Every count and example list, in slot order (to compare two loads)."""

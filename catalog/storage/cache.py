@@ -443,10 +443,28 @@ class DiskCache:
         path = str(self.directory / (key.file_name() + _LOCK_SUFFIX))
         lock = filelock.FileLock(path, mode=0o600)
         try:
-            return lock if _acquire(lock, key.name, path) else None
+            try:
+                lock.acquire(timeout=0)
+                return lock
+            except filelock.Timeout:
+                pass
+            limit, waited = lock_timeout(), 0.0
+            while waited < limit:
+                logger.info("waiting for another process to build the cache of %r (%.0f s of "
+                            "%.0f s)", key.name, waited, limit)  # fmt: skip
+                step = min(_LOCK_LOG_EVERY, limit - waited)
+                try:
+                    lock.acquire(timeout=step)
+                    return lock
+                except filelock.Timeout:
+                    waited += step
         except OSError as exc:
             warn_once(f"lock:{self.directory}", f"catmap cache: cannot lock {path} ({exc})")
             return lock
+        warn_once(f"lock-timeout:{path}", f"catmap cache: another process has held {path} for "
+                  f"{limit:.0f} s (CATMAP_CACHE_LOCK_TIMEOUT); building {key.name!r} here "
+                  "without the cache")  # fmt: skip
+        return None
 
     def _skip(self, exc: CacheError) -> None:
         warn_once(f"{self.directory}:{type(exc).__name__}",
@@ -549,28 +567,6 @@ class DiskCache:
         for lock in self.directory.glob(f"*{CACHE_SUFFIX}{_LOCK_SUFFIX}"):
             _remove_idle_lock(lock)
         return removed
-
-
-def _acquire(lock: filelock.FileLock, name: str, path: str) -> bool:
-    try:
-        lock.acquire(timeout=0)
-        return True
-    except filelock.Timeout:
-        pass
-    limit, waited = lock_timeout(), 0.0
-    while waited < limit:
-        logger.info("waiting for another process to build the cache of %r (%.0f s of %.0f s)",
-                    name, waited, limit)  # fmt: skip
-        step = min(_LOCK_LOG_EVERY, limit - waited)
-        try:
-            lock.acquire(timeout=step)
-            return True
-        except filelock.Timeout:
-            waited += step
-    warn_once(f"lock-timeout:{path}", f"catmap cache: another process has held {path} for "
-              f"{limit:.0f} s (CATMAP_CACHE_LOCK_TIMEOUT); building {name!r} here without the "
-              "cache")  # fmt: skip
-    return False
 
 
 def load_with_cache(
