@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import sys
 import threading
 import warnings
@@ -66,7 +67,10 @@ def values_equal(a: Any, b: Any) -> bool:
     except Exception:  # an exotic __eq__ that raises: treat as different
         return False
     if isinstance(result, (bool, np.bool_)):
-        return bool(result)
+        return bool(result) or (  # NaN equals NaN, as in arrays
+            isinstance(a, (float, np.floating)) and isinstance(b, (float, np.floating))
+            and math.isnan(a) and math.isnan(b)
+        )
     try:
         return bool(np.all(result))
     except Exception:
