@@ -26,7 +26,7 @@ from .._common import AnnotationFormatError, gc_paused, plain_container
 from ..dataset_catalog import DatasetCatalog
 from ..metadata import MetadataCatalog
 from ..version import __version__
-from .files import read_bytes
+from .files import outside_root_problem, read_bytes
 from .validate import (
     INT64_MAX,
     INT64_MIN,
@@ -267,6 +267,9 @@ def load_coco_records(
     extra_annotation_keys: Sequence[str] = (),
     *,
     lvis: bool = False,
+    keep_file_order: bool = False,
+    allow_outside_root: bool = False,
+    dataset_name: str | None = None,
 ) -> tuple[list[dict], list[Any], SkipCounts]:
     """The work of :func:`load_coco_json` without metadata or warnings:
     ``(records, category structs sorted by id, skip counts)``."""
@@ -282,12 +285,14 @@ def load_coco_records(
     with gc_paused(promote=True):
         data = _decode(json_file, tuple(extra), lvis)
         categories, keypoint_counts, id_map = _categories(data.categories or [], json_file)
-        records, annos_of_image = _image_records(data.images, json_file, image_root, lvis, counts)
+        records, annos_of_image = _image_records(data.images, json_file, image_root, lvis, counts,
+                                                 allow_outside_root, dataset_name)
         _attach(data.annotations or [], annos_of_image, id_map, keypoint_counts, extra, validated,
                 json_file, counts)
         if lvis:
             _lvis_id_lists(data.images, records, id_map, json_file)
-            records.sort(key=_get_image_id)
+        if not keep_file_order:
+            records.sort(key=_get_image_id)  # as detectron2 (sorted image ids); stable
     return records, categories, counts
 
 
@@ -331,7 +336,8 @@ def _lvis_file_name(img: Any, index: int, json_file: str) -> str:
 
 
 def _image_records(
-    images: list[Any], json_file: str, image_root: str, lvis: bool, counts: SkipCounts
+    images: list[Any], json_file: str, image_root: str, lvis: bool, counts: SkipCounts,
+    allow_outside_root: bool, dataset_name: str | None,
 ) -> tuple[list[dict], dict[int, list[dict]]]:
     records: list[dict] = []
     annos_of_image: dict[int, list[dict]] = {}
@@ -343,6 +349,15 @@ def _image_records(
             _fail(json_file, "image", image_id, index, "'file_name' holds a NUL character")
         if image_id in annos_of_image:
             _fail(json_file, "image", image_id, index, f"image id {image_id} appears more than once")
+        if not allow_outside_root and (".." in file_name or file_name[0] in "/\\" or not posix):
+            problem = outside_root_problem(file_name)
+            if problem:
+                key = "coco_url" if lvis and img.coco_url is not None else "file_name"
+                raise AnnotationFormatError(
+                    f"dataset {dataset_name!r}, {json_file}: image {short_repr(image_id)} (index "
+                    f"{index}): {key!r} {short_repr(file_name)} {problem}; images must lie under "
+                    "image_root (pass allow_outside_root=True to the loader or register call "
+                    "to allow it)")
         if not image_root or (posix and file_name.startswith("/")):
             path = file_name
         elif posix:  # os.path.join without its per-call overhead
@@ -524,11 +539,17 @@ def load_coco_json(
     image_root: str | os.PathLike,
     dataset_name: str | None = None,
     extra_annotation_keys: Sequence[str] | None = None,
+    *,
+    keep_file_order: bool = False,
+    allow_outside_root: bool = False,
 ) -> list[dict]:
     """Load a COCO instances (or person keypoints) file as detectron2-format records, one per
-    image in file order; ``category_id`` is contiguous by sorted COCO id. Orphan annotations,
-    empty boxes, negative areas, ``ignore`` and invalid polygons are skipped (one warning per
-    kind). ``dataset_name`` gets ``thing_classes`` and ``thing_dataset_id_to_contiguous_id``.
+    image sorted by image id (as detectron2; ``keep_file_order=True``: the file's order);
+    ``category_id`` is contiguous by sorted COCO id. Orphan annotations, empty boxes, negative
+    areas, ``ignore`` and invalid polygons are skipped (one warning per kind). ``dataset_name``
+    gets ``thing_classes`` and ``thing_dataset_id_to_contiguous_id``. A ``file_name`` that is
+    absolute or climbs out of ``image_root`` with ``..`` raises AnnotationFormatError unless
+    ``allow_outside_root=True``.
 
     Example:
         >>> records = load_coco_json("val2017.json", "val2017", "coco_val")  # doctest: +SKIP
@@ -536,7 +557,10 @@ def load_coco_json(
         <BoxMode.XYWH_ABS: 1>
     """
     json_file = os.fspath(json_file)
-    records, categories, counts = load_coco_records(json_file, image_root, extra_annotation_keys or ())
+    records, categories, counts = load_coco_records(
+        json_file, image_root, extra_annotation_keys or (), keep_file_order=keep_file_order,
+        allow_outside_root=allow_outside_root, dataset_name=dataset_name,
+    )
     if dataset_name is not None:
         MetadataCatalog.get(dataset_name, warn_unregistered=False).set(
             **_thing_metadata(categories, lvis=False)
@@ -549,17 +573,22 @@ def load_lvis_json(
     image_root: str | os.PathLike,
     dataset_name: str | None = None,
     extra_annotation_keys: Sequence[str] | None = None,
+    *,
+    keep_file_order: bool = False,
+    allow_outside_root: bool = False,
 ) -> list[dict]:
     """Load an LVIS (v0.5 or v1) instances file as detectron2-format records, sorted by image id.
 
-    As :func:`load_coco_json`, plus ``not_exhaustive_category_ids`` and ``neg_category_ids``
+    As :func:`load_coco_json` (also ``keep_file_order`` and ``allow_outside_root``), plus ``not_exhaustive_category_ids`` and ``neg_category_ids``
     per record; ``file_name`` is the last two components of ``coco_url`` (split folder and
     file) under ``image_root``. ``dataset_name`` also gets ``class_image_count`` and
     ``class_frequency`` when every category carries them.
     """
     json_file = os.fspath(json_file)
     records, categories, counts = load_coco_records(
-        json_file, image_root, extra_annotation_keys or (), lvis=True
+        json_file, image_root, extra_annotation_keys or (), lvis=True,
+        keep_file_order=keep_file_order, allow_outside_root=allow_outside_root,
+        dataset_name=dataset_name,
     )
     if dataset_name is not None:
         meta = MetadataCatalog.get(dataset_name, warn_unregistered=False)
@@ -587,6 +616,8 @@ def register_json_instances(
     keys_set_by_loader: tuple[str, ...],
     extra_annotation_keys: Iterable[str] | None,
     cache: bool,
+    keep_file_order: bool,
+    allow_outside_root: bool,
 ) -> None:
     """Register a COCO-style file read by ``load`` at the first get, through the disk cache."""
     json_file, image_root = os.fspath(json_file), os.fspath(image_root)
@@ -596,7 +627,9 @@ def register_json_instances(
     if metadata is not None and not isinstance(metadata, dict):
         raise TypeError(f"metadata of dataset {name!r} must be a dict, got {type(metadata).__name__}")
     extra = tuple(extra_annotation_keys or ())
-    load_records = functools.partial(load, json_file, image_root, name, extra_annotation_keys=extra)
+    load_records = functools.partial(load, json_file, image_root, name, extra_annotation_keys=extra,
+                                     keep_file_order=keep_file_order,
+                                     allow_outside_root=allow_outside_root)
     DatasetCatalog.register(name, load_records, source_files=(json_file,), options={"cache": cache},
                             cache_key={
                                 "loader": loader_name,
@@ -604,6 +637,8 @@ def register_json_instances(
                                 "json_file": os.path.abspath(json_file),
                                 "image_root": image_root,
                                 "extra_annotation_keys": list(extra),
+                                "keep_file_order": keep_file_order,
+                                "allow_outside_root": allow_outside_root,
                                 "metadata_keys_set_by_loader": list(keys_set_by_loader),
                             })
     try:
@@ -623,11 +658,14 @@ def register_coco_instances(
     *,
     extra_annotation_keys: Iterable[str] | None = None,
     cache: bool = True,
+    keep_file_order: bool = False,
+    allow_outside_root: bool = False,
 ) -> None:
     """Register a COCO instances file as dataset ``name``; the file is read at the first get.
 
     ``json_file``, ``image_root``, ``evaluator_type="coco"`` and ``metadata`` are set in its
     metadata now, the classes when the file is loaded; records go through the disk cache.
+    ``keep_file_order`` and ``allow_outside_root``: as in :func:`load_coco_json`.
 
     Example:
         >>> register_coco_instances("my_val", {}, "ann/val.json", "images/val")  # doctest: +SKIP
@@ -637,7 +675,8 @@ def register_coco_instances(
         name, metadata, json_file, image_root, load_coco_json,
         loader_name="catalog.coco.load_coco_json", evaluator_type="coco",
         keys_set_by_loader=("thing_classes", "thing_dataset_id_to_contiguous_id"),
-        extra_annotation_keys=extra_annotation_keys, cache=cache,
+        extra_annotation_keys=extra_annotation_keys, cache=cache, keep_file_order=keep_file_order,
+        allow_outside_root=allow_outside_root,
     )
 
 
@@ -649,8 +688,11 @@ def register_lvis_instances(
     *,
     extra_annotation_keys: Iterable[str] | None = None,
     cache: bool = True,
+    keep_file_order: bool = False,
+    allow_outside_root: bool = False,
 ) -> None:
-    """Register an LVIS instances file as dataset ``name`` (``evaluator_type="lvis"``).
+    """Register an LVIS instances file as dataset ``name`` (``evaluator_type="lvis"``);
+    options as in :func:`register_coco_instances`.
 
     Example:
         >>> register_lvis_instances("my_lvis", {}, "lvis_v1_val.json", "coco")  # doctest: +SKIP
@@ -660,6 +702,7 @@ def register_lvis_instances(
         loader_name="catalog.lvis.load_lvis_json", evaluator_type="lvis",
         keys_set_by_loader=("thing_classes", "thing_dataset_id_to_contiguous_id",
                             "class_image_count", "class_frequency"),
-        extra_annotation_keys=extra_annotation_keys, cache=cache,
+        extra_annotation_keys=extra_annotation_keys, cache=cache, keep_file_order=keep_file_order,
+        allow_outside_root=allow_outside_root,
     )
 

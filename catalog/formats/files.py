@@ -5,6 +5,7 @@ JSON (msgspec), YAML (bounded nesting and aliases, JSON types only) and XML (no 
 from __future__ import annotations
 
 import os
+import posixpath
 import stat
 import xml.etree.ElementTree as ET
 from typing import Any
@@ -63,6 +64,25 @@ def read_bytes(
     if limit is not None and len(data) > limit:  # grew while being read
         raise AnnotationFormatError(f"{what} {path!r} has more than {limit} bytes")
     return data
+
+
+def outside_root_problem(file_name: str) -> str | None:
+    """Why an image ``file_name`` read from an annotation file does not resolve under the data
+    root (``image_root``), or None: an absolute path, or a ``..`` that climbs out of the root
+    (``a/../b.jpg`` stays inside). Loaders refuse such names unless the user passed
+    ``allow_outside_root=True``.
+
+    Example:
+        >>> outside_root_problem("train/a/../b.jpg") is None, outside_root_problem("../b.jpg")
+        (True, "climbs out of image_root with '..'")
+    """
+    if file_name.startswith(("/", "\\")) or os.path.isabs(file_name):
+        return "is an absolute path"
+    if ".." in file_name:
+        normal = posixpath.normpath(file_name.replace("\\", "/"))
+        if normal == ".." or normal.startswith("../"):
+            return "climbs out of image_root with '..'"
+    return None
 
 
 def _decode_utf8(data: bytes, path: str) -> str:
