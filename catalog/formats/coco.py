@@ -129,22 +129,12 @@ class SkipCounts:
         """Every count and example list, in slot order (to compare two loads)."""
         return tuple(getattr(self, name) for name in self.__slots__)
 
-    def _skip(self, count: str, examples: list[Any], example: Any) -> None:
+    def skip(self, count: str, examples: list[Any], example: Any) -> None:
+        """Add one to ``count`` (orphans, degenerate, negative_area, no_valid_polygon),
+        keeping ``example`` among the first :data:`MAX_EXAMPLES` of ``examples``."""
         setattr(self, count, getattr(self, count) + 1)
         if len(examples) < MAX_EXAMPLES:
             examples.append(example)
-
-    def skip_orphan(self, ann_id: Any, image_id: Any) -> None:
-        """Count an annotation whose image_id is not among the images."""
-        self._skip("orphans", self.orphan_examples, (ann_id, image_id))
-
-    def skip_degenerate(self, ann_id: Any, bbox: Any) -> None:
-        """Count an annotation with an empty or negative bbox."""
-        self._skip("degenerate", self.degenerate_examples, (ann_id, bbox))
-
-    def skip_negative_area(self, ann_id: Any, area: Any) -> None:
-        """Count an annotation with a negative ``area``."""
-        self._skip("negative_area", self.negative_area_examples, (ann_id, area))
 
     def drop_invalid_polygons(self, segm: list[Any], ann_id: Any) -> list[Any] | None:
         """The polygons of ``segm`` with at least 6 coordinates and an even count, counting the
@@ -155,7 +145,7 @@ class SkipCounts:
         self.bad_polygons += len(segm) - len(valid)
         if valid:
             return valid
-        self._skip("no_valid_polygon", self.no_valid_polygon_examples, ann_id)
+        self.skip("no_valid_polygon", self.no_valid_polygon_examples, ann_id)
         return None
 
 
@@ -366,19 +356,13 @@ def _image_records(
             path = os.path.join(image_root, file_name)
         annos: list[dict] = []
         annos_of_image[image_id] = annos
-        height, width = img.height, img.width
-        if height is not None and width is not None:
-            records.append({"file_name": path, "height": height, "width": width,
-                            "image_id": image_id, "annotations": annos})
-            continue
-        counts.missing_size += 1  # kept without the missing keys
-        record: dict[str, Any] = {"file_name": path}
-        if height is not None:
-            record["height"] = height
-        if width is not None:
-            record["width"] = width
-        record["image_id"] = image_id
-        record["annotations"] = annos
+        record = {"file_name": path, "height": img.height, "width": img.width,
+                  "image_id": image_id, "annotations": annos}
+        if img.height is None or img.width is None:
+            counts.missing_size += 1  # kept without the missing keys
+            for key in ("height", "width"):
+                if record[key] is None:
+                    del record[key]
         records.append(record)
     return records, annos_of_image
 
@@ -440,7 +424,7 @@ def _attach(
                     extra[key] = value
         target = find_image(ann.image_id)
         if target is None:
-            counts.skip_orphan(ann_id, ann.image_id)
+            counts.skip("orphans", counts.orphan_examples, (ann_id, ann.image_id))
             continue
         category = find_category(ann.category_id)
         if category is None:
@@ -452,11 +436,11 @@ def _attach(
                 _fail(json_file, "annotation", ann_id, annotations.index(ann), f"'keypoints' {problem}")
         bbox = ann.bbox
         if not (bbox[2] > 0 and bbox[3] > 0):
-            counts.skip_degenerate(ann_id, bbox)
+            counts.skip("degenerate", counts.degenerate_examples, (ann_id, bbox))
             continue
         area = ann.area
         if area is not unset and area < 0:
-            counts.skip_negative_area(ann_id, area)
+            counts.skip("negative_area", counts.negative_area_examples, (ann_id, area))
             continue
         if ann.ignore:
             counts.ignored += 1
@@ -515,8 +499,6 @@ def _report(records: list[dict], counts: SkipCounts, json_file: str, kind: str) 
     if counts.missing_size:
         logger.warning("%s: %d images have no 'height' or 'width'; their records lack those keys",
                        json_file, counts.missing_size)
-
-
     logger.info("loaded %d images and %d instances from %s (%s)", len(records),
                 sum(map(len, map(_get_annotations, records))), json_file, kind)
     return records
