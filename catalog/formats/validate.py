@@ -8,12 +8,12 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import os
 import reprlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._common import AnnotationFormatError, CatmapErrorWithFields, is_int
+from .files import outside_root_problem
 
 class SemSegPairingError(CatmapErrorWithFields, ValueError):
     """Images and label maps of a semantic-segmentation dataset cannot be paired."""
@@ -531,29 +531,16 @@ def id_map(meta: Mapping[str, Any], key: str, path: str) -> dict[int, int]:
 
 
 def relative_name(value: Any, path: str, where: dict[str, Any], key: str) -> str:
-    """``value`` checked as a relative file name (no NUL, no ``..``, not absolute, not ending
-    in ``/`` or ``.``).
-    """
+    """``value`` checked as a file name under the data root (:func:`outside_root_problem`),
+    without NUL, not ending in ``/`` or ``.``."""
     if type(value) is not str:
         raise fail(path, "must be a str", value, key=key, **where)
-    parts = value.replace("\\", "/").split("/")
-    if (
-        not value
-        or "\x00" in value
-        or len(value) > MAX_PATH_CHARS
-        or os.path.isabs(value)
-        or value.startswith(("/", "\\"))
-        or ".." in parts
-        or parts[-1] in ("", ".")
-    ):
-        raise fail(
-            path,
-            f"must be a relative file path without '..' or NUL, not ending in '/', of at most "
-            f"{MAX_PATH_CHARS} characters",
-            value,
-            key=key,
-            **where,
-        )
+    if (not value or "\x00" in value or len(value) > MAX_PATH_CHARS
+            or value.replace("\\", "/").rsplit("/", 1)[-1] in ("", ".", "..")
+            or outside_root_problem(value)):
+        raise fail(path, "must be a relative file path that stays under the root (no leading "
+                   f"'/', no '..' out of it), without NUL, not ending in '/', of at most "
+                   f"{MAX_PATH_CHARS} characters", value, key=key, **where)
     return value
 
 
