@@ -91,14 +91,6 @@ class AnnotationSkips:
         if len(self.examples[kind]) < MAX_EXAMPLES:
             self.examples[kind].append(where)
 
-    def total(self) -> int:
-        """All counts added up."""
-        return sum(self.counts.values())
-
-    def as_dict(self) -> dict[str, int]:
-        """The counts by kind."""
-        return dict(self.counts)
-
     def report(self, path: str, logger: logging.Logger) -> None:
         """Log one warning summarizing every count (nothing when all are zero)."""
         parts = [
