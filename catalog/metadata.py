@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from ._common import MetadataConflictError, plain_value, warn_limited
+from ._common import MetadataConflictError, plain_value, short_repr, warn_limited
 from .registry import Registry, check_name, did_you_mean
 
 __all__ = ["Metadata", "MetadataCatalog", "LEGACY_KEYS", "NamedContainer", "values_equal"]
@@ -87,11 +87,6 @@ def _to_numpy(value: Any) -> np.ndarray:
     if torch is not None and isinstance(value, torch.Tensor):
         return value.detach().cpu().numpy()
     return np.asarray(value)
-
-
-def _short(value: Any, limit: int = 200) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class Metadata:
@@ -167,7 +162,7 @@ class Metadata:
             if new_key in resolved and not values_equal(resolved[new_key], value):
                 raise MetadataConflictError(
                     f"metadata of dataset {self._label()}: {key!r} and {new_key!r} given "
-                    f"different values in one set(): {_short(resolved[new_key])} vs {_short(value)}"
+                    f"different values in one set(): {short_repr(resolved[new_key], 200)} vs {short_repr(value, 200)}"
                 )
             resolved[new_key] = value
         with self._lock:
@@ -175,7 +170,7 @@ class Metadata:
                 if key in self.__dict__ and not values_equal(self.__dict__[key], value):
                     raise MetadataConflictError(
                         f"metadata key {key!r} of dataset {self._label()} is already set to "
-                        f"{_short(self.__dict__[key])}; refusing to change it to {_short(value)}. "
+                        f"{short_repr(self.__dict__[key], 200)}; refusing to change it to {short_repr(value, 200)}. "
                         f"Use MetadataCatalog.remove({self.get('name')!r}) to start over."
                     )
             for key, value in resolved.items():
@@ -215,7 +210,7 @@ class Metadata:
         logger.warning("metadata key %r is renamed to %r", key, new_key)
 
     def __repr__(self) -> str:
-        items = ", ".join(f"{k}={_short(v, 60)}" for k, v in self.as_dict().items())
+        items = ", ".join(f"{k}={short_repr(v, 60)}" for k, v in self.as_dict().items())
         return f"Metadata({items})"
 
     def __getstate__(self) -> dict[str, Any]:

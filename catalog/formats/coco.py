@@ -25,6 +25,7 @@ from ..box_mode import BoxMode
 from .._common import AnnotationFormatError, gc_paused, plain_container
 from ..dataset_catalog import DatasetCatalog
 from ..metadata import MetadataCatalog
+from ..registry import check_name
 from ..version import __version__
 from .files import outside_root_problem, read_bytes
 from .validate import (
@@ -603,8 +604,7 @@ def register_json_instances(
 ) -> None:
     """Register a COCO-style file read by ``load`` at the first get, through the disk cache."""
     json_file, image_root = os.fspath(json_file), os.fspath(image_root)
-    if not isinstance(name, str):
-        raise TypeError(f"a dataset name must be a str, got {type(name).__name__}: {name!r}")
+    check_name(name, "dataset")
     metadata = plain_container(metadata)  # a DictConfig or any Mapping: a dict
     if metadata is not None and not isinstance(metadata, dict):
         raise TypeError(f"metadata of dataset {name!r} must be a dict, got {type(metadata).__name__}")
