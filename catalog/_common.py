@@ -515,25 +515,19 @@ def plain_value(value: Any) -> Any:
     """
     if is_config_container(value):
         return _to_container(value)
-    if isinstance(value, dict):
-        converted: Any = None
-        for key, item in value.items():
-            new = plain_value(item)
-            if new is not item:
-                converted = converted or dict(value)
-                converted[key] = new
-        return value if converted is None else converted
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):  # keep namedtuples
-        converted = None
-        for index, item in enumerate(value):
-            new = plain_value(item)
-            if new is not item:
-                converted = converted or list(value)
-                converted[index] = new
-        if converted is None:
-            return value
-        return converted if isinstance(value, list) else tuple(converted)
-    return value
+    is_dict = isinstance(value, dict)
+    if not is_dict and (not isinstance(value, (list, tuple)) or hasattr(value, "_fields")):
+        return value  # a scalar, or a namedtuple (kept)
+    converted: Any = None
+    for key, item in value.items() if is_dict else enumerate(value):
+        new = plain_value(item)
+        if new is not item:
+            if converted is None:
+                converted = dict(value) if is_dict else list(value)
+            converted[key] = new
+    if converted is None:
+        return value
+    return tuple(converted) if isinstance(value, tuple) else converted
 
 
 def plain_container(value: Any) -> Any:
