@@ -382,12 +382,8 @@ def _attach(
     xywh = BoxMode.XYWH_ABS
     find_image, find_category = annos_of_image.get, id_map.get
     ids = list(map(_get_id, annotations))
-    unique = set(ids)
-    if None in unique:
-        unique.discard(None)
-        ids = [i for i in ids if i is not None]
-    if len(unique) != len(ids):  # a duplicate: find it
-        ids = list(map(_get_id, annotations))
+    nones = ids.count(None)  # annotations without an id
+    if len(set(ids)) - (nones > 0) != len(ids) - nones:  # a duplicate id: find it
         seen: set[int] = set()
         for index, ann_id in enumerate(ids):
             if ann_id in seen:
@@ -395,7 +391,7 @@ def _attach(
                       "more than once; annotation ids must be unique")
             if ann_id is not None:
                 seen.add(ann_id)
-    del ids, unique
+    del ids
     extra_fields = list(enumerate(extra_keys))
     extra: dict[str, Any] = {}
     rle, unset, find_problem = _Rle, UNSET, keypoints_problem
