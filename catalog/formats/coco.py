@@ -13,8 +13,8 @@ import logging
 import os
 import re
 import sys
-from dataclasses import dataclass, field
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any, Literal
 
