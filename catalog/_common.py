@@ -142,10 +142,7 @@ def missing_dependency(package: str, extra: str, purpose: str) -> MissingDepende
     ``purpose``."""
     return MissingDependencyError(
         f"{purpose} needs {package}, which is not installed: pip install \"catmap[{extra}]\" "
-        f"(or pip install {package})",
-        extra=extra,
-        package=package,
-    )
+        f"(or pip install {package})", extra=extra, package=package)
 
 
 class ConfigKeyError(_PlainMessage, CatmapError, KeyError):
@@ -252,16 +249,8 @@ def is_number(value: Any) -> bool:
     return is_int(value) or isinstance(value, (float, np.floating))
 
 
-def check_int(
-    value: Any,
-    name: str,
-    *,
-    minimum: int | None = None,
-    maximum: int | None = None,
-    optional: bool = False,
-    error: ErrorSpec = _DEFAULT_ERROR,
-    where: str = "",
-) -> int:
+def check_int(value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None,
+              optional: bool = False, error: ErrorSpec = _DEFAULT_ERROR, where: str = "") -> int:
     """``value`` as an ``int`` in ``[minimum, maximum]`` (inclusive, each optional).
 
     Example:
@@ -283,19 +272,10 @@ def check_int(
     return number
 
 
-def check_float(
-    value: Any,
-    name: str,
-    *,
-    minimum: float | None = None,
-    maximum: float | None = None,
-    above: float | None = None,
-    below: float | None = None,
-    finite: bool = True,
-    optional: bool = False,
-    error: ErrorSpec = _DEFAULT_ERROR,
-    where: str = "",
-) -> float:
+def check_float(value: Any, name: str, *, minimum: float | None = None,
+                maximum: float | None = None, above: float | None = None,
+                below: float | None = None, finite: bool = True, optional: bool = False,
+                error: ErrorSpec = _DEFAULT_ERROR, where: str = "") -> float:
     """``value`` as a ``float`` within inclusive (``minimum``/``maximum``) and exclusive
     (``above``/``below``) bounds; NaN is always refused, infinities unless ``finite=False``.
 

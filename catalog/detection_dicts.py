@@ -17,12 +17,9 @@ __all__ = ["get_detection_dataset_dicts"]
 logger = logging.getLogger(__name__)
 
 
-def get_detection_dataset_dicts(
-    names: str | Sequence[str],
-    filter_empty: bool = True,
-    min_keypoints: int = 0,
-    check_consistency: bool = True,
-) -> SerializedList:
+def get_detection_dataset_dicts(names: str | Sequence[str], filter_empty: bool = True,
+                                min_keypoints: int = 0,
+                                check_consistency: bool = True) -> SerializedList:
     """The records of one or several registered datasets, joined in order and filtered.
 
     ``filter_empty`` drops images with no non-crowd annotation, ``min_keypoints`` those with

@@ -26,11 +26,9 @@ __all__ = ["Metadata", "MetadataCatalog", "LEGACY_KEYS", "NamedContainer", "valu
 logger = logging.getLogger(__name__)
 
 #: Old key -> current key; reading or writing an old key warns and uses the current one.
-LEGACY_KEYS: dict[str, str] = {
-    "class_names": "thing_classes",
-    "dataset_id_to_contiguous_id": "thing_dataset_id_to_contiguous_id",
-    "stuff_class_names": "stuff_classes",
-}
+LEGACY_KEYS: dict[str, str] = {"class_names": "thing_classes",
+                               "dataset_id_to_contiguous_id": "thing_dataset_id_to_contiguous_id",
+                               "stuff_class_names": "stuff_classes"}
 
 
 def values_equal(a: Any, b: Any) -> bool:
@@ -202,11 +200,8 @@ class Metadata:
 
     @staticmethod
     def _warn_legacy(key: str, new_key: str) -> None:
-        warnings.warn(
-            f"metadata key {key!r} is renamed to {new_key!r}; using {new_key!r}",
-            DeprecationWarning,
-            stacklevel=4,
-        )
+        warnings.warn(f"metadata key {key!r} is renamed to {new_key!r}; using {new_key!r}",
+                      DeprecationWarning, stacklevel=4)
         logger.warning("metadata key %r is renamed to %r", key, new_key)
 
     def __repr__(self) -> str:
@@ -230,22 +225,12 @@ class NamedContainer(Generic[V]):
     """Names mapped to entries, with the catalog management methods; subclasses add how
     entries are made and override the hooks below."""
 
-    def __init__(
-        self,
-        kind: str,
-        *,
-        missing_error: Callable[[str], KeyError] | None = None,
-        duplicate_error: Callable[[str], ValueError] = ValueError,
-        remove_missing_ok: bool = False,
-        owner: str | None = None,
-    ) -> None:
-        self._registry: Registry[V] = Registry(
-            kind,
-            missing_error=missing_error,
-            duplicate_error=duplicate_error,
-            replace_same=False,
-            owner=owner,
-        )
+    def __init__(self, kind: str, *, missing_error: Callable[[str], KeyError] | None = None,
+                 duplicate_error: Callable[[str], ValueError] = ValueError,
+                 remove_missing_ok: bool = False, owner: str | None = None) -> None:
+        self._registry: Registry[V] = Registry(kind, missing_error=missing_error,
+                                               duplicate_error=duplicate_error, replace_same=False,
+                                               owner=owner)
         self._lock = threading.RLock()
         self._remove_missing_ok = remove_missing_ok
 
@@ -395,14 +380,10 @@ class _MetadataCatalog(NamedContainer[Metadata]):
         candidates = [n for n in datasets.list() + self.list() if n != name]
         hint = did_you_mean(name, candidates)
         warn_limited(
-            logger,
-            "MetadataCatalog.get",
+            logger, "MetadataCatalog.get",
             "MetadataCatalog.get(%r): no dataset %r is registered; created empty metadata for "
             "it (a typo?).%s Register the dataset before setting its metadata to silence this.",
-            name,
-            name,
-            hint,
-        )
+            name, name, hint)
 
     def snapshot(self) -> tuple[dict[str, Metadata], Any]:
         """Copies of every Metadata (keys set later are dropped by :meth:`restore`)."""

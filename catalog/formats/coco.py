@@ -96,16 +96,11 @@ class _Rle(Struct, gc=False):
 
 _ANNOTATION_FIELDS: list[tuple[Any, ...]] = [
     ("segmentation", list[list[_Coord]] | _Rle | None, None),
-    ("area", _Coord | UnsetType, UNSET),
-    ("iscrowd", Literal[0, 1], 0),
-    ("image_id", _Id),
-    ("bbox", Annotated[list[_Coord], Meta(min_length=4, max_length=4)]),
-    ("category_id", _Id),
-    ("id", _Id | None, None),
-    ("keypoints", list[_Coord] | None, None),
-    ("ignore", Literal[0, 1] | bool | UnsetType, UNSET),
-    ("num_keypoints", Annotated[int, Meta(ge=0, le=MAX_NUM_KEYPOINTS)] | UnsetType, UNSET),
-]
+    ("area", _Coord | UnsetType, UNSET), ("iscrowd", Literal[0, 1], 0),
+    ("image_id", _Id), ("bbox", Annotated[list[_Coord], Meta(min_length=4, max_length=4)]),
+    ("category_id", _Id), ("id", _Id | None, None),
+    ("keypoints", list[_Coord] | None, None), ("ignore", Literal[0, 1] | bool | UnsetType, UNSET),
+    ("num_keypoints", Annotated[int, Meta(ge=0, le=MAX_NUM_KEYPOINTS)] | UnsetType, UNSET)]
 _FIELD_NAMES = frozenset(f[0] for f in _ANNOTATION_FIELDS)
 
 
@@ -161,10 +156,8 @@ def _decoder(extra_keys: tuple[str, ...], lvis: bool) -> msgspec.json.Decoder:
                                    rename=rename or None)
     image, category = (_LvisImage, _LvisCategory) if lvis else (_Image, _Category)
     coco_file = msgspec.defstruct("_CocoFile", [
-        ("images", list[image]),
-        ("annotations", list[annotation] | None, None),
-        ("categories", list[category] | None, None),
-    ])
+        ("images", list[image]), ("annotations", list[annotation] | None, None),
+        ("categories", list[category] | None, None)])
     return msgspec.json.Decoder(type=coco_file)
 
 
@@ -252,16 +245,10 @@ def _validation_problem(raw: bytes, message: str, extra_keys: tuple[str, ...]) -
     return f"{where}: {key!r} {problem}" if key else f"{where}: {problem}"
 
 
-def load_coco_records(
-    json_file: str | os.PathLike,
-    image_root: str | os.PathLike,
-    extra_annotation_keys: Sequence[str] = (),
-    *,
-    lvis: bool = False,
-    keep_file_order: bool = False,
-    allow_outside_root: bool = False,
-    dataset_name: str | None = None,
-) -> tuple[list[dict], list[Any], SkipCounts]:
+def load_coco_records(json_file: str | os.PathLike, image_root: str | os.PathLike,
+                      extra_annotation_keys: Sequence[str] = (), *, lvis: bool = False,
+                      keep_file_order: bool = False, allow_outside_root: bool = False,
+                      dataset_name: str | None = None) -> tuple[list[dict], list[Any], SkipCounts]:
     """The work of :func:`load_coco_json` without metadata or warnings:
     ``(records, category structs sorted by id, skip counts)``."""
     json_file, image_root = os.fspath(json_file), os.fspath(image_root)
@@ -326,10 +313,9 @@ def _lvis_file_name(img: Any, index: int, json_file: str) -> str:
     return tail[0] + "/" + tail[1]
 
 
-def _image_records(
-    images: list[Any], json_file: str, image_root: str, lvis: bool, counts: SkipCounts,
-    allow_outside_root: bool, dataset_name: str | None,
-) -> tuple[list[dict], dict[int, list[dict]]]:
+def _image_records(images: list[Any], json_file: str, image_root: str, lvis: bool,
+                   counts: SkipCounts, allow_outside_root: bool,
+                   dataset_name: str | None) -> tuple[list[dict], dict[int, list[dict]]]:
     records: list[dict] = []
     annos_of_image: dict[int, list[dict]] = {}
     posix = os.sep == "/"
@@ -368,16 +354,9 @@ def _image_records(
     return records, annos_of_image
 
 
-def _attach(
-    annotations: list[Any],
-    annos_of_image: dict[int, list[dict]],
-    id_map: dict[int, int],
-    keypoint_counts: list[int | None],
-    extra_keys: list[str],
-    validated_keys: list[str],
-    json_file: str,
-    counts: SkipCounts,
-) -> None:
+def _attach(annotations: list[Any], annos_of_image: dict[int, list[dict]], id_map: dict[int, int],
+            keypoint_counts: list[int | None], extra_keys: list[str], validated_keys: list[str],
+            json_file: str, counts: SkipCounts) -> None:
     """Check every annotation, then skip (orphan, empty box, negative area, ignore) or attach."""
     xywh = BoxMode.XYWH_ABS
     find_image, find_category = annos_of_image.get, id_map.get
@@ -513,15 +492,10 @@ def _thing_metadata(categories: list[Any], lvis: bool) -> dict[str, Any]:
     return {"thing_classes": classes, "thing_dataset_id_to_contiguous_id": id_map}
 
 
-def load_coco_json(
-    json_file: str | os.PathLike,
-    image_root: str | os.PathLike,
-    dataset_name: str | None = None,
-    extra_annotation_keys: Sequence[str] | None = None,
-    *,
-    keep_file_order: bool = False,
-    allow_outside_root: bool = False,
-) -> list[dict]:
+def load_coco_json(json_file: str | os.PathLike, image_root: str | os.PathLike,
+                   dataset_name: str | None = None,
+                   extra_annotation_keys: Sequence[str] | None = None, *,
+                   keep_file_order: bool = False, allow_outside_root: bool = False) -> list[dict]:
     """Load a COCO instances (or person keypoints) file as detectron2-format records, one per
     image sorted by image id (as detectron2; ``keep_file_order=True``: the file's order);
     ``category_id`` is contiguous by sorted COCO id. Orphan annotations, empty boxes, negative
@@ -538,8 +512,7 @@ def load_coco_json(
     json_file = os.fspath(json_file)
     records, categories, counts = load_coco_records(
         json_file, image_root, extra_annotation_keys or (), keep_file_order=keep_file_order,
-        allow_outside_root=allow_outside_root, dataset_name=dataset_name,
-    )
+        allow_outside_root=allow_outside_root, dataset_name=dataset_name)
     if dataset_name is not None:
         MetadataCatalog.get(dataset_name, warn_unregistered=False).set(
             **_thing_metadata(categories, lvis=False)
@@ -547,28 +520,22 @@ def load_coco_json(
     return _report(records, counts, json_file, "COCO")
 
 
-def load_lvis_json(
-    json_file: str | os.PathLike,
-    image_root: str | os.PathLike,
-    dataset_name: str | None = None,
-    extra_annotation_keys: Sequence[str] | None = None,
-    *,
-    keep_file_order: bool = False,
-    allow_outside_root: bool = False,
-) -> list[dict]:
+def load_lvis_json(json_file: str | os.PathLike, image_root: str | os.PathLike,
+                   dataset_name: str | None = None,
+                   extra_annotation_keys: Sequence[str] | None = None, *,
+                   keep_file_order: bool = False, allow_outside_root: bool = False) -> list[dict]:
     """Load an LVIS (v0.5 or v1) instances file as detectron2-format records, sorted by image id.
 
-    As :func:`load_coco_json` (also ``keep_file_order`` and ``allow_outside_root``), plus ``not_exhaustive_category_ids`` and ``neg_category_ids``
-    per record; ``file_name`` is the last two components of ``coco_url`` (split folder and
-    file) under ``image_root``. ``dataset_name`` also gets ``class_image_count`` and
-    ``class_frequency`` when every category carries them.
-    """
+    As :func:`load_coco_json` (also ``keep_file_order`` and ``allow_outside_root``), plus
+    ``not_exhaustive_category_ids`` and ``neg_category_ids`` per record; ``file_name`` is the
+    last two components of ``coco_url`` (split folder and file) under ``image_root``.
+    ``dataset_name`` also gets ``class_image_count`` and ``class_frequency`` when every category
+    carries them."""
     json_file = os.fspath(json_file)
     records, categories, counts = load_coco_records(
         json_file, image_root, extra_annotation_keys or (), lvis=True,
         keep_file_order=keep_file_order, allow_outside_root=allow_outside_root,
-        dataset_name=dataset_name,
-    )
+        dataset_name=dataset_name)
     if dataset_name is not None:
         meta = MetadataCatalog.get(dataset_name, warn_unregistered=False)
         values = _thing_metadata(categories, lvis=True)
@@ -583,21 +550,12 @@ def load_lvis_json(
     return _report(records, counts, json_file, "LVIS")
 
 
-def register_json_instances(
-    name: str,
-    metadata: Any,
-    json_file: str | os.PathLike,
-    image_root: str | os.PathLike,
-    load: Callable[..., list[dict]],
-    *,
-    loader_name: str,
-    evaluator_type: str,
-    keys_set_by_loader: tuple[str, ...],
-    extra_annotation_keys: Iterable[str] | None,
-    cache: bool,
-    keep_file_order: bool,
-    allow_outside_root: bool,
-) -> None:
+def register_json_instances(name: str, metadata: Any, json_file: str | os.PathLike,
+                            image_root: str | os.PathLike, load: Callable[..., list[dict]], *,
+                            loader_name: str, evaluator_type: str,
+                            keys_set_by_loader: tuple[str, ...],
+                            extra_annotation_keys: Iterable[str] | None, cache: bool,
+                            keep_file_order: bool, allow_outside_root: bool) -> None:
     """Register a COCO-style file read by ``load`` at the first get, through the disk cache."""
     json_file, image_root = os.fspath(json_file), os.fspath(image_root)
     check_name(name, "dataset")
@@ -610,15 +568,12 @@ def register_json_instances(
                                      allow_outside_root=allow_outside_root)
     DatasetCatalog.register(name, load_records, source_files=(json_file,), options={"cache": cache},
                             cache_key={
-                                "loader": loader_name,
-                                "catmap_version": __version__,
+                                "loader": loader_name, "catmap_version": __version__,
                                 "json_file": os.path.abspath(json_file),
-                                "image_root": image_root,
-                                "extra_annotation_keys": list(extra),
+                                "image_root": image_root, "extra_annotation_keys": list(extra),
                                 "keep_file_order": keep_file_order,
                                 "allow_outside_root": allow_outside_root,
-                                "metadata_keys_set_by_loader": list(keys_set_by_loader),
-                            })
+                                "metadata_keys_set_by_loader": list(keys_set_by_loader)})
     try:
         values = {"evaluator_type": evaluator_type, **(metadata or {})}
         values.update(json_file=json_file, image_root=image_root)
@@ -628,17 +583,11 @@ def register_json_instances(
         raise
 
 
-def register_coco_instances(
-    name: str,
-    metadata: dict[str, Any] | None,
-    json_file: str | os.PathLike,
-    image_root: str | os.PathLike,
-    *,
-    extra_annotation_keys: Iterable[str] | None = None,
-    cache: bool = True,
-    keep_file_order: bool = False,
-    allow_outside_root: bool = False,
-) -> None:
+def register_coco_instances(name: str, metadata: dict[str, Any] | None,
+                            json_file: str | os.PathLike, image_root: str | os.PathLike, *,
+                            extra_annotation_keys: Iterable[str] | None = None, cache: bool = True,
+                            keep_file_order: bool = False,
+                            allow_outside_root: bool = False) -> None:
     """Register a COCO instances file as dataset ``name``; the file is read at the first get.
 
     ``json_file``, ``image_root``, ``evaluator_type="coco"`` and ``metadata`` are set in its
@@ -654,21 +603,14 @@ def register_coco_instances(
         loader_name="catalog.coco.load_coco_json", evaluator_type="coco",
         keys_set_by_loader=("thing_classes", "thing_dataset_id_to_contiguous_id"),
         extra_annotation_keys=extra_annotation_keys, cache=cache, keep_file_order=keep_file_order,
-        allow_outside_root=allow_outside_root,
-    )
+        allow_outside_root=allow_outside_root)
 
 
-def register_lvis_instances(
-    name: str,
-    metadata: dict[str, Any] | None,
-    json_file: str | os.PathLike,
-    image_root: str | os.PathLike,
-    *,
-    extra_annotation_keys: Iterable[str] | None = None,
-    cache: bool = True,
-    keep_file_order: bool = False,
-    allow_outside_root: bool = False,
-) -> None:
+def register_lvis_instances(name: str, metadata: dict[str, Any] | None,
+                            json_file: str | os.PathLike, image_root: str | os.PathLike, *,
+                            extra_annotation_keys: Iterable[str] | None = None, cache: bool = True,
+                            keep_file_order: bool = False,
+                            allow_outside_root: bool = False) -> None:
     """Register an LVIS instances file as dataset ``name`` (``evaluator_type="lvis"``);
     options as in :func:`register_coco_instances`.
 
@@ -681,6 +623,5 @@ def register_lvis_instances(
         keys_set_by_loader=("thing_classes", "thing_dataset_id_to_contiguous_id",
                             "class_image_count", "class_frequency"),
         extra_annotation_keys=extra_annotation_keys, cache=cache, keep_file_order=keep_file_order,
-        allow_outside_root=allow_outside_root,
-    )
+        allow_outside_root=allow_outside_root)
 

@@ -77,8 +77,7 @@ class AnnotationSkips:
         "degenerate_boxes": "skipped {} instances whose bbox has x2 <= x1 or y2 <= y1",
         "dropped_polygons":
             "dropped {} mask polygons with fewer than 6 coordinates or an odd count",
-        "no_valid_polygon": "skipped {} instances left without a valid polygon",
-    }
+        "no_valid_polygon": "skipped {} instances left without a valid polygon"}
     KINDS = tuple(MESSAGES)
 
     def __init__(self) -> None:
@@ -256,17 +255,9 @@ class Validator:
         self.max_depth = max_depth
         self.skips = AnnotationSkips()
 
-    def _fail(
-        self,
-        problem: str,
-        value: Any,
-        *,
-        key: Any,
-        index: int | None = None,
-        img_id: Any = None,
-        instance: int | None = None,
-        wrong_type: bool = False,
-    ) -> AnnotationFieldError:
+    def _fail(self, problem: str, value: Any, *, key: Any, index: int | None = None,
+              img_id: Any = None, instance: int | None = None,
+              wrong_type: bool = False) -> AnnotationFieldError:
         where = "metainfo" if index is None else f"data_list[{index}]"
         if img_id is not None:
             where += f" (img_id {_short.repr(img_id)})"
@@ -278,12 +269,7 @@ class Validator:
         return cls(
             f"{self.path}: {where}: {problem}, got "
             f"{type(value).__name__} {_short.repr(value)}",
-            path=self.path,
-            index=index,
-            img_id=img_id,
-            instance=instance,
-            key=key,
-        )
+            path=self.path, index=index, img_id=img_id, instance=instance, key=key)
 
     def check_depth(self, value: Any, depth: int, **where: Any) -> None:
         """Refuse ``value`` (found at nesting level ``depth``) when it nests deeper than
@@ -311,20 +297,14 @@ class Validator:
             if key.startswith("_") or key in RESERVED_METAINFO_KEYS:
                 raise self._fail(
                     "reserved metainfo key (set by the loader, or a Metadata method name, or "
-                    "starting with '_')",
-                    value,
-                    key=key,
-                )
+                    "starting with '_')", value, key=key)
             if key == "classes" and not (
                 isinstance(value, (list, tuple)) and all(type(c) is str for c in value)
             ):
                 raise self._fail(
                     "'classes' in a file must be a list of strings (a file of class names is "
                     "read only when the caller passes it in the metainfo argument)",
-                    value,
-                    key=key,
-                    wrong_type=True,
-                )
+                    value, key=key, wrong_type=True)
             self.check_depth(value, 3, key=key)
         return meta
 
@@ -333,20 +313,14 @@ class Validator:
         instances and dropped polygons.
         """
         if type(info) is not dict:
-            raise self._fail(
-                "a data_list entry must be a mapping", info, key=None, index=index, wrong_type=True
-            )
+            raise self._fail("a data_list entry must be a mapping", info, key=None, index=index,
+                             wrong_type=True)
         img_id = info.get("img_id")
         if img_id is not None and not (
             is_int(img_id) or (type(img_id) is str and len(img_id) <= MAX_PATH_CHARS)
         ):
-            raise self._fail(
-                f"must be an int or a string of at most {MAX_PATH_CHARS} characters",
-                img_id,
-                key="img_id",
-                index=index,
-                wrong_type=True,
-            )
+            raise self._fail(f"must be an int or a string of at most {MAX_PATH_CHARS} characters",
+                             img_id, key="img_id", index=index, wrong_type=True)
         if "img_id" in info and img_id is None:
             raise self._fail("must be an int or a string", None, key="img_id", index=index)
         where = {"index": index, "img_id": img_id}
@@ -360,11 +334,7 @@ class Validator:
                 if not value or "\x00" in value or len(value) > MAX_PATH_CHARS:
                     raise self._fail(
                         f"must be a non-empty path without NUL of at most {MAX_PATH_CHARS} "
-                        "characters",
-                        value,
-                        key=key,
-                        **where,
-                    )
+                        "characters", value, key=key, **where)
             elif key in ("height", "width"):
                 if not is_int(value):
                     raise self._fail("must be an int", value, key=key, wrong_type=True, **where)
@@ -377,9 +347,8 @@ class Validator:
             return info
         instances = info["instances"]
         if not isinstance(instances, (list, tuple)):
-            raise self._fail(
-                "must be a list of mappings", instances, key="instances", wrong_type=True, **where
-            )
+            raise self._fail("must be a list of mappings", instances, key="instances",
+                             wrong_type=True, **where)
         hw = (size["height"], size["width"]) if len(size) == 2 else None
         kept = []
         changed = False
@@ -391,9 +360,8 @@ class Validator:
                 kept.append(checked)
         return {**info, "instances": kept} if changed else info
 
-    def _instance(
-        self, inst: Any, j: int, hw: tuple[int, int] | None, *, index: int, img_id: Any
-    ) -> dict | None:
+    def _instance(self, inst: Any, j: int, hw: tuple[int, int] | None, *, index: int,
+                  img_id: Any) -> dict | None:
         where = {"index": index, "img_id": img_id, "instance": j}
         if type(inst) is not dict:
             raise self._fail("an instance must be a mapping", inst, key=None, wrong_type=True,
@@ -510,15 +478,11 @@ def id_map(meta: Mapping[str, Any], key: str, path: str) -> dict[int, int]:
     value = meta.get(key)
     if value is None:
         return {}
-    if not isinstance(value, Mapping) or not all(
-        is_int(k) and is_int(v) and v >= 0 for k, v in value.items()
-    ):
+    if not isinstance(value, Mapping) or not all(is_int(k) and is_int(v) and v >= 0 for k,
+                                                 v in value.items()):
         raise PanopticFormatError(
             f"{path}: meta[{key!r}] must map dataset category ids (ints) to contiguous ids "
-            f"(ints >= 0), got {short_repr(value)}",
-            path=path,
-            key=key,
-        )
+            f"(ints >= 0), got {short_repr(value)}", path=path, key=key)
     return {int(k): int(v) for k, v in value.items()}
 
 
@@ -548,11 +512,7 @@ def fail(path: str, problem: str, value: Any, *, key: str | None, index: int | N
         where += f" key {key!r}"
     return PanopticFormatError(
         f"{path}: {where}: {problem}, got {type(value).__name__} {short_repr(value)}",
-        path=path,
-        image_id=image_id,
-        segment_id=segment_id,
-        key=key,
-    )
+        path=path, image_id=image_id, segment_id=segment_id, key=key)
 
 
 def image_index(images: Any, path: str) -> dict[int, tuple[str, int | None, int | None]]:
@@ -582,13 +542,8 @@ def image_index(images: Any, path: str) -> dict[int, tuple[str, int | None, int 
     return out
 
 
-def check_segment(
-    segment: Any,
-    where: dict[str, Any],
-    path: str,
-    things: dict[int, int],
-    stuff: dict[int, int],
-) -> dict[str, Any]:
+def check_segment(segment: Any, where: dict[str, Any], path: str, things: dict[int, int],
+                  stuff: dict[int, int]) -> dict[str, Any]:
     """The record form of one ``segments_info`` entry (contiguous id, ``isthing``)."""
     if type(segment) is not dict:
         raise fail(path, "a segments_info entry must be a dict", segment, key="segments_info",
@@ -608,13 +563,9 @@ def check_segment(
         out["category_id"], isthing = stuff[category], False
     else:
         raise fail(
-            path,
-            "is in neither thing_dataset_id_to_contiguous_id nor "
+            path, "is in neither thing_dataset_id_to_contiguous_id nor "
             "stuff_dataset_id_to_contiguous_id of the metadata",
-            category,
-            key="category_id",
-            **where,
-        )
+            category, key="category_id", **where)
     iscrowd = segment.get("iscrowd", 0)
     if type(iscrowd) is not int or iscrowd not in (0, 1):
         raise fail(path, "must be 0 or 1", iscrowd, key="iscrowd", **where)

@@ -45,23 +45,10 @@ from .records_file import (
     write_records,
 )
 
-__all__ = [
-    "CACHE_SUFFIX",
-    "CacheCorruptError",
-    "CacheCorruptWarning",
-    "CacheEntry",
-    "CacheKey",
-    "CacheSettingError",
-    "CacheSkippedWarning",
-    "CacheUnavailableError",
-    "DiskCache",
-    "UnsafeEntryError",
-    "cache_dir",
-    "cache_enabled",
-    "load_with_cache",
-    "lock_timeout",
-    "source_stamp",
-]
+__all__ = ["CACHE_SUFFIX", "CacheCorruptError", "CacheCorruptWarning", "CacheEntry", "CacheKey",
+           "CacheSettingError", "CacheSkippedWarning", "CacheUnavailableError", "DiskCache",
+           "UnsafeEntryError", "cache_dir", "cache_enabled", "load_with_cache", "lock_timeout",
+           "source_stamp"]
 
 logger = logging.getLogger(__name__)
 
@@ -350,8 +337,7 @@ class DiskCache:
             raise CacheUnavailableError(
                 f"the cache directory {where} {problem}, so another user could plant entries "
                 f"in it; it is not used (chmod 700 {where}, or set CATMAP_CACHE_DIR)",
-                directory=where,
-            )
+                directory=where)
         return dfd
 
     def _load_in(self, dfd: int, key: CacheKey) -> Loaded | None:
@@ -399,9 +385,8 @@ class DiskCache:
             if (here.st_dev, here.st_ino) == (now.st_dev, now.st_ino):
                 os.unlink(name, dir_fd=dfd)
 
-    def _store_in(
-        self, dfd: int, key: CacheKey, records: SerializedList, extra: dict[str, Any]
-    ) -> Loaded:
+    def _store_in(self, dfd: int, key: CacheKey, records: SerializedList,
+                  extra: dict[str, Any]) -> Loaded:
         name = key.file_name()
         where = str(self.directory / name)
         tmp = f"{_TEMP_PREFIX}{name}.{os.getpid()}.{os.urandom(6).hex()}"
@@ -485,9 +470,8 @@ class DiskCache:
         finally:
             os.close(dfd)
 
-    def store(
-        self, key: CacheKey, records: SerializedList, extra: Mapping[str, Any] | None = None
-    ) -> Loaded:
+    def store(self, key: CacheKey, records: SerializedList,
+              extra: Mapping[str, Any] | None = None) -> Loaded:
         """Write ``records`` for ``key`` atomically; return them mapped from the file
         (CacheError when the directory or entry cannot be used or written)."""
         dfd = self._open_dir(create=True)

@@ -23,15 +23,8 @@ import numpy as np
 
 from .._common import CatmapError, RecordFormatError, gc_paused
 
-__all__ = [
-    "ImmutableRecordsError",
-    "RecordColumns",
-    "SerializedList",
-    "SerializedListView",
-    "concat_records",
-    "decode",
-    "encode",
-]
+__all__ = ["ImmutableRecordsError", "RecordColumns", "SerializedList", "SerializedListView",
+           "concat_records", "decode", "encode"]
 
 logger = logging.getLogger(__name__)
 
@@ -190,8 +183,7 @@ def concat_columns(parts: Sequence[RecordColumns]) -> RecordColumns:
         np.concatenate([np.zeros(0, np.int32)] + [p.widths for p in parts]),
         np.concatenate([np.zeros(0, np.int32)] + [p.category_ids for p in parts]),
         np.concatenate([np.zeros(0, np.uint8)] + [p.iscrowd for p in parts]),
-        np.concatenate([[0]] + [p.category_offsets[1:] + s for p, s in zip(parts, shifts)]),
-    )
+        np.concatenate([[0]] + [p.category_offsets[1:] + s for p, s in zip(parts, shifts)]))
 
 
 _INT32 = np.iinfo(np.int32)
@@ -488,17 +480,15 @@ class _SharedTensors:
         self.tensors = tensors
 
 
-def _from_bytes(
-    buffer: bytes, ends: np.ndarray, columns: RecordColumns, name: str | None
-) -> SerializedList:
+def _from_bytes(buffer: bytes, ends: np.ndarray, columns: RecordColumns,
+                name: str | None) -> SerializedList:
     return SerializedList.from_arrays(np.frombuffer(buffer, np.uint8), ends, columns, name=name)
 
 
 def _from_shared(tensors: tuple[Any, ...], name: str | None) -> SerializedList:
     views = [t.numpy() for t in tensors]
-    return SerializedList.from_arrays(
-        views[0], views[1], RecordColumns(*views[2:]), name=name, owner=_SharedTensors(tensors)
-    )
+    return SerializedList.from_arrays(views[0], views[1], RecordColumns(*views[2:]), name=name,
+                                      owner=_SharedTensors(tensors))
 
 
 ForkingPickler.register(SerializedList, SerializedList._reduce_for_multiprocessing)

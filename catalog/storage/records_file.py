@@ -32,15 +32,8 @@ from .._common import CacheError
 from ..version import __version__
 from .records import RecordColumns, SerializedList, decode, encode
 
-__all__ = [
-    "CacheCorruptError",
-    "MappedFile",
-    "UnsafeEntryError",
-    "foreign",
-    "open_entry",
-    "read_header",
-    "write_records",
-]
+__all__ = ["CacheCorruptError", "MappedFile", "UnsafeEntryError", "foreign", "open_entry",
+           "read_header", "write_records"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,15 +42,9 @@ _PREAMBLE = struct.Struct("<8sQQI")
 _PAYLOAD_ALIGN = 4096
 _ARRAY_ALIGN = 64
 _MAX_HEADER = 64 * 2**20
-_ARRAYS = {
-    "buffer": np.dtype("<u1"),
-    "ends": np.dtype("<i8"),
-    "heights": np.dtype("<i4"),
-    "widths": np.dtype("<i4"),
-    "category_ids": np.dtype("<i4"),
-    "iscrowd": np.dtype("<u1"),
-    "category_offsets": np.dtype("<i8"),
-}
+_ARRAYS = {"buffer": np.dtype("<u1"), "ends": np.dtype("<i8"), "heights": np.dtype("<i4"),
+           "widths": np.dtype("<i4"), "category_ids": np.dtype("<i4"), "iscrowd": np.dtype("<u1"),
+           "category_offsets": np.dtype("<i8")}
 _SAFE_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -74,13 +61,8 @@ def _align(value: int, alignment: int) -> int:
     return -(-value // alignment) * alignment
 
 
-def write_records(
-    out: BinaryIO,
-    records: SerializedList,
-    *,
-    key: Mapping[str, Any] | None = None,
-    extra: Mapping[str, Any] | None = None,
-) -> int:
+def write_records(out: BinaryIO, records: SerializedList, *, key: Mapping[str, Any] | None = None,
+                  extra: Mapping[str, Any] | None = None) -> int:
     """Write ``records`` and the data-only ``extra`` dict to a seekable binary file; returns
     the bytes written (TypeError when ``key`` or ``extra`` is not data).
 
@@ -232,9 +214,8 @@ class MappedFile:
         ``/proc/<pid>/fd/<fd>``, else by path) instead of receiving a copy."""
         a = self.arrays
         try:
-            columns = RecordColumns(
-                a["heights"], a["widths"], a["category_ids"], a["iscrowd"], a["category_offsets"]
-            )
+            columns = RecordColumns(a["heights"], a["widths"], a["category_ids"], a["iscrowd"],
+                                    a["category_offsets"])
             return SerializedList.from_arrays(
                 a["buffer"], a["ends"], columns, name=name, owner=self, reopen=functools.partial(
                     remap, os.getpid(), self.fd, self.device, self.inode, self.path, self.size,
