@@ -10,10 +10,10 @@ imported from there (never from ``catalog`` itself); they may change between rel
 
 - :mod:`catalog._common` errors: ``CatmapError`` (base of every catmap error; pickles whole),
   ``CatmapErrorWithFields`` (keyword fields as attributes), ``missing_dependency``.
-- :mod:`catalog._common` checks: ``check_int``, ``check_seed``, ``check_probability``,
-  ``is_int`` ..., used by constructors and config builders alike.
+- :mod:`catalog._common` checks: ``check_int``, ``check_seed``, ``is_int`` ..., used by
+  constructors and config builders alike.
 - :mod:`catalog._common` seeding: ``derive_seed`` and the generators derived from it.
-- :mod:`catalog._common` warnings: ``warn_limited``, limited per kind across processes.
+- :mod:`catalog._log_limits` warnings: ``warn_limited``, limited per kind across processes.
 - :mod:`catalog._common` configs: ``config_value``, ``plain_container`` (detectron2-style and
   OmegaConf configs).
 - :mod:`catalog._common` switches: ``env_flag``, the one reader of on/off variables.
