@@ -155,8 +155,8 @@ def convert_to_coco_dict(dataset_name: str) -> dict[str, Any]:
             f"dataset {dataset_name!r} has no 'thing_classes' in its metadata; COCO categories "
             "are made from them", dataset=dataset_name, key="thing_classes")
     reverse = _reverse_map(metadata, dataset_name)
-    categories = [{"id": reverse.get(i, i) if reverse is not None else i, "name": str(name)} for i,
-                  name in enumerate(classes)]
+    categories = [{"id": reverse.get(i, i) if reverse is not None else i, "name": str(name)}
+                  for i, name in enumerate(classes)]
     images: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = []
     for index, record in enumerate(records): 
@@ -302,8 +302,8 @@ def instances_to_coco_results(instances: Any, image_id: int | str,
         categories = [reverse[c] for c in categories]
     xywh = boxes.astype(np.float64)
     xywh[:, 2:] -= xywh[:, :2]
-    results = [{"image_id": image_id, "category_id": c, "bbox": b, "score": float(s)} for c, b,
-               s in zip(categories, xywh.tolist(), scores.tolist(), strict=True)]
+    results = [{"image_id": image_id, "category_id": c, "bbox": b, "score": float(s)}
+               for c, b, s in zip(categories, xywh.tolist(), scores.tolist(), strict=True)]
     if "pred_masks" in arrays and num:
         masks = arrays["pred_masks"]
         if masks.ndim != 3 or len(masks) != num:

@@ -478,8 +478,8 @@ def id_map(meta: Mapping[str, Any], key: str, path: str) -> dict[int, int]:
     value = meta.get(key)
     if value is None:
         return {}
-    if not isinstance(value, Mapping) or not all(is_int(k) and is_int(v) and v >= 0 for k,
-                                                 v in value.items()):
+    if not isinstance(value, Mapping) or not all(
+            is_int(k) and is_int(v) and v >= 0 for k, v in value.items()):
         raise PanopticFormatError(
             f"{path}: meta[{key!r}] must map dataset category ids (ints) to contiguous ids "
             f"(ints >= 0), got {short_repr(value)}", path=path, key=key)
