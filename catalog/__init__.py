@@ -10,10 +10,10 @@ imported from there (never from ``catalog`` itself); they may change between rel
 
 - :mod:`catalog._common` errors: ``CatmapError`` (base of every catmap error; pickles whole),
   ``CatmapErrorWithFields`` (keyword fields as attributes), ``missing_dependency``.
-- :mod:`catalog._common` checks: ``check_int``, ``check_seed``, ``check_probability``,
-  ``is_int`` ..., used by constructors and config builders alike.
+- :mod:`catalog._common` checks: ``check_int``, ``check_seed``, ``is_int`` ..., used by
+  constructors and config builders alike.
 - :mod:`catalog._common` seeding: ``derive_seed`` and the generators derived from it.
-- :mod:`catalog._common` warnings: ``warn_limited``, limited per kind across processes.
+- :mod:`catalog._log_limits` warnings: ``warn_limited``, limited per kind across processes.
 - :mod:`catalog._common` configs: ``config_value``, ``plain_container`` (detectron2-style and
   OmegaConf configs).
 - :mod:`catalog._common` switches: ``env_flag``, the one reader of on/off variables.
@@ -95,66 +95,21 @@ from .storage.records import (
 from .storage.sharing import this_rank_only
 from .version import __version__
 
-__all__ = [
-    "load_sem_seg",
-    "register_sem_seg",
-    "load_coco_panoptic_json",
-    "merge_to_panoptic",
-    "register_coco_panoptic",
-    "register_coco_panoptic_separated",
-    "load_cityscapes_instances",
-    "load_cityscapes_semantic",
-    "convert_to_coco_dict",
-    "convert_to_coco_json",
-    "evaluate_coco",
-    "instances_to_coco_results",
-    "write_coco_results",
-    "CityscapesFormatError",
-    "CocoEvaluationError",
-    "CocoExportError",
-    "MissingDependencyError",
-    "PanopticFormatError",
-    "SemSegPairingError",
-    "DatasetFileNotFoundError",
-    "load_lvis_json",
-    "register_lvis_instances",
-    "load_voc_instances",
-    "register_pascal_voc",
-    "builtin_dataset_names",
-    "builtin_dataset_root",
-    "AnnotationFieldError",
-    "AnnotationFieldTypeError",
-    "ParseDataInfoError",
-    "AnnotationFormatError",
-    "BoxMode",
-    "BoxModeError",
-    "CacheCorruptError",
-    "CacheCorruptWarning",
-    "CacheError",
-    "CacheSkippedWarning",
-    "CatmapError",
-    "DatasetCatalog",
-    "DatasetEntry",
-    "DatasetAlreadyRegisteredError",
-    "DatasetNotRegisteredError",
-    "EmptyDatasetError",
-    "Metadata",
-    "MetadataCatalog",
-    "MetadataConflictError",
-    "NestedLoadError",
-    "RecordColumns",
-    "ImmutableRecordsError",
-    "RecordFormatError",
-    "RegistryKeyError",
-    "SerializedList",
-    "SerializedListView",
-    "SharedAttachError",
-    "__version__",
-    "concat_records",
-    "get_detection_dataset_dicts",
-    "load_annotation_file",
-    "load_coco_json",
-    "register_annotation_file",
-    "register_coco_instances",
-    "this_rank_only",
-]
+__all__ = ["load_sem_seg", "register_sem_seg", "load_coco_panoptic_json", "merge_to_panoptic",
+           "register_coco_panoptic", "register_coco_panoptic_separated",
+           "load_cityscapes_instances", "load_cityscapes_semantic", "convert_to_coco_dict",
+           "convert_to_coco_json", "evaluate_coco", "instances_to_coco_results",
+           "write_coco_results", "CityscapesFormatError", "CocoEvaluationError", "CocoExportError",
+           "MissingDependencyError", "PanopticFormatError", "SemSegPairingError",
+           "DatasetFileNotFoundError", "load_lvis_json", "register_lvis_instances",
+           "load_voc_instances", "register_pascal_voc", "builtin_dataset_names",
+           "builtin_dataset_root", "AnnotationFieldError", "AnnotationFieldTypeError",
+           "ParseDataInfoError", "AnnotationFormatError", "BoxMode", "BoxModeError",
+           "CacheCorruptError", "CacheCorruptWarning", "CacheError", "CacheSkippedWarning",
+           "CatmapError", "DatasetCatalog", "DatasetEntry", "DatasetAlreadyRegisteredError",
+           "DatasetNotRegisteredError", "EmptyDatasetError", "Metadata", "MetadataCatalog",
+           "MetadataConflictError", "NestedLoadError", "RecordColumns", "ImmutableRecordsError",
+           "RecordFormatError", "RegistryKeyError", "SerializedList", "SerializedListView",
+           "SharedAttachError", "__version__", "concat_records", "get_detection_dataset_dicts",
+           "load_annotation_file", "load_coco_json", "register_annotation_file",
+           "register_coco_instances", "this_rank_only"]

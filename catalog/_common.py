@@ -1,6 +1,7 @@
 """catmap's internal vocabulary, used by catalog, mappers and samplers alike: the error base
 classes and catalog's typed errors, argument checks, seed derivation, environment switches,
-config values (OmegaConf, detectron2-style configs) and rate-limited warnings.
+config values (OmegaConf, detectron2-style configs), a garbage-collector pause, and the
+rate-limited warnings of :mod:`catalog._log_limits`.
 
 Internal: import it as ``from catalog._common import ...``; the public errors are re-exported
 by :mod:`catalog`.
@@ -8,19 +9,12 @@ by :mod:`catalog`.
 
 from __future__ import annotations
 
-import atexit
-import fcntl
-import logging
+import contextlib
+import gc
 import math
-import mmap
 import os
-import secrets
-import stat
 import sys
-import tempfile
-import threading
-import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import numpy as np
@@ -29,7 +23,8 @@ import numpy as np
 # (a prefetcher) while another thread forks a worker, which would leave the import lock held.
 import numpy.random  # noqa: F401
 
-logger = logging.getLogger(__name__)
+from ._log_limits import (  # noqa: F401  (re-exported: the library imports them from here)
+    FIRST_PER_KIND, counts, log_summary, reset_counts, shared_counters, warn_limited)
 
 # --------------------------------------------------------------------------------- errors
 
@@ -139,10 +134,7 @@ def missing_dependency(package: str, extra: str, purpose: str) -> MissingDepende
     ``purpose``."""
     return MissingDependencyError(
         f"{purpose} needs {package}, which is not installed: pip install \"catmap[{extra}]\" "
-        f"(or pip install {package})",
-        extra=extra,
-        package=package,
-    )
+        f"(or pip install {package})", extra=extra, package=package)
 
 
 class ConfigKeyError(_PlainMessage, CatmapError, KeyError):
@@ -249,16 +241,8 @@ def is_number(value: Any) -> bool:
     return is_int(value) or isinstance(value, (float, np.floating))
 
 
-def check_int(
-    value: Any,
-    name: str,
-    *,
-    minimum: int | None = None,
-    maximum: int | None = None,
-    optional: bool = False,
-    error: ErrorSpec = _DEFAULT_ERROR,
-    where: str = "",
-) -> int:
+def check_int(value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None,
+              optional: bool = False, error: ErrorSpec = _DEFAULT_ERROR, where: str = "") -> int:
     """``value`` as an ``int`` in ``[minimum, maximum]`` (inclusive, each optional).
 
     Example:
@@ -271,7 +255,7 @@ def check_int(
     """
     if value is None and optional:
         return None  # type: ignore[return-value]
-    if not is_int(value):
+    if type(value) is not int and not is_int(value):
         raise _wrong_type(error, where, name, _int_kind(minimum, maximum), value, optional)
     number = int(value)
     if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
@@ -280,19 +264,10 @@ def check_int(
     return number
 
 
-def check_float(
-    value: Any,
-    name: str,
-    *,
-    minimum: float | None = None,
-    maximum: float | None = None,
-    above: float | None = None,
-    below: float | None = None,
-    finite: bool = True,
-    optional: bool = False,
-    error: ErrorSpec = _DEFAULT_ERROR,
-    where: str = "",
-) -> float:
+def check_float(value: Any, name: str, *, minimum: float | None = None,
+                maximum: float | None = None, above: float | None = None,
+                below: float | None = None, finite: bool = True, optional: bool = False,
+                error: ErrorSpec = _DEFAULT_ERROR, where: str = "") -> float:
     """``value`` as a ``float`` within inclusive (``minimum``/``maximum``) and exclusive
     (``above``/``below``) bounds; NaN is always refused, infinities unless ``finite=False``.
 
@@ -304,8 +279,10 @@ def check_float(
     """
     if value is None and optional:
         return None  # type: ignore[return-value]
-    span = _float_range(minimum, maximum, above, below)
-    if not is_number(value):
+    if type(value) is not float and type(value) is not int and not (
+        is_int(value) or isinstance(value, np.floating)
+    ):
+        span = _float_range(minimum, maximum, above, below)
         number_kind = "finite number" if finite else "number"
         if span.startswith("in "):
             kind = f"a number {span}"
@@ -326,6 +303,7 @@ def check_float(
         or (above is not None and not number > above)
         or (below is not None and not number < below)
     ):
+        span = _float_range(minimum, maximum, above, below)
         if span.startswith("in ") or (span and not finite):
             text = span
         elif finite:
@@ -355,12 +333,6 @@ def check_seed(value: Any, name: str = "seed", *, optional: bool = True,
     """A seed: an int in ``[0, 2**64)``, or None (draw one later) unless ``optional=False``."""
     return check_int(value, name, minimum=0, maximum=SEED_LIMIT - 1, optional=optional,
                      error=error, where=where)
-
-
-def check_probability(value: Any, name: str, *, error: ErrorSpec = _DEFAULT_ERROR,
-                      where: str = "") -> float:
-    """A probability: a number in ``[0, 1]``."""
-    return check_float(value, name, minimum=0.0, maximum=1.0, error=error, where=where)
 
 
 def check_positive_size(value: Any, name: str = "size", *, allow_zero: bool = False,
@@ -415,8 +387,11 @@ def derive_seed(*parts: int | None) -> int:
         >>> derive_seed(42, 0, 1) == derive_seed(42, 0, 1) != derive_seed(42, 1, 0)
         True
     """
-    entropy = [int(p) + 1 if p is not None else 0 for p in parts]
-    if any(e < 0 for e in entropy):
+    entropy, negative = [], False
+    for part in parts:
+        entropy.append(0 if part is None else int(part) + 1)
+        negative = negative or entropy[-1] < 0
+    if negative:  # wrap every part to 64 bits
         entropy = [e & 0xFFFFFFFFFFFFFFFF for e in entropy]
     state = np.random.SeedSequence(entropy).generate_state(2, dtype=np.uint32)
     return int((int(state[0]) << 31) ^ int(state[1])) & 0x7FFFFFFFFFFFFFFF
@@ -434,6 +409,24 @@ def torch_generator(*parts: int | None):  # -> torch.Generator
     generator = torch.Generator()
     generator.manual_seed(derive_seed(*parts))
     return generator
+
+
+@contextlib.contextmanager
+def gc_paused(*, promote: bool = False) -> Iterator[None]:
+    """Disable the garbage collector while building many small objects that form no cycles
+    (records). ``promote``: move what the block created to the oldest generation on exit
+    (freeze + unfreeze), so later collections do not rescan it; skipped when the
+    application froze objects itself."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            if promote and gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
+            gc.enable()
 
 
 # ----------------------------------------------------------------------- environment flags
@@ -488,15 +481,19 @@ def plain_value(value: Any) -> Any:
     """
     if is_config_container(value):
         return _to_container(value)
-    if isinstance(value, dict):
-        items = {key: plain_value(item) for key, item in value.items()}
-        return items if any(items[k] is not v for k, v in value.items()) else value
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):  # keep namedtuples
-        converted = [plain_value(item) for item in value]
-        if all(new is old for new, old in zip(converted, value, strict=True)):
-            return value
-        return converted if isinstance(value, list) else tuple(converted)
-    return value
+    is_dict = isinstance(value, dict)
+    if not is_dict and (not isinstance(value, (list, tuple)) or hasattr(value, "_fields")):
+        return value  # a scalar, or a namedtuple (kept)
+    converted: Any = None
+    for key, item in value.items() if is_dict else enumerate(value):
+        new = plain_value(item)
+        if new is not item:
+            if converted is None:
+                converted = dict(value) if is_dict else list(value)
+            converted[key] = new
+    if converted is None:
+        return value
+    return tuple(converted) if isinstance(value, tuple) else converted
 
 
 def plain_container(value: Any) -> Any:
@@ -505,9 +502,9 @@ def plain_container(value: Any) -> Any:
     if is_config_container(value):
         return _to_container(value)
     if isinstance(value, Mapping):
-        return {key: plain_value(item) for key, item in value.items()}
+        return plain_value(dict(value))  # a new dict either way
     if isinstance(value, Sequence) and not isinstance(value, _SCALAR_SEQUENCES):
-        return [plain_value(item) for item in value]
+        return plain_value(list(value))
     return value
 
 
@@ -556,209 +553,3 @@ def config_value(cfg: Any, key: str, default: Any = _MISSING) -> Any:
                 raise ConfigKeyError(f"config has no key {key!r}", key=key)
             return default
     return _to_container(node) if type(node).__module__.startswith("omegaconf") else node
-
-
-# ------------------------------------------------------------------ rate-limited warnings
-#
-# A dataset with many bad records must not log one line per index per worker: the first
-# FIRST_PER_KIND warnings of a kind are logged, the rest counted, and the process that created
-# the counters logs one summary per kind at exit. The counters live in a 16 KiB memfd that
-# forked workers inherit and spawned ones open through /proc/<creator pid>/fd/<fd> (named in
-# CATMAP_WARNING_COUNTERS); the kernel frees it when the last user exits. Without memfd, a
-# 0600 file in /dev/shm is used and removed at the creator's exit.
-
-#: Warnings of one kind logged before the rest are only counted (CATMAP_WARNINGS_PER_KIND).
-FIRST_PER_KIND = 3
-_ENV = "CATMAP_WARNING_COUNTERS"
-_SLOTS = 256
-_NAME_BYTES = 56
-_SIZE = _SLOTS * 8 + _SLOTS * _NAME_BYTES
-_OVERFLOW_SLOT = _SLOTS - 1
-_state_lock = threading.Lock()
-_counters: np.ndarray | None = None
-_names: np.ndarray | None = None
-_map: mmap.mmap | None = None
-_fd: int | None = None
-_slots: dict[str, int] = {}  # this process's cache of kind -> slot
-_owner: tuple[int, str] | None = None
-
-
-def _first_per_kind() -> int:
-    value = os.environ.get("CATMAP_WARNINGS_PER_KIND", "")
-    return int(value) if value.isdigit() else FIRST_PER_KIND
-
-
-def _slot(kind: str) -> int:
-    return zlib.crc32(kind.encode()) % _SLOTS
-
-
-def _attach_counters(path: str) -> int | None:
-    """Open the counters another process of this run created, or None if ``path`` is not a
-    catmap memfd or ``catmap-warnings-*`` file of ours of the exact size."""
-    try:
-        if path.startswith("/proc/"):
-            if not os.readlink(path).startswith("/memfd:catmap-warnings"):
-                return None
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        elif os.path.basename(path).startswith("catmap-warnings-"):
-            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        else:
-            return None
-    except OSError:
-        return None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_size != _SIZE or info.st_uid != os.getuid():
-        os.close(fd)
-        return None
-    return fd
-
-
-def _create_counters() -> tuple[int, str]:
-    if hasattr(os, "memfd_create") and os.path.isdir(f"/proc/{os.getpid()}/fd"):
-        try:
-            fd = os.memfd_create("catmap-warnings", os.MFD_CLOEXEC)
-            os.ftruncate(fd, _SIZE)
-            return fd, f"/proc/{os.getpid()}/fd/{fd}"
-        except OSError:
-            pass
-    directory = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    path = os.path.join(directory, f"catmap-warnings-{os.getpid()}-{secrets.token_hex(6)}")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    os.ftruncate(fd, _SIZE)
-    return fd, path
-
-
-def shared_counters() -> np.ndarray:
-    """The per-kind counters of this run, created or attached on first use. The loader
-    builders call it in the training process before workers start, so spawned workers share
-    them."""
-    global _counters, _names, _map, _owner, _fd
-    with _state_lock:
-        if _counters is not None:
-            return _counters
-        path = os.environ.get(_ENV, "")
-        fd = _attach_counters(path) if path else None
-        if fd is None:  # first process of the run, or its creator has exited
-            fd, path = _create_counters()
-            os.environ[_ENV] = path
-            _owner = (os.getpid(), path)
-            atexit.register(_close_owner)
-        _fd = fd
-        _slots.clear()
-        _map = mmap.mmap(fd, _SIZE)
-        _counters = np.ndarray((_SLOTS,), dtype=np.int64, buffer=_map)
-        _names = np.ndarray((_SLOTS, _NAME_BYTES), dtype=np.uint8, buffer=_map, offset=_SLOTS * 8)
-        return _counters
-
-
-def _mapped() -> tuple[int, np.ndarray]:
-    shared_counters()
-    if _fd is None or _names is None:  # only after the creator's exit hook ran
-        raise RuntimeError("catmap's warning counters are closed (the process is exiting)")
-    return _fd, _names
-
-
-def register_kind(kind: str) -> int:
-    """The slot of ``kind``'s counter, claimed with its name on first use (open addressing
-    under a lock that excludes other processes)."""
-    shared_counters()
-    slot = _slots.get(kind)
-    if slot is not None:
-        return slot
-    fd, names = _mapped()
-    encoded = kind.encode()[:_NAME_BYTES]
-    name_row = np.zeros(_NAME_BYTES, dtype=np.uint8)
-    name_row[: len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
-    with _state_lock:
-        fcntl.lockf(fd, fcntl.LOCK_EX, _SLOTS * _NAME_BYTES, _SLOTS * 8)
-        try:
-            start = _slot(kind)
-            for probe in range(_SLOTS):
-                slot = (start + probe) % _SLOTS
-                row = names[slot]
-                if not row.any():
-                    row[:] = name_row  # a free slot: claim it
-                    break
-                if np.array_equal(row, name_row):
-                    break
-            else:
-                slot = _OVERFLOW_SLOT  # every slot taken: count with the last one
-        finally:
-            fcntl.lockf(fd, fcntl.LOCK_UN, _SLOTS * _NAME_BYTES, _SLOTS * 8)
-    _slots[kind] = slot
-    return slot
-
-
-def warn_limited(log: logging.Logger, kind: str, message: str, *args: object) -> bool:
-    """Log ``message % args`` unless ``kind`` (a short fixed name) was logged enough times in
-    this run; returns whether it was logged.
-
-    Example:
-        >>> log = logging.getLogger("demo")
-        >>> [warn_limited(log, "doc.example", "record %d is odd", i) for i in range(5)]
-        [True, True, True, False, False]
-        >>> counts()["doc.example"]
-        5
-    """
-    counters = shared_counters()
-    slot = register_kind(kind)
-    fd, _ = _mapped()
-    with _state_lock:
-        fcntl.lockf(fd, fcntl.LOCK_EX, 8, slot * 8)
-        try:
-            counters[slot] += 1
-            number = int(counters[slot])
-        finally:
-            fcntl.lockf(fd, fcntl.LOCK_UN, 8, slot * 8)
-    limit = _first_per_kind()
-    if number > limit:
-        return False
-    if number == limit:
-        message += " (further warnings of this kind are counted and summarized at exit)"
-    log.warning(message, *args)
-    return True
-
-
-def reset_counts() -> None:
-    """Set every counter of this run back to zero (for tests)."""
-    counters = shared_counters()
-    with _state_lock:
-        counters[:] = 0
-
-
-def counts() -> dict[str, int]:
-    """Warnings counted so far per kind, in all processes sharing the counters."""
-    counters = shared_counters()
-    _, names = _mapped()
-    result = {}
-    for slot in np.flatnonzero(counters):
-        name = bytes(names[slot]).rstrip(b"\0").decode(errors="replace") or f"slot {slot}"
-        result[name] = int(counters[slot])
-    return result
-
-
-def log_summary() -> dict[str, int]:
-    """Log one line per kind whose count passed the limit; returns the suppressed counts."""
-    limit = _first_per_kind()
-    suppressed = {kind: n - limit for kind, n in counts().items() if n > limit}
-    for kind, number in suppressed.items():
-        logger.warning("%d more warnings of kind %r were not logged (%d in all)",
-                       number, kind, number + limit)
-    return suppressed
-
-
-def _close_owner() -> None:
-    global _counters, _names
-    if _owner is None or _owner[0] != os.getpid() or _map is None:
-        return
-    try:
-        log_summary()
-    finally:
-        _counters = _names = None
-        if not _owner[1].startswith("/proc/"):  # a memfd needs no removal
-            try:
-                os.unlink(_owner[1])
-            except OSError:
-                pass
-        if os.environ.get(_ENV) == _owner[1]:
-            del os.environ[_ENV]

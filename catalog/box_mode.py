@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from enum import IntEnum
 from typing import Any
 
@@ -47,60 +48,45 @@ class BoxMode(IntEnum):
             >>> BoxMode.convert((8.0, 9.0, 4.0, 2.0), BoxMode.XYWH_ABS, BoxMode.XYWHA_ABS)
             (10.0, 10.0, 4.0, 2.0, 0.0)
         """
-        from_mode = BoxMode(from_mode)
-        to_mode = BoxMode(to_mode)
+        from_mode, to_mode = BoxMode(from_mode), BoxMode(to_mode)
         if from_mode == to_mode:
             return box
-        relative = {BoxMode.XYXY_REL, BoxMode.XYWH_REL}
-        if from_mode in relative or to_mode in relative:
+        if {from_mode, to_mode} & {BoxMode.XYXY_REL, BoxMode.XYWH_REL}:
             raise BoxModeError(
                 f"cannot convert a box from {from_mode.name} to {to_mode.name}: relative modes "
                 "need the image size; scale by (width, height) first"
             )
         expected = 5 if from_mode == BoxMode.XYWHA_ABS else 4
-        torch = _torch_if_tensor(box)
-        if torch is not None:
+        torch = sys.modules.get("torch")  # a tensor means torch is imported
+        if torch is not None and isinstance(box, torch.Tensor):
             if box.dtype == torch.bool or box.is_complex():
-                raise BoxModeError(
-                    f"a {from_mode.name} box must hold real numbers, got {box.dtype}"
-                )
+                raise BoxModeError(f"a {from_mode.name} box must hold real numbers, got {box.dtype}")
             _check_shape(tuple(box.shape), expected, from_mode)
             return _convert_absolute(box, from_mode, to_mode, torch)
-        if isinstance(box, np.ndarray):
-            arr = box
-        else:
-            try:
-                arr = np.asarray(box)
-            except (TypeError, ValueError) as exc:
-                raise BoxModeError(
-                    f"a {from_mode.name} box must be {expected} numbers, got {box!r} ({exc})"
-                ) from None
+        try:
+            arr = box if isinstance(box, np.ndarray) else np.asarray(box)
+        except (TypeError, ValueError) as exc:
+            raise BoxModeError(
+                f"a {from_mode.name} box must be {expected} numbers, got {box!r} ({exc})"
+            ) from None
         if arr.dtype.kind not in "iuf":
             raise BoxModeError(
                 f"a {from_mode.name} box must hold {expected} numbers, got dtype {arr.dtype}"
             )
-        if not isinstance(box, np.ndarray) and arr.ndim != 1:
+        if arr is not box and arr.ndim != 1:
             raise BoxModeError(
                 f"a list or tuple is one {from_mode.name} box of {expected} numbers (as in "
                 f"detectron2); got shape {arr.shape}: pass several boxes as an array or tensor"
             )
         _check_shape(arr.shape, expected, from_mode)
         out = _convert_absolute(arr, from_mode, to_mode, np)
-        if isinstance(box, np.ndarray):
+        if arr is box:
             return out
         return tuple(out.tolist()) if isinstance(box, tuple) else out.tolist()
 
 
 class BoxModeError(CatmapError, ValueError):
     """A box cannot be converted between modes: a relative mode, a wrong shape, no numbers."""
-
-
-def _torch_if_tensor(box: Any) -> Any:
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency
-        return None
-    return torch if isinstance(box, torch.Tensor) else None
 
 
 def _check_shape(shape: tuple[int, ...], expected: int, mode: BoxMode) -> None:
@@ -123,31 +109,18 @@ def _convert_absolute(box: Any, from_mode: BoxMode, to_mode: BoxMode, xp: Any) -
             out[..., 2:] = box[..., 2:] + box[..., :2]
         return out
     work = box.astype(np.float64) if is_numpy else box.to(xp.float64)
-    if from_mode == BoxMode.XYWHA_ABS:
-        result = _enclosing_xyxy(work, xp)
+    if from_mode == BoxMode.XYWHA_ABS:  # the axis-aligned box enclosing the rotated one
+        theta = work[..., 4] * (math.pi / 180.0)
+        c, s = xp.abs(xp.cos(theta)), xp.abs(xp.sin(theta))
+        half_w = (c * work[..., 2] + s * work[..., 3]) / 2
+        half_h = (c * work[..., 3] + s * work[..., 2]) / 2
+        xc, yc = work[..., 0], work[..., 1]
+        result = xp.stack([xc - half_w, yc - half_h, xc + half_w, yc + half_h], -1)
         if to_mode == BoxMode.XYWH_ABS:
             result[..., 2:] = result[..., 2:] - result[..., :2]
-    else:
-        result = _to_rotated(work, from_mode, xp)
+    else:  # to (xc, yc, w, h, 0)
+        x0, y0, w, h = work[..., 0], work[..., 1], work[..., 2], work[..., 3]
+        if from_mode == BoxMode.XYXY_ABS:
+            w, h = w - x0, h - y0
+        result = xp.stack([x0 + w / 2, y0 + h / 2, w, h, xp.zeros_like(w)], -1)
     return result.astype(box.dtype) if is_numpy else result.to(box.dtype)
-
-
-def _enclosing_xyxy(arr: Any, xp: Any) -> Any:
-    """Axis-aligned box enclosing rotated boxes (xc, yc, w, h, angle in degrees), float64."""
-    theta = arr[..., 4] * (math.pi / 180.0)
-    c = xp.abs(xp.cos(theta))
-    s = xp.abs(xp.sin(theta))
-    new_w = c * arr[..., 2] + s * arr[..., 3]
-    new_h = c * arr[..., 3] + s * arr[..., 2]
-    xc, yc = arr[..., 0], arr[..., 1]
-    return xp.stack([xc - new_w / 2, yc - new_h / 2, xc + new_w / 2, yc + new_h / 2], -1)
-
-
-def _to_rotated(arr: Any, from_mode: BoxMode, xp: Any) -> Any:
-    """XYXY_ABS or XYWH_ABS (float64) to (xc, yc, w, h, 0)."""
-    x0, y0 = arr[..., 0], arr[..., 1]
-    if from_mode == BoxMode.XYXY_ABS:
-        w, h = arr[..., 2] - x0, arr[..., 3] - y0
-    else:
-        w, h = arr[..., 2], arr[..., 3]
-    return xp.stack([x0 + w / 2, y0 + h / 2, w, h, xp.zeros_like(w)], -1)

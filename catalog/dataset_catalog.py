@@ -70,27 +70,17 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
     """
 
     def __init__(self) -> None:
-        super().__init__(
-            "dataset",
-            missing_error=DatasetNotRegisteredError,
-            duplicate_error=DatasetAlreadyRegisteredError,
-            owner="DatasetCatalog",
-        )
+        super().__init__("dataset", missing_error=DatasetNotRegisteredError,
+                         duplicate_error=DatasetAlreadyRegisteredError, owner="DatasetCatalog")
         self._cache: dict[str, SerializedList] = {}
         # Names registered on first use, and those of them removed / cleared since.
         self._lazy: LazyProvider | None = None
         self._suppressed: set[str] = set()
 
     # ------------------------------------------------------------------ registration
-    def register(
-        self,
-        name: str,
-        func: Callable[[], Any],
-        *,
-        source_files: Iterable[str] | None = None,
-        cache_key: dict[str, Any] | None = None,
-        options: dict[str, Any] | None = None,
-    ) -> None:
+    def register(self, name: str, func: Callable[[], Any], *,
+                 source_files: Iterable[str] | None = None, cache_key: dict[str, Any] | None = None,
+                 options: dict[str, Any] | None = None) -> None:
         """Register ``func`` as the loader of dataset ``name``; it runs at the first ``get``.
 
         Records must be data only (see :mod:`catalog.storage.records`; else RecordFormatError
@@ -103,13 +93,9 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
                 f"the loader of dataset {name!r} must be callable (a function returning a list "
                 f"of dicts), got {type(func).__name__}"
             )
-        entry = DatasetEntry(
-            name=name,
-            func=func,
-            source_files=tuple(map(str, source_files or ())),
-            cache_key=dict(cache_key) if cache_key is not None else None,
-            options=dict(options or {}),
-        )
+        entry = DatasetEntry(name=name, func=func, source_files=tuple(map(str, source_files or ())),
+                             cache_key=dict(cache_key) if cache_key is not None else None,
+                             options=dict(options or {}))
         self._registry.add(name, entry)  # checks the name; DatasetAlreadyRegisteredError
         logger.debug("registered dataset %r", name)
 
@@ -195,17 +181,18 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
                         )
                 records = SerializedList(result, name=name)
             after = MetadataCatalog.get(name).as_dict() if name in MetadataCatalog else {}
-            changed = {k: v for k, v in after.items()
-                       if k != "name" and (k not in before or not values_equal(before[k], v))}
+            changed = {}
+            for key, value in after.items():
+                if key != "name" and (key not in before or not values_equal(before[key], value)):
+                    changed[key] = value
             return records, {"metadata": changed}
 
         cached = entry.options.get("cache", True) and entry.source_files
         if entry.cache_key is None or not cached:
             return run_loader()
         loader = str(entry.cache_key.get("loader", "catalog"))
-        return load_with_cache(
-            name, entry.source_files, run_loader, loader=loader, options=entry.cache_key
-        )
+        return load_with_cache(name, entry.source_files, run_loader, loader=loader,
+                               options=entry.cache_key)
 
     # ------------------------------------------------------------------ management
     def pop(self, name: str, default: Any = _MISSING) -> Any:

@@ -17,12 +17,9 @@ __all__ = ["get_detection_dataset_dicts"]
 logger = logging.getLogger(__name__)
 
 
-def get_detection_dataset_dicts(
-    names: str | Sequence[str],
-    filter_empty: bool = True,
-    min_keypoints: int = 0,
-    check_consistency: bool = True,
-) -> SerializedList:
+def get_detection_dataset_dicts(names: str | Sequence[str], filter_empty: bool = True,
+                                min_keypoints: int = 0,
+                                check_consistency: bool = True) -> SerializedList:
     """The records of one or several registered datasets, joined in order and filtered.
 
     ``filter_empty`` drops images with no non-crowd annotation, ``min_keypoints`` those with
@@ -76,7 +73,8 @@ def get_detection_dataset_dicts(
     if filter_empty:
         # non-crowd annotations per record, from each base's own columns (no joined arrays)
         counts = []
-        for columns in [p.columns for p in parts]:
+        for part in parts:
+            columns = part.columns
             non_crowd = np.zeros(len(columns.iscrowd) + 1, dtype=np.int64)
             np.cumsum(columns.iscrowd == 0, out=non_crowd[1:])
             offsets = columns.category_offsets
@@ -100,14 +98,11 @@ def get_detection_dataset_dicts(
 
     class_names = MetadataCatalog.get(names[0]).get("thing_classes")
     # from each base's columns and the kept records: no gathered column arrays
-    bounds = np.cumsum([0] + [len(p) for p in parts])
-    histogram = _format_counts(
-        [
-            _instance_ids(p.columns, keep[lo:hi])
-            for p, lo, hi in zip(parts, bounds[:-1], bounds[1:], strict=True)
-        ],
-        class_names,
-    )
+    ids, start = [], 0
+    for part in parts:
+        ids.append(_instance_ids(part.columns, keep[start : start + len(part)]))
+        start += len(part)
+    histogram = _format_counts(ids, class_names)
     if histogram:
         logger.info("distribution of instances among all categories of %s:\n%s", label, histogram)
     return dataset
@@ -141,10 +136,9 @@ def _format_counts(id_parts: list[np.ndarray], class_names: Sequence[str] | None
     if num_classes == 0:
         return ""
     counts = np.bincount(ids, minlength=num_classes)
-    labels = [
-        str(class_names[i]) if class_names is not None and i < len(class_names) else str(i)
-        for i in range(num_classes)
-    ]
+    labels = list(map(str, range(num_classes)))
+    if class_names is not None:
+        labels[: len(class_names)] = map(str, class_names)
     name_width = max(len("category"), max(map(len, labels)), len("total"))
     count_width = max(len("#instances"), len(str(int(counts.sum()))))
     lines = [f"{'category':<{name_width}} | {'#instances':>{count_width}}"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import sys
 import threading
 import warnings
@@ -17,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from ._common import MetadataConflictError, plain_value, warn_limited
+from ._common import MetadataConflictError, plain_value, short_repr, warn_limited
 from .registry import Registry, check_name, did_you_mean
 
 __all__ = ["Metadata", "MetadataCatalog", "LEGACY_KEYS", "NamedContainer", "values_equal"]
@@ -25,11 +26,9 @@ __all__ = ["Metadata", "MetadataCatalog", "LEGACY_KEYS", "NamedContainer", "valu
 logger = logging.getLogger(__name__)
 
 #: Old key -> current key; reading or writing an old key warns and uses the current one.
-LEGACY_KEYS: dict[str, str] = {
-    "class_names": "thing_classes",
-    "dataset_id_to_contiguous_id": "thing_dataset_id_to_contiguous_id",
-    "stuff_class_names": "stuff_classes",
-}
+LEGACY_KEYS: dict[str, str] = {"class_names": "thing_classes",
+                               "dataset_id_to_contiguous_id": "thing_dataset_id_to_contiguous_id",
+                               "stuff_class_names": "stuff_classes"}
 
 
 def values_equal(a: Any, b: Any) -> bool:
@@ -66,7 +65,10 @@ def values_equal(a: Any, b: Any) -> bool:
     except Exception:  # an exotic __eq__ that raises: treat as different
         return False
     if isinstance(result, (bool, np.bool_)):
-        return bool(result)
+        return bool(result) or (  # NaN equals NaN, as in arrays
+            isinstance(a, (float, np.floating)) and isinstance(b, (float, np.floating))
+            and math.isnan(a) and math.isnan(b)
+        )
     try:
         return bool(np.all(result))
     except Exception:
@@ -83,11 +85,6 @@ def _to_numpy(value: Any) -> np.ndarray:
     if torch is not None and isinstance(value, torch.Tensor):
         return value.detach().cpu().numpy()
     return np.asarray(value)
-
-
-def _short(value: Any, limit: int = 200) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class Metadata:
@@ -133,7 +130,11 @@ class Metadata:
 
     def as_dict(self) -> dict[str, Any]:
         """A shallow copy of every key and value."""
-        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        values = {}
+        for key, value in self.__dict__.items():
+            if not key.startswith("_"):
+                values[key] = value
+        return values
 
     def __contains__(self, key: object) -> bool:
         return (
@@ -159,7 +160,7 @@ class Metadata:
             if new_key in resolved and not values_equal(resolved[new_key], value):
                 raise MetadataConflictError(
                     f"metadata of dataset {self._label()}: {key!r} and {new_key!r} given "
-                    f"different values in one set(): {_short(resolved[new_key])} vs {_short(value)}"
+                    f"different values in one set(): {short_repr(resolved[new_key], 200)} vs {short_repr(value, 200)}"
                 )
             resolved[new_key] = value
         with self._lock:
@@ -167,7 +168,7 @@ class Metadata:
                 if key in self.__dict__ and not values_equal(self.__dict__[key], value):
                     raise MetadataConflictError(
                         f"metadata key {key!r} of dataset {self._label()} is already set to "
-                        f"{_short(self.__dict__[key])}; refusing to change it to {_short(value)}. "
+                        f"{short_repr(self.__dict__[key], 200)}; refusing to change it to {short_repr(value, 200)}. "
                         f"Use MetadataCatalog.remove({self.get('name')!r}) to start over."
                     )
             for key, value in resolved.items():
@@ -199,15 +200,12 @@ class Metadata:
 
     @staticmethod
     def _warn_legacy(key: str, new_key: str) -> None:
-        warnings.warn(
-            f"metadata key {key!r} is renamed to {new_key!r}; using {new_key!r}",
-            DeprecationWarning,
-            stacklevel=4,
-        )
+        warnings.warn(f"metadata key {key!r} is renamed to {new_key!r}; using {new_key!r}",
+                      DeprecationWarning, stacklevel=4)
         logger.warning("metadata key %r is renamed to %r", key, new_key)
 
     def __repr__(self) -> str:
-        items = ", ".join(f"{k}={_short(v, 60)}" for k, v in self.as_dict().items())
+        items = ", ".join(f"{k}={short_repr(v, 60)}" for k, v in self.as_dict().items())
         return f"Metadata({items})"
 
     def __getstate__(self) -> dict[str, Any]:
@@ -227,22 +225,12 @@ class NamedContainer(Generic[V]):
     """Names mapped to entries, with the catalog management methods; subclasses add how
     entries are made and override the hooks below."""
 
-    def __init__(
-        self,
-        kind: str,
-        *,
-        missing_error: Callable[[str], KeyError] | None = None,
-        duplicate_error: Callable[[str], ValueError] = ValueError,
-        remove_missing_ok: bool = False,
-        owner: str | None = None,
-    ) -> None:
-        self._registry: Registry[V] = Registry(
-            kind,
-            missing_error=missing_error,
-            duplicate_error=duplicate_error,
-            replace_same=False,
-            owner=owner,
-        )
+    def __init__(self, kind: str, *, missing_error: Callable[[str], KeyError] | None = None,
+                 duplicate_error: Callable[[str], ValueError] = ValueError,
+                 remove_missing_ok: bool = False, owner: str | None = None) -> None:
+        self._registry: Registry[V] = Registry(kind, missing_error=missing_error,
+                                               duplicate_error=duplicate_error, replace_same=False,
+                                               owner=owner)
         self._lock = threading.RLock()
         self._remove_missing_ok = remove_missing_ok
 
@@ -392,14 +380,10 @@ class _MetadataCatalog(NamedContainer[Metadata]):
         candidates = [n for n in datasets.list() + self.list() if n != name]
         hint = did_you_mean(name, candidates)
         warn_limited(
-            logger,
-            "MetadataCatalog.get",
+            logger, "MetadataCatalog.get",
             "MetadataCatalog.get(%r): no dataset %r is registered; created empty metadata for "
             "it (a typo?).%s Register the dataset before setting its metadata to silence this.",
-            name,
-            name,
-            hint,
-        )
+            name, name, hint)
 
     def snapshot(self) -> tuple[dict[str, Metadata], Any]:
         """Copies of every Metadata (keys set later are dropped by :meth:`restore`)."""

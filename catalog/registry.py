@@ -28,14 +28,8 @@ from typing import Any, Generic, TypeVar, overload
 
 from ._common import CatmapErrorWithFields, short_repr
 
-__all__ = [
-    "Registry",
-    "RegistryKeyError",
-    "check_name",
-    "close_matches",
-    "did_you_mean",
-    "unknown_name_message",
-]
+__all__ = ["Registry", "RegistryKeyError", "check_name", "close_matches", "did_you_mean",
+           "unknown_name_message"]
 
 T = TypeVar("T")
 V = TypeVar("V")
@@ -92,16 +86,10 @@ class Registry(Generic[V]):
         ('[1]', True, False)
     """
 
-    def __init__(
-        self,
-        kind: str,
-        *,
-        module: types.ModuleType | None = None,
-        missing_error: Callable[[str], KeyError] | None = None,
-        duplicate_error: Callable[[str], ValueError] = ValueError,
-        replace_same: bool = True,
-        owner: str | None = None,
-    ) -> None:
+    def __init__(self, kind: str, *, module: types.ModuleType | None = None,
+                 missing_error: Callable[[str], KeyError] | None = None,
+                 duplicate_error: Callable[[str], ValueError] = ValueError,
+                 replace_same: bool = True, owner: str | None = None) -> None:
         self.kind = kind
         self._owner = owner
         self._module = module
@@ -155,7 +143,8 @@ class Registry(Generic[V]):
         """The object registered under ``name``, or ``default`` (no error)."""
         with self._lock:
             found = self._items.get(name, _MISSING) if isinstance(name, str) else _MISSING
-        if found is _MISSING and isinstance(name, str) and name in self._module_names():
+        if (found is _MISSING and self._module is not None and isinstance(name, str)
+                and name in self._module_names()):
             found = getattr(self._module, name, _MISSING)
         return default if found is _MISSING else found
 

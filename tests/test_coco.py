@@ -94,7 +94,7 @@ def _write(tmp_path, content, name="instances.json") -> str:
 def test_records_follow_the_detectron2_format(tmp_path, path_kind, caplog):
     path = _write(tmp_path, _coco())
     with caplog.at_level(logging.WARNING, logger="catalog.formats.coco"):
-        records = load_coco_json(path, "/root/images", dataset_name="fixture")
+        records = load_coco_json(path, "/root/images", dataset_name="fixture", keep_file_order=True)
     assert [r["image_id"] for r in records] == [30, 10, 20]  # the file's image order
     assert records[0]["file_name"] == os.path.join("/root/images", "c.jpg")
     assert records[2]["file_name"] == os.path.join("/root/images", "sub/b.jpg")
@@ -139,7 +139,8 @@ def test_null_category_name_becomes_the_id_on_both_paths(tmp_path, path_kind):
 
 
 def test_extra_annotation_keys_copied_when_present(tmp_path, path_kind):
-    records = load_coco_json(_write(tmp_path, _coco()), "", extra_annotation_keys=["area", "id"])
+    records = load_coco_json(_write(tmp_path, _coco()), "", extra_annotation_keys=["area", "id"],
+                             keep_file_order=True)
     first = records[0]["annotations"][0]
     assert first["area"] == 12.0 and first["id"] == 1
     assert "area" not in records[0]["annotations"][1]
@@ -149,7 +150,7 @@ def test_extra_annotation_keys_copied_when_present(tmp_path, path_kind):
 def test_pathlib_paths_accepted(tmp_path, path_kind):
     _write(tmp_path, _coco())
     records = load_coco_json(tmp_path / "instances.json", tmp_path)
-    assert records[1]["file_name"] == str(tmp_path / "a.jpg")
+    assert records[0]["file_name"] == str(tmp_path / "a.jpg")  # image 10 first
 
 
 def test_results_file_is_rejected(tmp_path, path_kind):
@@ -287,7 +288,7 @@ def test_images_without_size_are_kept_with_a_warning(tmp_path, path_kind, caplog
     content = _coco()
     del content["images"][2]["height"]
     with caplog.at_level(logging.WARNING, logger="catalog.formats.coco"):
-        records = load_coco_json(_write(tmp_path, content), "")
+        records = load_coco_json(_write(tmp_path, content), "", keep_file_order=True)
     assert "height" not in records[2] and records[2]["width"] == 50
     assert any("1 images have no 'height' or 'width'" in r.getMessage() for r in caplog.records)
 
@@ -316,7 +317,7 @@ def test_gc_is_re_enabled_after_success_and_failure(tmp_path, path_kind):
 
 def test_register_coco_instances_is_lazy(tmp_path, path_kind):
     path = tmp_path / "later.json"
-    register_coco_instances("lazy_coco", {"extra": 1}, path, tmp_path / "imgs")
+    register_coco_instances("lazy_coco", {"extra": 1}, path, tmp_path / "imgs", keep_file_order=True)
     meta = MetadataCatalog.get("lazy_coco")
     assert meta.json_file == str(path)
     assert meta.image_root == str(tmp_path / "imgs")
@@ -564,14 +565,15 @@ def test_negative_area_is_skipped_with_a_counted_warning(tmp_path, parser, caplo
 def test_rle_dict_is_rebuilt_with_size_and_counts(tmp_path, parser):
     content = _coco()
     content["annotations"][1]["segmentation"]["extra"] = {"ignored": True}
-    records = load_coco_json(_write(tmp_path, content), "")
+    records = load_coco_json(_write(tmp_path, content), "", keep_file_order=True)
     rle = records[1]["annotations"][0]["segmentation"]
     assert rle == {"counts": [10, 5, 585], "size": [20, 30]}
 
 
 def test_extra_keys_of_record_fields_do_not_overwrite_checked_values(tmp_path, parser):
     records = load_coco_json(
-        _write(tmp_path, _coco()), "", extra_annotation_keys=["segmentation", "id", "area"]
+        _write(tmp_path, _coco()), "", extra_annotation_keys=["segmentation", "id", "area"],
+        keep_file_order=True,
     )
     first = records[0]["annotations"][0]
     assert first["segmentation"] == [[0, 0, 1, 0, 1, 1]]  # invalid polygon still dropped

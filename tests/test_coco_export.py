@@ -54,7 +54,7 @@ def _coco_fixture() -> dict:
 def _register(tmp_path, data: dict, name: str = "export_src") -> str:
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(data))
-    register_coco_instances(name, {}, str(path), "imgs", cache=False)
+    register_coco_instances(name, {}, str(path), "imgs", cache=False, keep_file_order=True)
     return str(path)
 
 

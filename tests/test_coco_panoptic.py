@@ -122,6 +122,7 @@ def test_bad_segments_name_file_image_segment_key(tmp_path, segment, key, match)
         ([{"image_id": "7", "file_name": "a.png", "segments_info": []}], "image_id"),
         ([{"image_id": 7, "file_name": "../a.png", "segments_info": []}], "file_name"),
         ([{"image_id": 7, "file_name": "/etc/a.png", "segments_info": []}], "file_name"),
+        ([{"image_id": 7, "file_name": "x/../../a.png", "segments_info": []}], "file_name"),
         ([{"image_id": 7, "file_name": "a.png", "segments_info": None}], "segments_info"),
         ([{"image_id": 7, "file_name": "a.png", "segments_info": []},
           {"image_id": 7, "file_name": "b.png", "segments_info": []}], "image_id"),

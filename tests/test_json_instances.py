@@ -33,12 +33,15 @@ def test_public_functions_keep_their_identity(module, name) -> None:
 def test_signatures_are_detectron2s() -> None:
     for module, name in PUBLIC[:2]:
         params = inspect.signature(getattr(module, name)).parameters
-        assert list(params) == ["json_file", "image_root", "dataset_name", "extra_annotation_keys"]
+        assert list(params) == ["json_file", "image_root", "dataset_name", "extra_annotation_keys",
+                                "keep_file_order", "allow_outside_root"]
         assert params["dataset_name"].default is None
+        assert params["keep_file_order"].kind is inspect.Parameter.KEYWORD_ONLY
     for module, name in PUBLIC[2:]:
         params = inspect.signature(getattr(module, name)).parameters
         assert list(params) == ["name", "metadata", "json_file", "image_root",
-                                "extra_annotation_keys", "cache"]
+                                "extra_annotation_keys", "cache", "keep_file_order",
+                                "allow_outside_root"]
         assert params["cache"].kind is inspect.Parameter.KEYWORD_ONLY
 
 

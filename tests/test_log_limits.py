@@ -89,7 +89,7 @@ def test_map_dataset_refetch_warnings_are_rate_limited(caplog):
 
 
 def test_kinds_whose_hashes_collide_count_apart():
-    from catalog._common import _slot, register_kind
+    from catalog._log_limits import _slot, register_kind
 
     base = "collide.base"
     other = next(f"collide.{i}" for i in range(100_000) if _slot(f"collide.{i}") == _slot(base)

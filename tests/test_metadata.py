@@ -214,3 +214,22 @@ def test_get_without_the_warning_for_metadata_set_on_purpose(unregistered_warnin
     MetadataCatalog.get("attached_on_purpose", warn_unregistered=False).thing_classes = ["a"]
     assert unregistered_warnings() == []
     assert MetadataCatalog.get("attached_on_purpose").thing_classes == ["a"]
+
+
+def test_setting_nan_twice_is_not_a_conflict():
+    # separate NaN objects (float('nan') twice, numpy NaN, NaN inside lists and dicts)
+    name = "nan_twice"
+    try:
+        MetadataCatalog.get(name, warn_unregistered=False).set(x=float("nan"))
+        MetadataCatalog.get(name).set(x=float("nan"))
+        MetadataCatalog.get(name).set(x=np.float64("nan"))
+        MetadataCatalog.get(name).set(y=[1.0, float("nan")], z={"a": [float("nan")]})
+        MetadataCatalog.get(name).set(y=[1.0, float("nan")], z={"a": (float("nan"),)})
+        with pytest.raises(MetadataConflictError):
+            MetadataCatalog.get(name).set(x=1.0)
+        with pytest.raises(MetadataConflictError):
+            MetadataCatalog.get(name).set(y=[float("nan"), 1.0])
+    finally:
+        MetadataCatalog.remove(name)
+    assert values_equal(float("nan"), np.float32("nan"))
+    assert not values_equal(float("nan"), "nan")

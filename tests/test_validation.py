@@ -21,7 +21,6 @@ from catalog._common import (
     check_int,
     check_list,
     check_positive_size,
-    check_probability,
     check_seed,
     check_str,
     is_int,
@@ -205,9 +204,9 @@ def test_check_seed_not_optional():
 
 
 def test_probability_size_str():
-    assert check_probability(1, "prob") == 1.0
+    assert check_float(1, "prob", minimum=0, maximum=1) == 1.0
     with pytest.raises(ValueError, match=r"prob must be in \[0, 1\], got 1.5"):
-        check_probability(1.5, "prob")
+        check_float(1.5, "prob", minimum=0, maximum=1)
     assert check_positive_size(np.int16(0), allow_zero=True) == 0
     with pytest.raises(ValueError, match="size must be >= 1, got 0"):
         check_positive_size(0)

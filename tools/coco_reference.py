@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 import sys
 from typing import Any
 
@@ -200,6 +201,9 @@ def _outcome(doc: Any, extra_keys: tuple[str, ...]) -> tuple[str, dict[str, int]
         name = img.get("file_name")
         if not isinstance(name, str) or not name or "\x00" in name:
             raise Invalid("file_name")
+        if name.startswith(("/", "\\")) or posixpath.normpath(
+                name.replace("\\", "/")).split("/")[0] == "..":
+            raise Invalid("file_name outside image_root")
         for key in ("height", "width"):
             v = img.get(key)
             if v is not None and not (_int64(v) and 1 <= v <= _SIDE):

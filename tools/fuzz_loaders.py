@@ -226,7 +226,7 @@ _COUNT_NAMES = ("orphans", "degenerate", "negative_area", "bad_polygons", "no_va
 
 
 def _counts_dict(counts_tuple: tuple) -> dict[str, int]:
-    from catalog.formats.validate import SkipCounts
+    from catalog.formats.coco import SkipCounts
 
     values = dict(zip(SkipCounts.__slots__, counts_tuple, strict=True))
     return {k: values[k] for k in _COUNT_NAMES if values[k]}

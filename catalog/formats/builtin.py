@@ -25,10 +25,8 @@ from .panoptic import load_sem_seg, merge_to_panoptic, register_coco_panoptic
 from .voc import VOC_CLASSES, register_pascal_voc
 
 #: The LVIS versions with a bundled category file, and the file of each (in ``catalog/data``).
-LVIS_VERSIONS: dict[str, str] = {
-    "v0.5": "lvis_v0_5_categories.json",
-    "v1": "lvis_v1_categories.json",
-}
+LVIS_VERSIONS: dict[str, str] = {"v0.5": "lvis_v0_5_categories.json",
+                                 "v1": "lvis_v1_categories.json"}
 
 _FORMAT = "catmap-lvis-categories"
 _MAX_FILE_BYTES = 1 << 20  # the bundled files are ~100 KiB; refuse anything far larger
@@ -45,12 +43,10 @@ LVIS_V1_FREQUENCY: str
 LVIS_V1_IMAGE_COUNT: tuple[int, ...]
 
 # Module attribute -> (LVIS version, LvisCategories field); read lazily by __getattr__.
-_LAZY_ATTRIBUTES: dict[str, tuple[str, str]] = {
-    "LVIS_V0_5_CLASSES": ("v0.5", "classes"),
-    "LVIS_V1_CLASSES": ("v1", "classes"),
-    "LVIS_V1_FREQUENCY": ("v1", "frequency"),
-    "LVIS_V1_IMAGE_COUNT": ("v1", "image_count"),
-}
+_LAZY_ATTRIBUTES: dict[str, tuple[str, str]] = {"LVIS_V0_5_CLASSES": ("v0.5", "classes"),
+                                                "LVIS_V1_CLASSES": ("v1", "classes"),
+                                                "LVIS_V1_FREQUENCY": ("v1", "frequency"),
+                                                "LVIS_V1_IMAGE_COUNT": ("v1", "image_count")}
 
 
 class LvisCategoriesError(CatmapErrorWithFields, ValueError):
@@ -77,8 +73,7 @@ def lvis_categories(version: str) -> LvisCategories:
     if version not in LVIS_VERSIONS:
         raise LvisCategoriesError(
             f"unknown LVIS version {version!r}; bundled category files: {sorted(LVIS_VERSIONS)}",
-            version=version,
-        )
+            version=version)
     path = resources.files("catalog").joinpath("data", LVIS_VERSIONS[version])
     try:
         with path.open("rb") as f:
@@ -86,21 +81,17 @@ def lvis_categories(version: str) -> LvisCategories:
     except OSError as exc:
         raise LvisCategoriesError(
             f"cannot read the LVIS {version} category file {path}: {exc} (reinstall catmap; "
-            "the file is package data)",
-            version=version, path=str(path),
-        ) from exc
+            "the file is package data)", version=version, path=str(path)) from exc
     if len(raw) > _MAX_FILE_BYTES:
         raise LvisCategoriesError(
             f"the LVIS {version} category file {path} is larger than {_MAX_FILE_BYTES} bytes",
-            version=version, path=str(path),
-        )
+            version=version, path=str(path))
     try:
         document = json.loads(raw)
     except ValueError as exc:
         raise LvisCategoriesError(
             f"the LVIS {version} category file {path} is not valid JSON: {exc}",
-            version=version, path=str(path),
-        ) from exc
+            version=version, path=str(path)) from exc
     return _parse(document, version, str(path))
 
 
@@ -109,10 +100,8 @@ def _parse(document: Any, version: str, path: str) -> LvisCategories:
 
     def fail(what: str, index: int | None = None, key: str | None = None) -> LvisCategoriesError:
         where = "" if index is None else f", category record {index}"
-        return LvisCategoriesError(
-            f"the LVIS {version} category file {path}{where}: {what}",
-            version=version, path=path, index=index, key=key,
-        )
+        return LvisCategoriesError(f"the LVIS {version} category file {path}{where}: {what}",
+                                   version=version, path=path, index=index, key=key)
 
     if not isinstance(document, dict) or document.get("format") != _FORMAT:
         raise fail(f"is not a {_FORMAT!r} document", key="format")
@@ -138,11 +127,9 @@ def _parse(document: Any, version: str, path: str) -> LvisCategories:
         if "image_count" in keys and (type(count) is not int or count < 0):
             raise fail(f"image_count {count!r} is not an int >= 0", index, "image_count")
     return LvisCategories(
-        version=version,
-        classes=tuple(record["name"] for record in records),
+        version=version, classes=tuple(record["name"] for record in records),
         frequency=("".join(r["frequency"] for r in records) if "frequency" in keys else None),
-        image_count=(tuple(r["image_count"] for r in records) if "image_count" in keys else None),
-    )
+        image_count=(tuple(r["image_count"] for r in records) if "image_count" in keys else None))
 
 
 def __getattr__(name: str) -> Any:
@@ -173,8 +160,7 @@ COCO_THING_CATEGORIES: tuple[tuple[int, str], ...] = (
     (72, 'tv'), (73, 'laptop'), (74, 'mouse'), (75, 'remote'), (76, 'keyboard'),
     (77, 'cell phone'), (78, 'microwave'), (79, 'oven'), (80, 'toaster'), (81, 'sink'),
     (82, 'refrigerator'), (84, 'book'), (85, 'clock'), (86, 'vase'), (87, 'scissors'),
-    (88, 'teddy bear'), (89, 'hair drier'), (90, 'toothbrush'),
-)
+    (88, 'teddy bear'), (89, 'hair drier'), (90, 'toothbrush'))
 #: The 53 COCO panoptic stuff categories as (COCO id, name), by id.
 COCO_STUFF_CATEGORIES: tuple[tuple[int, str], ...] = (
     (92, 'banner'), (93, 'blanket'), (95, 'bridge'), (100, 'cardboard'), (107, 'counter'),
@@ -189,8 +175,7 @@ COCO_STUFF_CATEGORIES: tuple[tuple[int, str], ...] = (
     (190, 'floor-other-merged'), (191, 'pavement-merged'), (192, 'mountain-merged'),
     (193, 'grass-merged'), (194, 'dirt-merged'), (195, 'paper-merged'), (196, 'food-other-merged'),
     (197, 'building-other-merged'), (198, 'rock-merged'), (199, 'wall-other-merged'),
-    (200, 'rug-merged'),
-)
+    (200, 'rug-merged'))
 _COCO_CATEGORIES = COCO_THING_CATEGORIES + COCO_STUFF_CATEGORIES
 
 #: The 17 COCO person keypoints, in the order of the annotation files.
@@ -242,8 +227,7 @@ ADE20K_SEM_SEG_CATEGORIES: tuple[str, ...] = (
     'animal', 'bicycle', 'lake', 'dishwasher', 'screen', 'blanket, cover', 'sculpture',
     'hood, exhaust hood', 'sconce', 'vase', 'traffic light', 'tray', 'trash can', 'fan', 'pier',
     'crt screen', 'plate', 'monitor', 'bulletin board', 'shower', 'radiator',
-    'glass, drinking glass', 'clock', 'flag',
-)
+    'glass, drinking glass', 'clock', 'flag')
 
 
 def class_colors(count: int, start: int = 0) -> list[list[int]]:
@@ -273,18 +257,13 @@ def _coco_instances() -> dict[str, Any]:
         "thing_classes": [name for _, name in COCO_THING_CATEGORIES],
         "thing_dataset_id_to_contiguous_id": {
             cat_id: i for i, (cat_id, _) in enumerate(COCO_THING_CATEGORIES)
-        },
-        "thing_colors": class_colors(len(COCO_THING_CATEGORIES)),
-    }
+        }, "thing_colors": class_colors(len(COCO_THING_CATEGORIES))}
 
 
 def _coco_person() -> dict[str, Any]:
-    return {
-        "thing_classes": ["person"],
-        "keypoint_names": COCO_PERSON_KEYPOINT_NAMES,
-        "keypoint_flip_map": COCO_PERSON_KEYPOINT_FLIP_MAP,
-        "keypoint_connection_rules": list(KEYPOINT_CONNECTION_RULES),
-    }
+    return {"thing_classes": ["person"], "keypoint_names": COCO_PERSON_KEYPOINT_NAMES,
+            "keypoint_flip_map": COCO_PERSON_KEYPOINT_FLIP_MAP,
+            "keypoint_connection_rules": list(KEYPOINT_CONNECTION_RULES)}
 
 
 def _coco_panoptic_separated() -> dict[str, Any]:
@@ -296,8 +275,7 @@ def _coco_panoptic_separated() -> dict[str, Any]:
         + class_colors(len(COCO_STUFF_CATEGORIES), start=len(COCO_THING_CATEGORIES)),
         "stuff_dataset_id_to_contiguous_id": {
             0: 0, **{cat_id: i + 1 for i, (cat_id, _) in enumerate(COCO_STUFF_CATEGORIES)}
-        },
-    }
+        }}
     meta.update(_coco_instances())
     return meta
 
@@ -307,46 +285,34 @@ def _coco_panoptic_standard() -> dict[str, Any]:
     names = [name for _, name in _COCO_CATEGORIES]
     colors = class_colors(len(_COCO_CATEGORIES))
     return {
-        "thing_classes": names,
-        "thing_colors": colors,
-        "stuff_classes": list(names),
-        "stuff_colors": [list(c) for c in colors],
-        "thing_dataset_id_to_contiguous_id": {
+        "thing_classes": names, "thing_colors": colors, "stuff_classes": list(names),
+        "stuff_colors": [list(c) for c in colors], "thing_dataset_id_to_contiguous_id": {
             cat_id: i for i, (cat_id, _) in enumerate(COCO_THING_CATEGORIES)
-        },
-        "stuff_dataset_id_to_contiguous_id": {
+        }, "stuff_dataset_id_to_contiguous_id": {
             cat_id: i + len(COCO_THING_CATEGORIES)
             for i, (cat_id, _) in enumerate(COCO_STUFF_CATEGORIES)
-        },
-    }
+        }}
 
 
 def _lvis_v1() -> dict[str, Any]:
     cats = lvis_categories("v1")
     return {
-        "thing_classes": list(cats.classes),
-        "class_image_count": [
+        "thing_classes": list(cats.classes), "class_image_count": [
             {"id": i + 1, "image_count": n} for i, n in enumerate(cats.image_count or ())
-        ],
-        "class_frequency": list(cats.frequency or ""),
-    }
+        ], "class_frequency": list(cats.frequency or "")}
 
 
 _BUILDERS = {
-    "coco": _coco_instances,
-    "coco_person": _coco_person,
+    "coco": _coco_instances, "coco_person": _coco_person,
     "coco_panoptic_separated": _coco_panoptic_separated,
-    "coco_panoptic_standard": _coco_panoptic_standard,
-    "lvis_v1": _lvis_v1,
+    "coco_panoptic_standard": _coco_panoptic_standard, "lvis_v1": _lvis_v1,
     "lvis_v0.5": lambda: {"thing_classes": list(lvis_categories("v0.5").classes)},
     "lvis_v0.5_cocofied": _coco_instances,
-    "cityscapes": lambda: {
-        "thing_classes": list(cityscapes.THING_CLASSES),
-        "stuff_classes": list(cityscapes.STUFF_CLASSES),
-    },
+    "cityscapes": lambda: {"thing_classes": list(cityscapes.THING_CLASSES),
+                           "stuff_classes": list(cityscapes.STUFF_CLASSES)},
     "ade20k": lambda: {"stuff_classes": list(ADE20K_SEM_SEG_CATEGORIES)},
     "pascal_voc": lambda: {"thing_classes": list(VOC_CLASSES)},
-}
+}  # fmt: skip
 #: The kinds :func:`get_builtin_metadata` knows.
 BUILTIN_METADATA_KINDS = tuple(_BUILDERS)
 
@@ -377,39 +343,27 @@ _COCO_INSTANCES = {
 _COCO_PERSON = {
     f"keypoints_coco_{split}": (f"coco/{images}", f"coco/annotations/person_keypoints_{ann}.json")
     for split, images, ann in (
-        ("2014_train", "train2014", "train2014"),
-        ("2014_val", "val2014", "val2014"),
+        ("2014_train", "train2014", "train2014"), ("2014_val", "val2014", "val2014"),
         ("2014_minival", "val2014", "minival2014"),
         ("2014_valminusminival", "val2014", "valminusminival2014"),
-        ("2017_train", "train2017", "train2017"),
-        ("2017_val", "val2017", "val2017"),
-        ("2017_val_100", "val2017", "val2017_100"),
-    )
+        ("2017_train", "train2017", "train2017"), ("2017_val", "val2017", "val2017"),
+        ("2017_val_100", "val2017", "val2017_100"))
 }
 # COCO split -> (name part of the panoptic files, of the stuff label dir); images as the split's.
-_COCO_PANOPTIC = {
-    "coco_2017_train": ("train2017", "train2017"),
-    "coco_2017_val": ("val2017", "val2017"),
-    "coco_2017_val_100": ("val2017_100", "val2017_100"),
-}
+_COCO_PANOPTIC = {"coco_2017_train": ("train2017", "train2017"),
+                  "coco_2017_val": ("val2017", "val2017"),
+                  "coco_2017_val_100": ("val2017_100", "val2017_100")}
 _LVIS = {
-    "lvis_v1": {
-        "lvis_v1_train": "lvis/lvis_v1_train.json",
-        "lvis_v1_val": "lvis/lvis_v1_val.json",
-        "lvis_v1_test_dev": "lvis/lvis_v1_image_info_test_dev.json",
-        "lvis_v1_test_challenge": "lvis/lvis_v1_image_info_test_challenge.json",
-    },
-    "lvis_v0.5": {
-        "lvis_v0.5_train": "lvis/lvis_v0.5_train.json",
-        "lvis_v0.5_val": "lvis/lvis_v0.5_val.json",
-        "lvis_v0.5_val_rand_100": "lvis/lvis_v0.5_val_rand_100.json",
-        "lvis_v0.5_test": "lvis/lvis_v0.5_image_info_test.json",
-    },
-    "lvis_v0.5_cocofied": {
-        "lvis_v0.5_train_cocofied": "lvis/lvis_v0.5_train_cocofied.json",
-        "lvis_v0.5_val_cocofied": "lvis/lvis_v0.5_val_cocofied.json",
-    },
-}
+    "lvis_v1": {"lvis_v1_train": "lvis/lvis_v1_train.json", "lvis_v1_val": "lvis/lvis_v1_val.json",
+                "lvis_v1_test_dev": "lvis/lvis_v1_image_info_test_dev.json",
+                "lvis_v1_test_challenge": "lvis/lvis_v1_image_info_test_challenge.json"},
+    "lvis_v0.5": {"lvis_v0.5_train": "lvis/lvis_v0.5_train.json",
+                  "lvis_v0.5_val": "lvis/lvis_v0.5_val.json",
+                  "lvis_v0.5_val_rand_100": "lvis/lvis_v0.5_val_rand_100.json",
+                  "lvis_v0.5_test": "lvis/lvis_v0.5_image_info_test.json"},
+    "lvis_v0.5_cocofied": {"lvis_v0.5_train_cocofied": "lvis/lvis_v0.5_train_cocofied.json",
+                           "lvis_v0.5_val_cocofied": "lvis/lvis_v0.5_val_cocofied.json"},
+}  # fmt: skip
 _VOC = {
     f"voc_{year}_{split}": (f"VOC{year}", split, year)
     for year, splits in ((2007, ("trainval", "train", "val", "test")),
@@ -444,15 +398,11 @@ def _missing(name: str, root: str, path: str, what: str) -> DatasetFileNotFoundE
         "set CATMAP_DATASETS "
         f"(or DETECTRON2_DATASETS) to the directory that holds {relative!r}, or register the "
         "dataset yourself under another name.",
-        path=path,
-        dataset=name,
-        env_var=DATASET_ROOT_ENV_VARS[0],
-    )
+        path=path, dataset=name, env_var=DATASET_ROOT_ENV_VARS[0])
 
 
-def _checked(
-    name: str, root: str, needs: list[tuple[str, str, bool]], load: Callable[[], Any]
-) -> Callable[[], Any]:
+def _checked(name: str, root: str, needs: list[tuple[str, str, bool]],
+             load: Callable[[], Any]) -> Callable[[], Any]:
     """``load`` preceded by a check that every ``(path, what, is_dir)`` in ``needs`` exists."""
 
     def checked_load() -> Any:
@@ -471,10 +421,8 @@ def _guard_entry(name: str, root: str, needs: list[tuple[str, str, bool]]) -> No
     entry.func = _checked(name, root, needs, entry.func)
 
 
-def _register_checked(
-    name: str, root: str, needs: list[tuple[str, str, bool]], load: Callable[[], Any],
-    metadata: dict[str, Any],
-) -> None:
+def _register_checked(name: str, root: str, needs: list[tuple[str, str, bool]],
+                      load: Callable[[], Any], metadata: dict[str, Any]) -> None:
     DatasetCatalog.register(name, _checked(name, root, needs, load))
     set_metadata(name, metadata)
 
@@ -504,20 +452,17 @@ def _voc(dirname: str, split: str, year: int, name: str, root: str) -> None:
 def _panoptic_paths(prefix: str, root: str) -> dict[str, str]:
     image_dir, instances_rel = _COCO_INSTANCES[prefix]
     pan, stuff = _COCO_PANOPTIC[prefix]
-    return {
-        "image_root": os.path.join(root, image_dir),
-        "json_file": os.path.join(root, instances_rel),
-        "panoptic_root": os.path.join(root, "coco", f"panoptic_{pan}"),
-        "panoptic_json": os.path.join(root, "coco", "annotations", f"panoptic_{pan}.json"),
-        "sem_seg_root": os.path.join(root, "coco", f"panoptic_stuff_{stuff}"),
-    }
+    return {"image_root": os.path.join(root, image_dir),
+            "json_file": os.path.join(root, instances_rel),
+            "panoptic_root": os.path.join(root, "coco", f"panoptic_{pan}"),
+            "panoptic_json": os.path.join(root, "coco", "annotations", f"panoptic_{pan}.json"),
+            "sem_seg_root": os.path.join(root, "coco", f"panoptic_stuff_{stuff}")}
 
 
 def _panoptic_standard(prefix: str, name: str, root: str) -> None:
     p = _panoptic_paths(prefix, root)
-    register_coco_panoptic(name, get_builtin_metadata("coco_panoptic_standard"),
-                           p["image_root"], p["panoptic_root"], p["panoptic_json"],
-                           p["json_file"])
+    register_coco_panoptic(name, get_builtin_metadata("coco_panoptic_standard"), p["image_root"],
+                           p["panoptic_root"], p["panoptic_json"], p["json_file"])
     _guard_entry(name, root, [(p["panoptic_json"], "panoptic annotation file", False),
                               (p["panoptic_root"], "panoptic PNG directory", True)])
 
@@ -525,8 +470,7 @@ def _panoptic_standard(prefix: str, name: str, root: str) -> None:
 def _panoptic_separated(prefix: str, name: str, root: str) -> None:
     p = _panoptic_paths(prefix, root)
     _register_checked(
-        name, root,
-        [(p["json_file"], "instances annotation file", False),
+        name, root, [(p["json_file"], "instances annotation file", False),
          (p["sem_seg_root"], "semantic label directory", True)],
         lambda: merge_to_panoptic(load_coco_json(p["json_file"], p["image_root"], name),
                                   load_sem_seg(p["sem_seg_root"], p["image_root"])),
@@ -537,8 +481,7 @@ def _panoptic_separated(prefix: str, name: str, root: str) -> None:
 def _panoptic_stuffonly(prefix: str, name: str, root: str) -> None:
     p = _panoptic_paths(prefix, root)
     _register_checked(
-        name, root,
-        [(p["sem_seg_root"], "semantic label directory", True),
+        name, root, [(p["sem_seg_root"], "semantic label directory", True),
          (p["image_root"], "image directory", True)],
         lambda: load_sem_seg(p["sem_seg_root"], p["image_root"]),
         {"sem_seg_root": p["sem_seg_root"], "image_root": p["image_root"],
@@ -569,8 +512,7 @@ def _ade20k(split_dir: str, name: str, root: str) -> None:
     gt_dir = os.path.join(base, "annotations_detectron2", split_dir)
     needs = [(image_dir, "image directory", True), (gt_dir, "label directory", True)]
     _register_checked(
-        name, root, needs,
-        lambda: load_sem_seg(gt_dir, image_dir, gt_ext="png", image_ext="jpg"),
+        name, root, needs, lambda: load_sem_seg(gt_dir, image_dir, gt_ext="png", image_ext="jpg"),
         {"image_root": image_dir, "sem_seg_root": gt_dir, "evaluator_type": "sem_seg",
          "ignore_label": 255, **get_builtin_metadata("ade20k")})
 
@@ -637,9 +579,5 @@ def builtin_dataset_names() -> list[str]:
     return list(_PROVIDER.names())
 
 
-def _on_missing_metadata(name: str) -> bool:
-    return DatasetCatalog._materialize(name)
-
-
 DatasetCatalog._set_lazy_provider(_PROVIDER)
-MetadataCatalog._on_missing = _on_missing_metadata
+MetadataCatalog._on_missing = DatasetCatalog._materialize

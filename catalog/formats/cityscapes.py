@@ -1,5 +1,7 @@
 """Cityscapes (fine annotations): instance records from the per-image polygon json files or
 the ``*_instanceIds.png`` images, and semantic records pointing at ``*_labelTrainIds.png``.
+Every path comes from listing ``image_dir`` (the json files name no file), so none can leave the
+data root and there is no ``allow_outside_root`` to give.
 """
 
 from __future__ import annotations
@@ -39,8 +41,7 @@ LABELS: tuple[CityscapesLabel, ...] = tuple(
         ("terrain", 22, 9), ("sky", 23, 10), ("person", 24, 11), ("rider", 25, 12),
         ("car", 26, 13), ("truck", 27, 14), ("bus", 28, 15), ("caravan", 29, 255),
         ("trailer", 30, 255), ("train", 31, 16), ("motorcycle", 32, 17), ("bicycle", 33, 18),
-        ("license plate", -1, 255),
-    )
+        ("license plate", -1, 255))
 )
 
 NAME_TO_LABEL = {label.name: label for label in LABELS}
@@ -48,8 +49,7 @@ ID_TO_LABEL = {label.id: label for label in LABELS}
 #: The 8 instance classes (contiguous ids 0..7), as detectron2's ``thing_classes``.
 THING_CLASSES = [lb.name for lb in LABELS if lb.has_instances and not lb.ignore_in_eval]
 #: The 19 train-id classes in train-id order, as detectron2's ``stuff_classes``.
-STUFF_CLASSES = [lb.name for lb in sorted(LABELS, key=lambda lb: lb.train_id)
-                 if lb.train_id != 255]
+STUFF_CLASSES = [lb.name for lb in sorted(LABELS, key=lambda lb: lb.train_id) if lb.train_id != 255]
 #: Cityscapes label id -> contiguous thing id.
 THING_ID_TO_CONTIGUOUS = {
     lb.id: i
@@ -87,8 +87,7 @@ def _files(image_dir: str, gt_dir: str) -> list[tuple[str, str, str, str]]:
             files.append((os.path.join(city_dir, name), base + "gtFine_instanceIds.png",
                           base + "gtFine_labelIds.png", base + "gtFine_polygons.json"))
     if skipped:
-        logger.warning("%s: skipped %d files not ending with %r", image_dir, skipped,
-                       _IMAGE_SUFFIX)
+        logger.warning("%s: skipped %d files not ending with %r", image_dir, skipped, _IMAGE_SUFFIX)
     if not files:
         raise CityscapesFormatError(
             f"no '<city>/*{_IMAGE_SUFFIX}' images found in {image_dir!r}", path=image_dir)
@@ -155,8 +154,7 @@ def _objects(data: dict[str, Any], path: str) -> list[tuple[CityscapesLabel, boo
             continue
         out.append((label, crowd, points))
     if short:
-        logger.warning("%s: skipped %d objects whose polygon has fewer than 3 points", path,
-                       short)
+        logger.warning("%s: skipped %d objects whose polygon has fewer than 3 points", path, short)
     return out
 
 
@@ -279,8 +277,7 @@ def _record_from_json(files: tuple[str, ...], to_polygons: bool) -> dict[str, An
         ImageDraw.Draw(alone).polygon([(x - x0, y - y0) for x, y in points.tolist()], fill=1)
         covered = int(visible.sum()) != int(np.asarray(alone).sum())
         if covered or not to_polygons:
-            annotation = _mask_annotation(visible, x0, y0, height, width, label, crowd,
-                                          to_polygons)
+            annotation = _mask_annotation(visible, x0, y0, height, width, label, crowd, to_polygons)
             if annotation is not None:
                 annotations.append(annotation)
             continue
@@ -344,12 +341,9 @@ def _record_from_png(files: tuple[str, ...], to_polygons: bool) -> dict[str, Any
             "height": height, "width": width, "annotations": annotations}
 
 
-def load_cityscapes_instances(
-    image_dir: str | os.PathLike,
-    gt_dir: str | os.PathLike,
-    from_json: bool = True,
-    to_polygons: bool = True,
-) -> list[dict[str, Any]]:
+def load_cityscapes_instances(image_dir: str | os.PathLike, gt_dir: str | os.PathLike,
+                              from_json: bool = True,
+                              to_polygons: bool = True) -> list[dict[str, Any]]:
     """Cityscapes instance-segmentation records (see the module docstring for the rules).
 
     Example:
@@ -366,9 +360,8 @@ def load_cityscapes_instances(
     return records
 
 
-def load_cityscapes_semantic(
-    image_dir: str | os.PathLike, gt_dir: str | os.PathLike
-) -> list[dict[str, Any]]:
+def load_cityscapes_semantic(image_dir: str | os.PathLike,
+                             gt_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """Cityscapes semantic-segmentation records: ``file_name``, ``sem_seg_file_name`` (the
     ``*_gtFine_labelTrainIds.png``, made by cityscapesScripts' ``createTrainIdLabelImgs.py``),
     ``height`` and ``width`` (from the polygon json).
@@ -380,9 +373,7 @@ def load_cityscapes_semantic(
         records.append({
             "file_name": image_file,
             "sem_seg_file_name": label_file[: -len("labelIds.png")] + "labelTrainIds.png",
-            "height": data["imgHeight"],
-            "width": data["imgWidth"],
-        })
+            "height": data["imgHeight"], "width": data["imgWidth"]})
     if not os.path.isfile(records[0]["sem_seg_file_name"]):
         raise FileNotFoundError(
             f"{records[0]['sem_seg_file_name']!r} does not exist: make the labelTrainIds "

@@ -14,27 +14,28 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from operator import attrgetter
+from dataclasses import dataclass, field
+from operator import attrgetter, itemgetter
 from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta, Struct, UNSET, UnsetType
 
 from ..box_mode import BoxMode
-from .._common import AnnotationFormatError, plain_container
+from .._common import AnnotationFormatError, gc_paused, plain_container
 from ..dataset_catalog import DatasetCatalog
-from ..gc_pause import gc_paused
 from ..metadata import MetadataCatalog
+from ..registry import check_name
 from ..version import __version__
-from .files import read_bytes
+from .files import outside_root_problem, read_bytes
 from .validate import (
     INT64_MAX,
     INT64_MIN,
+    MAX_EXAMPLES,
     MAX_IMAGE_SIDE,
     MAX_NUM_KEYPOINTS,
     MAX_RLE_RUN,
     RLE_CHARS,
-    SkipCounts,
     extra_value_problem,
     keypoints_problem,
     short_repr,
@@ -42,6 +43,7 @@ from .validate import (
 
 logger = logging.getLogger(__name__)
 _get_id = attrgetter("id")
+_get_image_id, _get_annotations = itemgetter("image_id"), itemgetter("annotations")
 
 #: Deepest nesting of JSON arrays and objects accepted anywhere in the file (the top level is 1).
 MAX_JSON_DEPTH = 1024
@@ -94,32 +96,68 @@ class _Rle(Struct, gc=False):
 
 _ANNOTATION_FIELDS: list[tuple[Any, ...]] = [
     ("segmentation", list[list[_Coord]] | _Rle | None, None),
-    ("area", _Coord | UnsetType, UNSET),
-    ("iscrowd", Literal[0, 1], 0),
-    ("image_id", _Id),
-    ("bbox", Annotated[list[_Coord], Meta(min_length=4, max_length=4)]),
-    ("category_id", _Id),
-    ("id", _Id | None, None),
-    ("keypoints", list[_Coord] | None, None),
-    ("ignore", Literal[0, 1] | bool | UnsetType, UNSET),
-    ("num_keypoints", Annotated[int, Meta(ge=0, le=MAX_NUM_KEYPOINTS)] | UnsetType, UNSET),
-]
+    ("area", _Coord | UnsetType, UNSET), ("iscrowd", Literal[0, 1], 0),
+    ("image_id", _Id), ("bbox", Annotated[list[_Coord], Meta(min_length=4, max_length=4)]),
+    ("category_id", _Id), ("id", _Id | None, None),
+    ("keypoints", list[_Coord] | None, None), ("ignore", Literal[0, 1] | bool | UnsetType, UNSET),
+    ("num_keypoints", Annotated[int, Meta(ge=0, le=MAX_NUM_KEYPOINTS)] | UnsetType, UNSET)]
 _FIELD_NAMES = frozenset(f[0] for f in _ANNOTATION_FIELDS)
+
+
+@dataclass(slots=True)
+class SkipCounts:
+    """Counts of skipped or repaired items (with the first examples), reported in one
+    warning per kind."""
+
+    orphans: int = 0
+    orphan_examples: list[Any] = field(default_factory=list)
+    degenerate: int = 0
+    degenerate_examples: list[Any] = field(default_factory=list)
+    negative_area: int = 0
+    negative_area_examples: list[Any] = field(default_factory=list)
+    bad_polygons: int = 0
+    no_valid_polygon: int = 0
+    no_valid_polygon_examples: list[Any] = field(default_factory=list)
+    ignored: int = 0
+    missing_size: int = 0
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        """Every count and example list, in slot order (to compare two loads)."""
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def skip(self, count: str, examples: list[Any], example: Any) -> None:
+        """Add one to ``count`` (orphans, degenerate, negative_area, no_valid_polygon),
+        keeping ``example`` among the first :data:`MAX_EXAMPLES` of ``examples``."""
+        setattr(self, count, getattr(self, count) + 1)
+        if len(examples) < MAX_EXAMPLES:
+            examples.append(example)
+
+    def drop_invalid_polygons(self, segm: list[Any], ann_id: Any) -> list[Any] | None:
+        """The polygons of ``segm`` with at least 6 coordinates and an even count, counting the
+        others; None (the instance is skipped, and counted) when none is valid. Called only
+        once a caller has seen an invalid polygon, so the common case costs nothing.
+        """
+        valid = [p for p in segm if len(p) >= 6 and not len(p) & 1]
+        self.bad_polygons += len(segm) - len(valid)
+        if valid:
+            return valid
+        self.skip("no_valid_polygon", self.no_valid_polygon_examples, ann_id)
+        return None
 
 
 @functools.lru_cache(maxsize=16)
 def _decoder(extra_keys: tuple[str, ...], lvis: bool) -> msgspec.json.Decoder:
     """The decoder of a file whose annotations also carry ``extra_keys`` (any JSON value)."""
-    fields = _ANNOTATION_FIELDS + [(f"extra_{i}", Any, UNSET) for i in range(len(extra_keys))]
-    rename = {f"extra_{i}": key for i, key in enumerate(extra_keys)}
+    fields, rename = list(_ANNOTATION_FIELDS), {}
+    for i, key in enumerate(extra_keys):
+        fields.append((f"extra_{i}", Any, UNSET))
+        rename[f"extra_{i}"] = key
     annotation = msgspec.defstruct("_Annotation", fields, gc=False, kw_only=True,
                                    rename=rename or None)
     image, category = (_LvisImage, _LvisCategory) if lvis else (_Image, _Category)
     coco_file = msgspec.defstruct("_CocoFile", [
-        ("images", list[image]),
-        ("annotations", list[annotation] | None, None),
-        ("categories", list[category] | None, None),
-    ])
+        ("images", list[image]), ("annotations", list[annotation] | None, None),
+        ("categories", list[category] | None, None)])
     return msgspec.json.Decoder(type=coco_file)
 
 
@@ -207,29 +245,32 @@ def _validation_problem(raw: bytes, message: str, extra_keys: tuple[str, ...]) -
     return f"{where}: {key!r} {problem}" if key else f"{where}: {problem}"
 
 
-def load_coco_records(
-    json_file: str | os.PathLike,
-    image_root: str | os.PathLike,
-    extra_annotation_keys: Sequence[str] = (),
-    *,
-    lvis: bool = False,
-) -> tuple[list[dict], list[Any], SkipCounts]:
+def load_coco_records(json_file: str | os.PathLike, image_root: str | os.PathLike,
+                      extra_annotation_keys: Sequence[str] = (), *, lvis: bool = False,
+                      keep_file_order: bool = False, allow_outside_root: bool = False,
+                      dataset_name: str | None = None) -> tuple[list[dict], list[Any], SkipCounts]:
     """The work of :func:`load_coco_json` without metadata or warnings:
     ``(records, category structs sorted by id, skip counts)``."""
     json_file, image_root = os.fspath(json_file), os.fspath(image_root)
-    keys = tuple(dict.fromkeys(extra_annotation_keys))
-    extra = tuple(k for k in keys if k not in RECORD_KEYS and k not in _FIELD_NAMES)
-    validated = tuple(k for k in keys if k in VALIDATED_KEYS)
+    extra: list[str] = []
+    validated: list[str] = []
+    for key in dict.fromkeys(extra_annotation_keys):
+        if key in VALIDATED_KEYS:
+            validated.append(key)
+        elif key not in RECORD_KEYS and key not in _FIELD_NAMES:
+            extra.append(key)
     counts = SkipCounts()
     with gc_paused(promote=True):
-        data = _decode(json_file, extra, lvis)
-        categories, keypoint_counts = _categories(data.categories or [], json_file)
-        records, annos_of_image = _image_records(data.images, json_file, image_root, lvis, counts)
-        _attach(data.annotations or [], annos_of_image, {c.id: i for i, c in enumerate(categories)},
-                keypoint_counts, extra, validated, json_file, counts)
+        data = _decode(json_file, tuple(extra), lvis)
+        categories, keypoint_counts, id_map = _categories(data.categories or [], json_file)
+        records, annos_of_image = _image_records(data.images, json_file, image_root, lvis, counts,
+                                                 allow_outside_root, dataset_name)
+        _attach(data.annotations or [], annos_of_image, id_map, keypoint_counts, extra, validated,
+                json_file, counts)
         if lvis:
-            _lvis_id_lists(data.images, records, {c.id for c in categories}, json_file)
-            records.sort(key=lambda r: r["image_id"])
+            _lvis_id_lists(data.images, records, id_map, json_file)
+        if not keep_file_order:
+            records.sort(key=_get_image_id)  # as detectron2 (sorted image ids); stable
     return records, categories, counts
 
 
@@ -237,14 +278,21 @@ def _fail(json_file: str, kind: str, item_id: Any, index: int, problem: str) -> 
     raise AnnotationFormatError(f"{json_file}: {kind} {short_repr(item_id)} (index {index}): {problem}")
 
 
-def _categories(categories: list[Any], json_file: str) -> tuple[list[Any], list[int | None]]:
-    seen: set[int] = set()
+def _categories(
+    categories: list[Any], json_file: str
+) -> tuple[list[Any], list[int | None], dict[int, int]]:
+    """The categories sorted by id, their keypoint counts, and COCO id -> contiguous id."""
+    id_map: dict[int, int] = {}
     for index, cat in enumerate(categories):
-        if cat.id in seen:
+        if cat.id in id_map:
             _fail(json_file, "category", cat.id, index, f"category id {cat.id} appears more than once")
-        seen.add(cat.id)
-    ordered = sorted(categories, key=lambda c: c.id)
-    return ordered, [len(c.keypoints) if c.keypoints else None for c in ordered]
+        id_map[cat.id] = index
+    ordered = sorted(categories, key=_get_id)
+    keypoint_counts: list[int | None] = []
+    for contiguous, cat in enumerate(ordered):
+        id_map[cat.id] = contiguous
+        keypoint_counts.append(len(cat.keypoints) if cat.keypoints else None)
+    return ordered, keypoint_counts, id_map
 
 
 _BAD_URL_PARTS = ("", ".", "..")
@@ -265,9 +313,9 @@ def _lvis_file_name(img: Any, index: int, json_file: str) -> str:
     return tail[0] + "/" + tail[1]
 
 
-def _image_records(
-    images: list[Any], json_file: str, image_root: str, lvis: bool, counts: SkipCounts
-) -> tuple[list[dict], dict[int, list[dict]]]:
+def _image_records(images: list[Any], json_file: str, image_root: str, lvis: bool,
+                   counts: SkipCounts, allow_outside_root: bool,
+                   dataset_name: str | None) -> tuple[list[dict], dict[int, list[dict]]]:
     records: list[dict] = []
     annos_of_image: dict[int, list[dict]] = {}
     posix = os.sep == "/"
@@ -278,6 +326,15 @@ def _image_records(
             _fail(json_file, "image", image_id, index, "'file_name' holds a NUL character")
         if image_id in annos_of_image:
             _fail(json_file, "image", image_id, index, f"image id {image_id} appears more than once")
+        if not allow_outside_root and (".." in file_name or file_name[0] in "/\\" or not posix):
+            problem = outside_root_problem(file_name)
+            if problem:
+                key = "coco_url" if lvis and img.coco_url is not None else "file_name"
+                raise AnnotationFormatError(
+                    f"dataset {dataset_name!r}, {json_file}: image {short_repr(image_id)} (index "
+                    f"{index}): {key!r} {short_repr(file_name)} {problem}; images must lie under "
+                    "image_root (pass allow_outside_root=True to the loader or register call "
+                    "to allow it)")
         if not image_root or (posix and file_name.startswith("/")):
             path = file_name
         elif posix:  # os.path.join without its per-call overhead
@@ -286,43 +343,26 @@ def _image_records(
             path = os.path.join(image_root, file_name)
         annos: list[dict] = []
         annos_of_image[image_id] = annos
-        height, width = img.height, img.width
-        if height is not None and width is not None:
-            records.append({"file_name": path, "height": height, "width": width,
-                            "image_id": image_id, "annotations": annos})
-            continue
-        counts.missing_size += 1  # kept without the missing keys
-        record: dict[str, Any] = {"file_name": path}
-        if height is not None:
-            record["height"] = height
-        if width is not None:
-            record["width"] = width
-        record["image_id"] = image_id
-        record["annotations"] = annos
+        record = {"file_name": path, "height": img.height, "width": img.width,
+                  "image_id": image_id, "annotations": annos}
+        if img.height is None or img.width is None:
+            counts.missing_size += 1  # kept without the missing keys
+            for key in ("height", "width"):
+                if record[key] is None:
+                    del record[key]
         records.append(record)
     return records, annos_of_image
 
 
-def _attach(
-    annotations: list[Any],
-    annos_of_image: dict[int, list[dict]],
-    id_map: dict[int, int],
-    keypoint_counts: list[int | None],
-    extra_keys: tuple[str, ...],
-    validated_keys: tuple[str, ...],
-    json_file: str,
-    counts: SkipCounts,
-) -> None:
+def _attach(annotations: list[Any], annos_of_image: dict[int, list[dict]], id_map: dict[int, int],
+            keypoint_counts: list[int | None], extra_keys: list[str], validated_keys: list[str],
+            json_file: str, counts: SkipCounts) -> None:
     """Check every annotation, then skip (orphan, empty box, negative area, ignore) or attach."""
     xywh = BoxMode.XYWH_ABS
     find_image, find_category = annos_of_image.get, id_map.get
     ids = list(map(_get_id, annotations))
-    unique = set(ids)
-    if None in unique:
-        unique.discard(None)
-        ids = [i for i in ids if i is not None]
-    if len(unique) != len(ids):  # a duplicate: find it
-        ids = list(map(_get_id, annotations))
+    nones = ids.count(None)  # annotations without an id
+    if len(set(ids)) - (nones > 0) != len(ids) - nones:  # a duplicate id: find it
         seen: set[int] = set()
         for index, ann_id in enumerate(ids):
             if ann_id in seen:
@@ -330,8 +370,8 @@ def _attach(
                       "more than once; annotation ids must be unique")
             if ann_id is not None:
                 seen.add(ann_id)
-    del ids, unique
-    extra_fields = [(f"extra_{i}", key) for i, key in enumerate(extra_keys)]
+    del ids
+    extra_fields = list(enumerate(extra_keys))
     extra: dict[str, Any] = {}
     rle, unset, find_problem = _Rle, UNSET, keypoints_problem
     for ann in annotations:
@@ -347,8 +387,8 @@ def _attach(
                       f"{total}, not height * width = {pixels}")
         if extra_fields or validated_keys:
             extra = {}
-            for field, key in extra_fields:
-                value = getattr(ann, field)
+            for i, key in extra_fields:
+                value = getattr(ann, f"extra_{i}")
                 if value is not unset:
                     problem = extra_value_problem(value)
                     if problem:
@@ -360,7 +400,7 @@ def _attach(
                     extra[key] = value
         target = find_image(ann.image_id)
         if target is None:
-            counts.skip_orphan(ann_id, ann.image_id)
+            counts.skip("orphans", counts.orphan_examples, (ann_id, ann.image_id))
             continue
         category = find_category(ann.category_id)
         if category is None:
@@ -372,11 +412,11 @@ def _attach(
                 _fail(json_file, "annotation", ann_id, annotations.index(ann), f"'keypoints' {problem}")
         bbox = ann.bbox
         if not (bbox[2] > 0 and bbox[3] > 0):
-            counts.skip_degenerate(ann_id, bbox)
+            counts.skip("degenerate", counts.degenerate_examples, (ann_id, bbox))
             continue
         area = ann.area
         if area is not unset and area < 0:
-            counts.skip_negative_area(ann_id, area)
+            counts.skip("negative_area", counts.negative_area_examples, (ann_id, area))
             continue
         if ann.ignore:
             counts.ignored += 1
@@ -400,7 +440,7 @@ def _attach(
         target.append(obj)
 
 
-def _lvis_id_lists(images: list[Any], records: list[dict], known: set[int], json_file: str) -> None:
+def _lvis_id_lists(images: list[Any], records: list[dict], known: dict[int, int], json_file: str) -> None:
     by_id = {r["image_id"]: r for r in records}
     for index, img in enumerate(images):
         record = by_id[img.id]
@@ -413,8 +453,8 @@ def _lvis_id_lists(images: list[Any], records: list[dict], known: set[int], json
             record[key] = ids
 
 
-def report_skips(counts: SkipCounts, json_file: str) -> None:
-    """Log one summary warning per kind of what loading ``json_file`` skipped."""
+def _report(records: list[dict], counts: SkipCounts, json_file: str, kind: str) -> list[dict]:
+    """Log one summary warning per kind of what loading ``json_file`` skipped, and the totals."""
     if counts.orphans:
         logger.warning("%s: skipped %d annotations whose image_id is not among the images "
                        "(annotation id, image_id): %s", json_file, counts.orphans, counts.orphan_examples)
@@ -435,25 +475,34 @@ def report_skips(counts: SkipCounts, json_file: str) -> None:
     if counts.missing_size:
         logger.warning("%s: %d images have no 'height' or 'width'; their records lack those keys",
                        json_file, counts.missing_size)
-
-
-def _finish(records: list[dict], counts: SkipCounts, json_file: str, kind: str) -> list[dict]:
-    report_skips(counts, json_file)
     logger.info("loaded %d images and %d instances from %s (%s)", len(records),
-                sum(len(r["annotations"]) for r in records), json_file, kind)
+                sum(map(len, map(_get_annotations, records))), json_file, kind)
     return records
 
 
-def load_coco_json(
-    json_file: str | os.PathLike,
-    image_root: str | os.PathLike,
-    dataset_name: str | None = None,
-    extra_annotation_keys: Sequence[str] | None = None,
-) -> list[dict]:
+def _thing_metadata(categories: list[Any], lvis: bool) -> dict[str, Any]:
+    """``thing_classes`` (an LVIS category's first synonym, else its name, else its id) and
+    ``thing_dataset_id_to_contiguous_id`` of categories sorted by id."""
+    classes: list[str] = []
+    id_map: dict[int, int] = {}
+    for contiguous, cat in enumerate(categories):
+        name = cat.synonyms[0] if lvis and cat.synonyms else cat.name
+        classes.append(name if name is not None else str(cat.id))
+        id_map[cat.id] = contiguous
+    return {"thing_classes": classes, "thing_dataset_id_to_contiguous_id": id_map}
+
+
+def load_coco_json(json_file: str | os.PathLike, image_root: str | os.PathLike,
+                   dataset_name: str | None = None,
+                   extra_annotation_keys: Sequence[str] | None = None, *,
+                   keep_file_order: bool = False, allow_outside_root: bool = False) -> list[dict]:
     """Load a COCO instances (or person keypoints) file as detectron2-format records, one per
-    image in file order; ``category_id`` is contiguous by sorted COCO id. Orphan annotations,
-    empty boxes, negative areas, ``ignore`` and invalid polygons are skipped (one warning per
-    kind). ``dataset_name`` gets ``thing_classes`` and ``thing_dataset_id_to_contiguous_id``.
+    image sorted by image id (as detectron2; ``keep_file_order=True``: the file's order);
+    ``category_id`` is contiguous by sorted COCO id. Orphan annotations, empty boxes, negative
+    areas, ``ignore`` and invalid polygons are skipped (one warning per kind). ``dataset_name``
+    gets ``thing_classes`` and ``thing_dataset_id_to_contiguous_id``. A ``file_name`` that is
+    absolute or climbs out of ``image_root`` with ``..`` raises AnnotationFormatError unless
+    ``allow_outside_root=True``.
 
     Example:
         >>> records = load_coco_json("val2017.json", "val2017", "coco_val")  # doctest: +SKIP
@@ -461,39 +510,35 @@ def load_coco_json(
         <BoxMode.XYWH_ABS: 1>
     """
     json_file = os.fspath(json_file)
-    records, categories, counts = load_coco_records(json_file, image_root, extra_annotation_keys or ())
+    records, categories, counts = load_coco_records(
+        json_file, image_root, extra_annotation_keys or (), keep_file_order=keep_file_order,
+        allow_outside_root=allow_outside_root, dataset_name=dataset_name)
     if dataset_name is not None:
         MetadataCatalog.get(dataset_name, warn_unregistered=False).set(
-            thing_classes=[c.name if c.name is not None else str(c.id) for c in categories],
-            thing_dataset_id_to_contiguous_id={c.id: i for i, c in enumerate(categories)},
+            **_thing_metadata(categories, lvis=False)
         )
-    return _finish(records, counts, json_file, "COCO")
+    return _report(records, counts, json_file, "COCO")
 
 
-def load_lvis_json(
-    json_file: str | os.PathLike,
-    image_root: str | os.PathLike,
-    dataset_name: str | None = None,
-    extra_annotation_keys: Sequence[str] | None = None,
-) -> list[dict]:
+def load_lvis_json(json_file: str | os.PathLike, image_root: str | os.PathLike,
+                   dataset_name: str | None = None,
+                   extra_annotation_keys: Sequence[str] | None = None, *,
+                   keep_file_order: bool = False, allow_outside_root: bool = False) -> list[dict]:
     """Load an LVIS (v0.5 or v1) instances file as detectron2-format records, sorted by image id.
 
-    As :func:`load_coco_json`, plus ``not_exhaustive_category_ids`` and ``neg_category_ids``
-    per record; ``file_name`` is the last two components of ``coco_url`` (split folder and
-    file) under ``image_root``. ``dataset_name`` also gets ``class_image_count`` and
-    ``class_frequency`` when every category carries them.
-    """
+    As :func:`load_coco_json` (also ``keep_file_order`` and ``allow_outside_root``), plus
+    ``not_exhaustive_category_ids`` and ``neg_category_ids`` per record; ``file_name`` is the
+    last two components of ``coco_url`` (split folder and file) under ``image_root``.
+    ``dataset_name`` also gets ``class_image_count`` and ``class_frequency`` when every category
+    carries them."""
     json_file = os.fspath(json_file)
     records, categories, counts = load_coco_records(
-        json_file, image_root, extra_annotation_keys or (), lvis=True
-    )
+        json_file, image_root, extra_annotation_keys or (), lvis=True,
+        keep_file_order=keep_file_order, allow_outside_root=allow_outside_root,
+        dataset_name=dataset_name)
     if dataset_name is not None:
         meta = MetadataCatalog.get(dataset_name, warn_unregistered=False)
-        values: dict[str, Any] = {
-            "thing_classes": [c.synonyms[0] if c.synonyms else c.name if c.name is not None
-                              else str(c.id) for c in categories],
-            "thing_dataset_id_to_contiguous_id": {c.id: i for i, c in enumerate(categories)},
-        }
+        values = _thing_metadata(categories, lvis=True)
         if categories and all(c.image_count is not None for c in categories):
             if meta.get("class_image_count") is None:
                 values["class_image_count"] = [{"id": c.id, "image_count": c.image_count}
@@ -502,43 +547,33 @@ def load_lvis_json(
             if meta.get("class_frequency") is None:
                 values["class_frequency"] = [c.frequency for c in categories]
         meta.set(**values)
-    return _finish(records, counts, json_file, "LVIS")
+    return _report(records, counts, json_file, "LVIS")
 
 
-def register_json_instances(
-    name: str,
-    metadata: Any,
-    json_file: str | os.PathLike,
-    image_root: str | os.PathLike,
-    load: Callable[..., list[dict]],
-    *,
-    loader_name: str,
-    evaluator_type: str,
-    keys_set_by_loader: tuple[str, ...],
-    extra_annotation_keys: Iterable[str] | None,
-    cache: bool,
-) -> None:
+def register_json_instances(name: str, metadata: Any, json_file: str | os.PathLike,
+                            image_root: str | os.PathLike, load: Callable[..., list[dict]], *,
+                            loader_name: str, evaluator_type: str,
+                            keys_set_by_loader: tuple[str, ...],
+                            extra_annotation_keys: Iterable[str] | None, cache: bool,
+                            keep_file_order: bool, allow_outside_root: bool) -> None:
     """Register a COCO-style file read by ``load`` at the first get, through the disk cache."""
     json_file, image_root = os.fspath(json_file), os.fspath(image_root)
-    if not isinstance(name, str):
-        raise TypeError(f"a dataset name must be a str, got {type(name).__name__}: {name!r}")
+    check_name(name, "dataset")
     metadata = plain_container(metadata)  # a DictConfig or any Mapping: a dict
     if metadata is not None and not isinstance(metadata, dict):
         raise TypeError(f"metadata of dataset {name!r} must be a dict, got {type(metadata).__name__}")
     extra = tuple(extra_annotation_keys or ())
-
-    def load_records() -> list[dict]:
-        return load(json_file, image_root, name, extra_annotation_keys=extra)
-
+    load_records = functools.partial(load, json_file, image_root, name, extra_annotation_keys=extra,
+                                     keep_file_order=keep_file_order,
+                                     allow_outside_root=allow_outside_root)
     DatasetCatalog.register(name, load_records, source_files=(json_file,), options={"cache": cache},
                             cache_key={
-                                "loader": loader_name,
-                                "catmap_version": __version__,
+                                "loader": loader_name, "catmap_version": __version__,
                                 "json_file": os.path.abspath(json_file),
-                                "image_root": image_root,
-                                "extra_annotation_keys": list(extra),
-                                "metadata_keys_set_by_loader": list(keys_set_by_loader),
-                            })
+                                "image_root": image_root, "extra_annotation_keys": list(extra),
+                                "keep_file_order": keep_file_order,
+                                "allow_outside_root": allow_outside_root,
+                                "metadata_keys_set_by_loader": list(keys_set_by_loader)})
     try:
         values = {"evaluator_type": evaluator_type, **(metadata or {})}
         values.update(json_file=json_file, image_root=image_root)
@@ -548,19 +583,16 @@ def register_json_instances(
         raise
 
 
-def register_coco_instances(
-    name: str,
-    metadata: dict[str, Any] | None,
-    json_file: str | os.PathLike,
-    image_root: str | os.PathLike,
-    *,
-    extra_annotation_keys: Iterable[str] | None = None,
-    cache: bool = True,
-) -> None:
+def register_coco_instances(name: str, metadata: dict[str, Any] | None,
+                            json_file: str | os.PathLike, image_root: str | os.PathLike, *,
+                            extra_annotation_keys: Iterable[str] | None = None, cache: bool = True,
+                            keep_file_order: bool = False,
+                            allow_outside_root: bool = False) -> None:
     """Register a COCO instances file as dataset ``name``; the file is read at the first get.
 
     ``json_file``, ``image_root``, ``evaluator_type="coco"`` and ``metadata`` are set in its
     metadata now, the classes when the file is loaded; records go through the disk cache.
+    ``keep_file_order`` and ``allow_outside_root``: as in :func:`load_coco_json`.
 
     Example:
         >>> register_coco_instances("my_val", {}, "ann/val.json", "images/val")  # doctest: +SKIP
@@ -570,20 +602,17 @@ def register_coco_instances(
         name, metadata, json_file, image_root, load_coco_json,
         loader_name="catalog.coco.load_coco_json", evaluator_type="coco",
         keys_set_by_loader=("thing_classes", "thing_dataset_id_to_contiguous_id"),
-        extra_annotation_keys=extra_annotation_keys, cache=cache,
-    )
+        extra_annotation_keys=extra_annotation_keys, cache=cache, keep_file_order=keep_file_order,
+        allow_outside_root=allow_outside_root)
 
 
-def register_lvis_instances(
-    name: str,
-    metadata: dict[str, Any] | None,
-    json_file: str | os.PathLike,
-    image_root: str | os.PathLike,
-    *,
-    extra_annotation_keys: Iterable[str] | None = None,
-    cache: bool = True,
-) -> None:
-    """Register an LVIS instances file as dataset ``name`` (``evaluator_type="lvis"``).
+def register_lvis_instances(name: str, metadata: dict[str, Any] | None,
+                            json_file: str | os.PathLike, image_root: str | os.PathLike, *,
+                            extra_annotation_keys: Iterable[str] | None = None, cache: bool = True,
+                            keep_file_order: bool = False,
+                            allow_outside_root: bool = False) -> None:
+    """Register an LVIS instances file as dataset ``name`` (``evaluator_type="lvis"``);
+    options as in :func:`register_coco_instances`.
 
     Example:
         >>> register_lvis_instances("my_lvis", {}, "lvis_v1_val.json", "coco")  # doctest: +SKIP
@@ -593,6 +622,6 @@ def register_lvis_instances(
         loader_name="catalog.lvis.load_lvis_json", evaluator_type="lvis",
         keys_set_by_loader=("thing_classes", "thing_dataset_id_to_contiguous_id",
                             "class_image_count", "class_frequency"),
-        extra_annotation_keys=extra_annotation_keys, cache=cache,
-    )
+        extra_annotation_keys=extra_annotation_keys, cache=cache, keep_file_order=keep_file_order,
+        allow_outside_root=allow_outside_root)
 

@@ -75,9 +75,7 @@ def _reverse_map(metadata: Any, dataset_name: str | None = None) -> dict[int, in
         raise CocoExportError(
             f"dataset {dataset_name!r}: thing_dataset_id_to_contiguous_id maps two dataset ids "
             "to one contiguous id; the mapping cannot be reversed",
-            dataset=dataset_name,
-            key="thing_dataset_id_to_contiguous_id",
-        )
+            dataset=dataset_name, key="thing_dataset_id_to_contiguous_id")
     return reverse
 
 
@@ -98,9 +96,8 @@ def _area(annotation: Mapping[str, Any], xywh: list[float], fail: Any) -> float:
     raise fail("segmentation", f"must be polygons or an RLE dict, got {type(segmentation)}")
 
 
-def _annotation(
-    annotation: Any, image_id: Any, reverse: dict[int, int] | None, fail: Any
-) -> dict[str, Any]:
+def _annotation(annotation: Any, image_id: Any, reverse: dict[int, int] | None,
+                fail: Any) -> dict[str, Any]:
     if not isinstance(annotation, Mapping):
         raise fail("annotations", f"an annotation must be a dict, got {type(annotation)}")
     if "bbox" not in annotation or "bbox_mode" not in annotation:
@@ -123,13 +120,10 @@ def _annotation(
             raise fail("category_id", f"contiguous id {category} is not in the metadata's "
                        "thing_dataset_id_to_contiguous_id")
         category = reverse[int(category)]
-    out: dict[str, Any] = {
-        "image_id": image_id,
-        "bbox": [round(v, 3) for v in xywh],
-        "area": _area(annotation, xywh, fail),
-        "iscrowd": int(annotation.get("iscrowd", 0)),
-        "category_id": int(category),
-    }
+    out: dict[str, Any] = {"image_id": image_id, "bbox": [round(v, 3) for v in xywh],
+                           "area": _area(annotation, xywh, fail),
+                           "iscrowd": int(annotation.get("iscrowd", 0)),
+                           "category_id": int(category)}
     if "keypoints" in annotation:
         keypoints = [float(v) for v in _plain(annotation["keypoints"])]
         if len(keypoints) % 3:
@@ -144,8 +138,7 @@ def _annotation(
             counts = segmentation["counts"]
             segmentation = {
                 "size": _plain(segmentation["size"]),
-                "counts": counts.decode("ascii") if isinstance(counts, bytes) else _plain(counts),
-            }
+                "counts": counts.decode("ascii") if isinstance(counts, bytes) else _plain(counts)}
         else:
             segmentation = _plain(segmentation)
         out["segmentation"] = segmentation
@@ -160,37 +153,25 @@ def convert_to_coco_dict(dataset_name: str) -> dict[str, Any]:
     if classes is None:
         raise CocoExportError(
             f"dataset {dataset_name!r} has no 'thing_classes' in its metadata; COCO categories "
-            "are made from them",
-            dataset=dataset_name,
-            key="thing_classes",
-        )
+            "are made from them", dataset=dataset_name, key="thing_classes")
     reverse = _reverse_map(metadata, dataset_name)
-    categories = [
-        {"id": reverse.get(i, i) if reverse is not None else i, "name": str(name)}
-        for i, name in enumerate(classes)
-    ]
+    categories = [{"id": reverse.get(i, i) if reverse is not None else i, "name": str(name)}
+                  for i, name in enumerate(classes)]
     images: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = []
-    for index, record in enumerate(records):
-
+    for index, record in enumerate(records): 
         def fail(key: str, problem: str, index: int = index) -> CocoExportError:
             return CocoExportError(
                 f"dataset {dataset_name!r}, record {index}: key {key!r} {problem}",
-                dataset=dataset_name,
-                index=index,
-                key=key,
-            )
+                dataset=dataset_name, index=index, key=key)
 
         for key in ("width", "height", "file_name"):
             if key not in record:
                 raise fail(key, "is missing (COCO images need width, height and file_name)")
         image_id = _plain(record.get("image_id", index))
         images.append({
-            "id": image_id,
-            "width": int(record["width"]),
-            "height": int(record["height"]),
-            "file_name": str(record["file_name"]),
-        })
+            "id": image_id, "width": int(record["width"]),
+            "height": int(record["height"]), "file_name": str(record["file_name"])})
         for annotation in record.get("annotations") or []:
             out = _annotation(annotation, image_id, reverse, fail)
             annotations.append({"id": len(annotations) + 1, **out})
@@ -200,11 +181,7 @@ def convert_to_coco_dict(dataset_name: str) -> dict[str, Any]:
         "info": {
             "date_created": datetime.datetime.now().isoformat(),
             "description": f"COCO file written by catmap from dataset {dataset_name!r}",
-        },
-        "images": images,
-        "categories": categories,
-        "licenses": None,
-    }
+        }, "images": images, "categories": categories, "licenses": None}
     if annotations:
         coco["annotations"] = annotations
     return coco
@@ -224,9 +201,8 @@ def _write_json(value: Any, path: str) -> None:
             os.unlink(tmp)
 
 
-def convert_to_coco_json(
-    dataset_name: str, output_file: str | os.PathLike, allow_cached: bool = True
-) -> None:
+def convert_to_coco_json(dataset_name: str, output_file: str | os.PathLike,
+                         allow_cached: bool = True) -> None:
     """Write :func:`convert_to_coco_dict` of ``dataset_name`` to ``output_file``.
 
     Example:
@@ -241,8 +217,7 @@ def convert_to_coco_json(
         if allow_cached and os.path.exists(output_file):
             logger.warning(
                 "using the COCO file already at %r for dataset %r; delete it if the dataset "
-                "changed", output_file, dataset_name,
-            )
+                "changed", output_file, dataset_name)
             return
         _write_json(convert_to_coco_dict(dataset_name), output_file)
         logger.info("wrote dataset %r as COCO json to %r", dataset_name, output_file)
@@ -251,11 +226,9 @@ def convert_to_coco_json(
 #: The evaluation kinds COCOeval knows, and the result field each needs.
 IOU_TYPES = {"bbox": "bbox", "segm": "segmentation", "keypoints": "keypoints"}
 #: The metrics reported per kind, in COCOeval's ``stats`` order (as detectron2 names them).
-METRIC_NAMES = {
-    "bbox": ("AP", "AP50", "AP75", "APs", "APm", "APl"),
-    "segm": ("AP", "AP50", "AP75", "APs", "APm", "APl"),
-    "keypoints": ("AP", "AP50", "AP75", "APm", "APl"),
-}
+METRIC_NAMES = {"bbox": ("AP", "AP50", "AP75", "APs", "APm", "APl"),
+                "segm": ("AP", "AP50", "AP75", "APs", "APm", "APl"),
+                "keypoints": ("AP", "AP50", "AP75", "APm", "APl")}
 #: Largest results or ground-truth json file read.
 MAX_JSON_BYTES = 4 * 1024**3
 
@@ -286,9 +259,8 @@ def _numpy(value: Any) -> np.ndarray:
     return np.asarray(value)
 
 
-def instances_to_coco_results(
-    instances: Any, image_id: int | str, metadata: Any = None
-) -> list[dict[str, Any]]:
+def instances_to_coco_results(instances: Any, image_id: int | str,
+                              metadata: Any = None) -> list[dict[str, Any]]:
     """One image's predictions as COCO result dicts."""
     if not (is_int(image_id) or isinstance(image_id, str)):
         raise CocoEvaluationError(f"image_id must be an int or a str, got {image_id!r}",
@@ -330,10 +302,8 @@ def instances_to_coco_results(
         categories = [reverse[c] for c in categories]
     xywh = boxes.astype(np.float64)
     xywh[:, 2:] -= xywh[:, :2]
-    results = [
-        {"image_id": image_id, "category_id": c, "bbox": b, "score": float(s)}
-        for c, b, s in zip(categories, xywh.tolist(), scores.tolist(), strict=True)
-    ]
+    results = [{"image_id": image_id, "category_id": c, "bbox": b, "score": float(s)}
+               for c, b, s in zip(categories, xywh.tolist(), scores.tolist(), strict=True)]
     if "pred_masks" in arrays and num:
         masks = arrays["pred_masks"]
         if masks.ndim != 3 or len(masks) != num:
@@ -437,16 +407,11 @@ def _metrics(coco_eval: Any, iou_type: str, names: list[str]) -> dict[str, float
     return out
 
 
-def evaluate_coco(
-    dataset_name: str,
-    results: Sequence[Mapping[str, Any]] | str | os.PathLike,
-    iou_types: Iterable[str] = ("bbox", "segm", "keypoints"),
-    *,
-    output_dir: str | os.PathLike | None = None,
-    allow_cached: bool = True,
-    img_ids: Iterable[int] | None = None,
-    kpt_oks_sigmas: Sequence[float] | None = None,
-) -> dict[str, dict[str, float]]:
+def evaluate_coco(dataset_name: str, results: Sequence[Mapping[str, Any]] | str | os.PathLike,
+                  iou_types: Iterable[str] = ("bbox", "segm", "keypoints"), *,
+                  output_dir: str | os.PathLike | None = None, allow_cached: bool = True,
+                  img_ids: Iterable[int] | None = None,
+                  kpt_oks_sigmas: Sequence[float] | None = None) -> dict[str, dict[str, float]]:
     """Evaluate COCO results against a registered dataset with pycocotools' ``COCOeval``.
 
     Example:
@@ -490,8 +455,7 @@ def evaluate_coco(
         if carrying != len(results):
             raise CocoEvaluationError(
                 f"dataset {dataset_name!r}: {carrying} of {len(results)} results carry "
-                f"{field!r}; {iou_type} needs it in every result", dataset=dataset_name,
-                key=field)
+                f"{field!r}; {iou_type} needs it in every result", dataset=dataset_name, key=field)
         if iou_type == "keypoints" and not _gt_has_keypoints(coco_gt):
             if not results:
                 continue
@@ -500,10 +464,7 @@ def evaluate_coco(
                                       key="keypoints")
         answer[iou_type] = _metrics(
             _run(COCOeval, coco_gt, results, iou_type, img_ids, kpt_oks_sigmas, dataset_name)
-            if results else None,
-            iou_type,
-            names,
-        )
+            if results else None, iou_type, names)
     return answer
 
 

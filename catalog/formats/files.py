@@ -5,6 +5,7 @@ JSON (msgspec), YAML (bounded nesting and aliases, JSON types only) and XML (no 
 from __future__ import annotations
 
 import os
+import posixpath
 import stat
 import xml.etree.ElementTree as ET
 from typing import Any
@@ -32,9 +33,8 @@ MAX_TEXT_FILE_BYTES = 16 * 1024 * 1024
 _BOM = b"\xef\xbb\xbf"
 
 
-def read_bytes(
-    path: str, *, limit: int | None = None, nofollow: bool = False, what: str = "file"
-) -> bytes:
+def read_bytes(path: str, *, limit: int | None = None, nofollow: bool = False,
+               what: str = "file") -> bytes:
     """The bytes of the regular file ``path``, read without blocking on FIFOs or devices."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     if nofollow:
@@ -65,6 +65,25 @@ def read_bytes(
     return data
 
 
+def outside_root_problem(file_name: str) -> str | None:
+    """Why an image ``file_name`` read from an annotation file does not resolve under the data
+    root (``image_root``), or None: an absolute path, or a ``..`` that climbs out of the root
+    (``a/../b.jpg`` stays inside). Loaders refuse such names unless the user passed
+    ``allow_outside_root=True``.
+
+    Example:
+        >>> outside_root_problem("train/a/../b.jpg") is None, outside_root_problem("../b.jpg")
+        (True, "climbs out of image_root with '..'")
+    """
+    if file_name.startswith(("/", "\\")) or os.path.isabs(file_name):
+        return "is an absolute path"
+    if ".." in file_name:
+        normal = posixpath.normpath(file_name.replace("\\", "/"))
+        if normal == ".." or normal.startswith("../"):
+            return "climbs out of image_root with '..'"
+    return None
+
+
 def _decode_utf8(data: bytes, path: str) -> str:
     try:
         return data.decode("utf-8")
@@ -75,9 +94,8 @@ def _decode_utf8(data: bytes, path: str) -> str:
         ) from None
 
 
-def read_text_lines(
-    path: str, *, limit: int = MAX_TEXT_FILE_BYTES, what: str = "file"
-) -> list[str]:
+def read_text_lines(path: str, *, limit: int = MAX_TEXT_FILE_BYTES,
+                    what: str = "file") -> list[str]:
     """The stripped, non-empty lines of a small UTF-8 text file (a regular file, no symlink)."""
     data = read_bytes(path, limit=limit, nofollow=True, what=what)
     if data.startswith(_BOM):
@@ -108,8 +126,7 @@ def _refusal(problem: str, mark: Any) -> yaml.MarkedYAMLError:
 def _refuse_tag(loader: yaml.SafeLoader, node: Node) -> Any:
     raise _refusal(
         f"the YAML tag {node.tag} is refused in annotation files (only JSON value types)",
-        node.start_mark,
-    )
+        node.start_mark)
 
 
 def _bounded_number(kind: str) -> Any:
@@ -119,9 +136,7 @@ def _bounded_number(kind: str) -> Any:
         if isinstance(node.value, str) and len(node.value) > MAX_NUMBER_CHARS:
             raise _refusal(
                 f"a YAML {kind} of {len(node.value)} characters (the limit is "
-                f"{MAX_NUMBER_CHARS})",
-                node.start_mark,
-            )
+                f"{MAX_NUMBER_CHARS})", node.start_mark)
         return base(loader, node)
 
     return construct
@@ -151,16 +166,14 @@ class _BoundedLoader(yaml.SafeLoader):
                 raise _refusal(
                     "YAML anchors and aliases are refused in annotation files (they can expand "
                     "to billions of values); pass allow_yaml_aliases=True to accept bounded use",
-                    event.start_mark,
-                )
+                    event.start_mark)
             self.saw_alias = True
         self.nodes += 1
         if not isinstance(event, (SequenceStartEvent, MappingStartEvent)):
             return super().compose_node(parent, index)
         self.depth += 1  # lists and mappings count, as in JSON (the top level is 1)
         if self.depth > self.max_depth:
-            raise _refusal(f"YAML nested more than {self.max_depth} levels deep",
-                           event.start_mark)
+            raise _refusal(f"YAML nested more than {self.max_depth} levels deep", event.start_mark)
         try:
             return super().compose_node(parent, index)
         finally:
@@ -201,9 +214,7 @@ def _check_expansion(root: Node, composed: int, max_depth: int) -> None:
             if size[key] > limit:
                 raise _refusal(
                     f"YAML aliases expand to more than {limit} values ({composed} in the file "
-                    f"+ {MAX_ALIAS_EXPANSION} allowed by expansion)",
-                    node.start_mark,
-                )
+                    f"+ {MAX_ALIAS_EXPANSION} allowed by expansion)", node.start_mark)
             if height[key] > max_depth:
                 raise _refusal(f"YAML aliases expand to nesting deeper than {max_depth} levels",
                                node.start_mark)
@@ -217,9 +228,8 @@ def _check_expansion(root: Node, composed: int, max_depth: int) -> None:
         stack.extend((child, False) for child in _children(node) if id(child) not in size)
 
 
-def parse_yaml(
-    data: bytes, path: str, *, max_depth: int = MAX_DEPTH, allow_aliases: bool = False
-) -> Any:
+def parse_yaml(data: bytes, path: str, *, max_depth: int = MAX_DEPTH,
+               allow_aliases: bool = False) -> Any:
     """Parse one YAML document with the bounds described in this module."""
     if data.startswith(_BOM):
         data = data[len(_BOM):]

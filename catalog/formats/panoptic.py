@@ -62,8 +62,7 @@ def _list_files(root: str, suffix: str, what: str) -> dict[str, str]:
                 raise SemSegPairingError(
                     f"{what} {root!r} holds more than {MAX_FILES} files; point it at the "
                     "dataset's own directory",
-                    **({"gt_root": root} if what == "gt_root" else {"image_root": root}),
-                )
+                    **({"gt_root": root} if what == "gt_root" else {"image_root": root}))
             if not name.endswith(suffix) or len(name) == len(suffix) or name.startswith("."):
                 continue
             path = os.path.join(directory, name)
@@ -72,14 +71,8 @@ def _list_files(root: str, suffix: str, what: str) -> dict[str, str]:
     return found
 
 
-def load_sem_seg(
-    gt_root: str | os.PathLike,
-    image_root: str | os.PathLike,
-    gt_ext: str = "png",
-    image_ext: str = "jpg",
-    *,
-    strict: bool = False,
-) -> list[dict[str, Any]]:
+def load_sem_seg(gt_root: str | os.PathLike, image_root: str | os.PathLike, gt_ext: str = "png",
+                 image_ext: str = "jpg", *, strict: bool = False) -> list[dict[str, Any]]:
     """Pair the images under ``image_root`` with the label maps under ``gt_root``.
 
     Example:
@@ -93,9 +86,7 @@ def load_sem_seg(
     where = {"gt_root": gt_root, "image_root": image_root}
     if not gt_files:
         raise SemSegPairingError(
-            f"no label maps ending with {_suffix(gt_ext, 'gt_ext')!r} under {gt_root!r}",
-            **where,
-        )
+            f"no label maps ending with {_suffix(gt_ext, 'gt_ext')!r} under {gt_root!r}", **where)
     keys = sorted(gt_files.keys() & image_files.keys())
     unpaired = sorted(
         [gt_files[k] for k in gt_files.keys() - image_files.keys()]
@@ -115,16 +106,9 @@ def load_sem_seg(
     return [{"file_name": image_files[k], "sem_seg_file_name": gt_files[k]} for k in keys]
 
 
-def register_sem_seg(
-    name: str,
-    metadata: Mapping[str, Any] | None,
-    gt_root: str | os.PathLike,
-    image_root: str | os.PathLike,
-    gt_ext: str = "png",
-    image_ext: str = "jpg",
-    *,
-    strict: bool = False,
-) -> None:
+def register_sem_seg(name: str, metadata: Mapping[str, Any] | None, gt_root: str | os.PathLike,
+                     image_root: str | os.PathLike, gt_ext: str = "png", image_ext: str = "jpg", *,
+                     strict: bool = False) -> None:
     """Register a semantic-segmentation dataset read by :func:`load_sem_seg` at the first get."""
     gt_root, image_root = os.fspath(gt_root), os.fspath(image_root)
     _suffix(gt_ext, "gt_ext"), _suffix(image_ext, "image_ext")
@@ -145,27 +129,19 @@ def register_sem_seg(
 #: Largest panoptic json file read (COCO's train file is about 0.4 GiB).
 MAX_PANOPTIC_JSON_BYTES = 4 * 1024**3
 
-def load_coco_panoptic_json(
-    json_file: str | os.PathLike,
-    image_dir: str | os.PathLike,
-    gt_dir: str | os.PathLike,
-    meta: Mapping[str, Any],
-) -> list[dict[str, Any]]:
+def load_coco_panoptic_json(json_file: str | os.PathLike, image_dir: str | os.PathLike,
+                            gt_dir: str | os.PathLike,
+                            meta: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Load a COCO panoptic file as detectron2-format records."""
     path, image_dir, gt_dir = os.fspath(json_file), os.fspath(image_dir), os.fspath(gt_dir)
     meta = as_dict(
-        meta,
-        lambda got: PanopticFormatError(
+        meta, lambda got: PanopticFormatError(
             f"{path}: meta must be a mapping (or Metadata) holding "
-            f"thing_dataset_id_to_contiguous_id, got {got}",
-            path=path,
-        ),
-    )
+            f"thing_dataset_id_to_contiguous_id, got {got}", path=path))
     things = id_map(meta, "thing_dataset_id_to_contiguous_id", path)
     stuff = id_map(meta, "stuff_dataset_id_to_contiguous_id", path)
-    data = parse_json(
-        read_bytes(path, limit=MAX_PANOPTIC_JSON_BYTES, what="COCO panoptic file"), path
-    )
+    data = parse_json(read_bytes(path, limit=MAX_PANOPTIC_JSON_BYTES, what="COCO panoptic file"),
+                      path)
     if type(data) is not dict:
         raise fail(path, "the top level must be a dict", data, key=None)
     images = image_index(data.get("images"), path)
@@ -173,9 +149,7 @@ def load_coco_panoptic_json(
     if type(annotations) is not list or not annotations:
         raise PanopticFormatError(
             f"{path}: 'annotations' must be a non-empty list, got {short_repr(annotations)}",
-            path=path,
-            key="annotations",
-        )
+            path=path, key="annotations")
     records: list[dict[str, Any]] = []
     seen: set[int] = set()
     for index, ann in enumerate(annotations):
@@ -200,8 +174,7 @@ def load_coco_panoptic_json(
                 raise fail(path, "duplicate segment id in one image", segment["id"], key="id",
                            segment_id=segment["id"], **where)
             ids.add(segment["id"])
-        name, height, width = images.get(image_id, (os.path.splitext(png)[0] + ".jpg", None,
-                                                    None))
+        name, height, width = images.get(image_id, (os.path.splitext(png)[0] + ".jpg", None, None))
         record: dict[str, Any] = {"file_name": os.path.join(image_dir, name)}
         if height is not None and width is not None:
             record["height"], record["width"] = height, width
@@ -213,9 +186,7 @@ def load_coco_panoptic_json(
         if not os.path.isfile(records[0][key]):
             raise DatasetFileNotFoundError(
                 f"{path}: the {key} of image_id {records[0]['image_id']} does not exist: "
-                f"{records[0][key]!r} (check image_dir / gt_dir)",
-                path=records[0][key],
-            )
+                f"{records[0][key]!r} (check image_dir / gt_dir)", path=records[0][key])
     logger.info("loaded %d panoptic images from %s", len(records), path)
     return records
 
@@ -223,20 +194,14 @@ def load_coco_panoptic_json(
 def _metadata_dict(name: str, metadata: Any) -> dict[str, Any]:
     values = as_dict(
         metadata,
-        lambda got: TypeError(f"metadata of dataset {name!r} must be a mapping, got {got}"),
-    )
+        lambda got: TypeError(f"metadata of dataset {name!r} must be a mapping, got {got}"))
     values.pop("name", None)
     return values
 
 
-def register_coco_panoptic(
-    name: str,
-    metadata: Mapping[str, Any],
-    image_root: str | os.PathLike,
-    panoptic_root: str | os.PathLike,
-    panoptic_json: str | os.PathLike,
-    instances_json: str | os.PathLike | None = None,
-) -> None:
+def register_coco_panoptic(name: str, metadata: Mapping[str, Any], image_root: str | os.PathLike,
+                           panoptic_root: str | os.PathLike, panoptic_json: str | os.PathLike,
+                           instances_json: str | os.PathLike | None = None) -> None:
     """Register the "standard" COCO panoptic dataset ``name`` (records of
     :func:`load_coco_panoptic_json`, read at the first get).
 
@@ -257,36 +222,20 @@ def register_coco_panoptic(
         return load_coco_panoptic_json(panoptic_json, image_root, panoptic_root, values)
 
     DatasetCatalog.register(
-        name,
-        load,
-        source_files=(panoptic_json,),
-        cache_key={
+        name, load, source_files=(panoptic_json,), cache_key={
             "loader": "catalog.coco_panoptic.load_coco_panoptic_json",
-            "catmap_version": __version__,
-            "json_file": os.path.abspath(panoptic_json),
-            "image_root": image_root,
-            "panoptic_root": panoptic_root,
-            **maps,
-        },
-    )
+            "catmap_version": __version__, "json_file": os.path.abspath(panoptic_json),
+            "image_root": image_root, "panoptic_root": panoptic_root, **maps})
     set_metadata(
-        name,
-        {
+        name, {
             "panoptic_root": panoptic_root,
-            "image_root": image_root,
-            "panoptic_json": panoptic_json,
-            "json_file": json_file,
-            "evaluator_type": "coco_panoptic_seg",
-            "ignore_label": 255,
-            "label_divisor": 1000,
-            **values,
-        },
-    )
+            "image_root": image_root, "panoptic_json": panoptic_json,
+            "json_file": json_file, "evaluator_type": "coco_panoptic_seg",
+            "ignore_label": 255, "label_divisor": 1000, **values})
 
 
-def merge_to_panoptic(
-    detection_dicts: list[dict[str, Any]], sem_seg_dicts: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+def merge_to_panoptic(detection_dicts: list[dict[str, Any]],
+                      sem_seg_dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One record per detection record, updated with the keys of the semantic-segmentation
     record of the same ``file_name``.
     """
@@ -299,24 +248,19 @@ def merge_to_panoptic(
         if sem is None:
             raise SemSegPairingError(
                 f"detection record {index} (image {record['file_name']!r}) has no "
-                "semantic-segmentation label map",
-                unpaired=[record["file_name"]],
-            )
+                "semantic-segmentation label map", unpaired=[record["file_name"]])
         out = copy.copy(record)
         out.update(sem)
         merged.append(out)
     return merged
 
 
-def register_coco_panoptic_separated(
-    name: str,
-    metadata: Mapping[str, Any],
-    image_root: str | os.PathLike,
-    panoptic_root: str | os.PathLike,
-    panoptic_json: str | os.PathLike,
-    sem_seg_root: str | os.PathLike,
-    instances_json: str | os.PathLike,
-) -> None:
+def register_coco_panoptic_separated(name: str, metadata: Mapping[str, Any],
+                                     image_root: str | os.PathLike,
+                                     panoptic_root: str | os.PathLike,
+                                     panoptic_json: str | os.PathLike,
+                                     sem_seg_root: str | os.PathLike,
+                                     instances_json: str | os.PathLike) -> None:
     """Register detectron2's "separated" COCO panoptic dataset as ``name + "_separated"``:
     instance annotations from ``instances_json`` (:func:`load_coco_json`) merged with the stuff
     label maps under ``sem_seg_root`` (:func:`load_sem_seg`, things labelled 0); and the stuff
@@ -329,25 +273,16 @@ def register_coco_panoptic_separated(
     panoptic_name, semantic_name = name + "_separated", name + "_stuffonly"
 
     def load_separated() -> list[dict[str, Any]]:
-        return merge_to_panoptic(
-            load_coco_json(instances_json, image_root, panoptic_name),
-            load_sem_seg(sem_seg_root, image_root),
-        )
+        return merge_to_panoptic(load_coco_json(instances_json, image_root, panoptic_name),
+                                 load_sem_seg(sem_seg_root, image_root))
 
     DatasetCatalog.register(panoptic_name, load_separated)
     set_metadata(
-        panoptic_name,
-        {
+        panoptic_name, {
             "panoptic_root": panoptic_root,
-            "image_root": image_root,
-            "panoptic_json": panoptic_json,
-            "sem_seg_root": sem_seg_root,
-            "json_file": instances_json,
-            "evaluator_type": "coco_panoptic_seg",
-            "ignore_label": 255,
-            **values,
-        },
-    )
+            "image_root": image_root, "panoptic_json": panoptic_json,
+            "sem_seg_root": sem_seg_root, "json_file": instances_json,
+            "evaluator_type": "coco_panoptic_seg", "ignore_label": 255, **values})
 
     def load_stuff() -> list[dict[str, Any]]:
         return load_sem_seg(sem_seg_root, image_root)
@@ -358,12 +293,6 @@ def register_coco_panoptic_separated(
         DatasetCatalog.remove(panoptic_name)
         raise
     set_metadata(
-        semantic_name,
-        {
+        semantic_name, {
             "sem_seg_root": sem_seg_root,
-            "image_root": image_root,
-            "evaluator_type": "sem_seg",
-            "ignore_label": 255,
-            **values,
-        },
-    )
+            "image_root": image_root, "evaluator_type": "sem_seg", "ignore_label": 255, **values})

@@ -1,5 +1,5 @@
 """Validation of annotations for every format in one place: the typed errors, the limits,
-the skip counters, the COCO value checks, the OpenMMLab 2.0 ``data_list`` validator and the
+the COCO value checks, the OpenMMLab 2.0 ``data_list`` validator and the
 COCO panoptic segment checks. Errors name the file, the item (id and index) and the key.
 """
 
@@ -8,12 +8,12 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import os
 import reprlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._common import AnnotationFormatError, CatmapErrorWithFields, is_int
+from .files import outside_root_problem
 
 class SemSegPairingError(CatmapErrorWithFields, ValueError):
     """Images and label maps of a semantic-segmentation dataset cannot be paired."""
@@ -77,8 +77,7 @@ class AnnotationSkips:
         "degenerate_boxes": "skipped {} instances whose bbox has x2 <= x1 or y2 <= y1",
         "dropped_polygons":
             "dropped {} mask polygons with fewer than 6 coordinates or an odd count",
-        "no_valid_polygon": "skipped {} instances left without a valid polygon",
-    }
+        "no_valid_polygon": "skipped {} instances left without a valid polygon"}
     KINDS = tuple(MESSAGES)
 
     def __init__(self) -> None:
@@ -90,14 +89,6 @@ class AnnotationSkips:
         self.counts[kind] += n
         if len(self.examples[kind]) < MAX_EXAMPLES:
             self.examples[kind].append(where)
-
-    def total(self) -> int:
-        """All counts added up."""
-        return sum(self.counts.values())
-
-    def as_dict(self) -> dict[str, int]:
-        """The counts by kind."""
-        return dict(self.counts)
 
     def report(self, path: str, logger: logging.Logger) -> None:
         """Log one warning summarizing every count (nothing when all are zero)."""
@@ -134,57 +125,6 @@ _repr.maxlist = _repr.maxdict = 8
 def short_repr(value: Any) -> str:
     """A bounded repr for error messages (deeply nested or huge values stay short)."""
     return _repr.repr(value)
-
-
-class SkipCounts:
-    """Counts of skipped or repaired items, reported in one warning per kind."""
-
-    __slots__ = (
-        "orphans", "orphan_examples", "degenerate", "degenerate_examples", "negative_area",
-        "negative_area_examples", "bad_polygons", "no_valid_polygon",
-        "no_valid_polygon_examples", "ignored", "missing_size",
-    )
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, [] if name.endswith("_examples") else 0)
-
-    def as_tuple(self) -> tuple[Any, ...]:
-        """Every count and example list, in slot order (to compare two loads)."""
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def total(self) -> int:
-        """How many items were skipped, dropped or counted in all."""
-        return sum(getattr(self, n) for n in self.__slots__ if not n.endswith("_examples"))
-
-    def _skip(self, count: str, examples: list[Any], example: Any) -> None:
-        setattr(self, count, getattr(self, count) + 1)
-        if len(examples) < MAX_EXAMPLES:
-            examples.append(example)
-
-    def skip_orphan(self, ann_id: Any, image_id: Any) -> None:
-        """Count an annotation whose image_id is not among the images."""
-        self._skip("orphans", self.orphan_examples, (ann_id, image_id))
-
-    def skip_degenerate(self, ann_id: Any, bbox: Any) -> None:
-        """Count an annotation with an empty or negative bbox."""
-        self._skip("degenerate", self.degenerate_examples, (ann_id, bbox))
-
-    def skip_negative_area(self, ann_id: Any, area: Any) -> None:
-        """Count an annotation with a negative ``area``."""
-        self._skip("negative_area", self.negative_area_examples, (ann_id, area))
-
-    def drop_invalid_polygons(self, segm: list[Any], ann_id: Any) -> list[Any] | None:
-        """The polygons of ``segm`` with at least 6 coordinates and an even count, counting the
-        others; None (the instance is skipped, and counted) when none is valid. Called only
-        once a caller has seen an invalid polygon, so the common case costs nothing.
-        """
-        valid = [p for p in segm if len(p) >= 6 and not len(p) & 1]
-        self.bad_polygons += len(segm) - len(valid)
-        if valid:
-            return valid
-        self._skip("no_valid_polygon", self.no_valid_polygon_examples, ann_id)
-        return None
 
 
 _VISIBILITY = frozenset((0, 1, 2))
@@ -315,17 +255,9 @@ class Validator:
         self.max_depth = max_depth
         self.skips = AnnotationSkips()
 
-    def _fail(
-        self,
-        problem: str,
-        value: Any,
-        *,
-        key: Any,
-        index: int | None = None,
-        img_id: Any = None,
-        instance: int | None = None,
-        wrong_type: bool = False,
-    ) -> AnnotationFieldError:
+    def _fail(self, problem: str, value: Any, *, key: Any, index: int | None = None,
+              img_id: Any = None, instance: int | None = None,
+              wrong_type: bool = False) -> AnnotationFieldError:
         where = "metainfo" if index is None else f"data_list[{index}]"
         if img_id is not None:
             where += f" (img_id {_short.repr(img_id)})"
@@ -337,12 +269,7 @@ class Validator:
         return cls(
             f"{self.path}: {where}: {problem}, got "
             f"{type(value).__name__} {_short.repr(value)}",
-            path=self.path,
-            index=index,
-            img_id=img_id,
-            instance=instance,
-            key=key,
-        )
+            path=self.path, index=index, img_id=img_id, instance=instance, key=key)
 
     def check_depth(self, value: Any, depth: int, **where: Any) -> None:
         """Refuse ``value`` (found at nesting level ``depth``) when it nests deeper than
@@ -370,20 +297,14 @@ class Validator:
             if key.startswith("_") or key in RESERVED_METAINFO_KEYS:
                 raise self._fail(
                     "reserved metainfo key (set by the loader, or a Metadata method name, or "
-                    "starting with '_')",
-                    value,
-                    key=key,
-                )
+                    "starting with '_')", value, key=key)
             if key == "classes" and not (
                 isinstance(value, (list, tuple)) and all(type(c) is str for c in value)
             ):
                 raise self._fail(
                     "'classes' in a file must be a list of strings (a file of class names is "
                     "read only when the caller passes it in the metainfo argument)",
-                    value,
-                    key=key,
-                    wrong_type=True,
-                )
+                    value, key=key, wrong_type=True)
             self.check_depth(value, 3, key=key)
         return meta
 
@@ -392,20 +313,14 @@ class Validator:
         instances and dropped polygons.
         """
         if type(info) is not dict:
-            raise self._fail(
-                "a data_list entry must be a mapping", info, key=None, index=index, wrong_type=True
-            )
+            raise self._fail("a data_list entry must be a mapping", info, key=None, index=index,
+                             wrong_type=True)
         img_id = info.get("img_id")
         if img_id is not None and not (
             is_int(img_id) or (type(img_id) is str and len(img_id) <= MAX_PATH_CHARS)
         ):
-            raise self._fail(
-                f"must be an int or a string of at most {MAX_PATH_CHARS} characters",
-                img_id,
-                key="img_id",
-                index=index,
-                wrong_type=True,
-            )
+            raise self._fail(f"must be an int or a string of at most {MAX_PATH_CHARS} characters",
+                             img_id, key="img_id", index=index, wrong_type=True)
         if "img_id" in info and img_id is None:
             raise self._fail("must be an int or a string", None, key="img_id", index=index)
         where = {"index": index, "img_id": img_id}
@@ -419,11 +334,7 @@ class Validator:
                 if not value or "\x00" in value or len(value) > MAX_PATH_CHARS:
                     raise self._fail(
                         f"must be a non-empty path without NUL of at most {MAX_PATH_CHARS} "
-                        "characters",
-                        value,
-                        key=key,
-                        **where,
-                    )
+                        "characters", value, key=key, **where)
             elif key in ("height", "width"):
                 if not is_int(value):
                     raise self._fail("must be an int", value, key=key, wrong_type=True, **where)
@@ -436,9 +347,8 @@ class Validator:
             return info
         instances = info["instances"]
         if not isinstance(instances, (list, tuple)):
-            raise self._fail(
-                "must be a list of mappings", instances, key="instances", wrong_type=True, **where
-            )
+            raise self._fail("must be a list of mappings", instances, key="instances",
+                             wrong_type=True, **where)
         hw = (size["height"], size["width"]) if len(size) == 2 else None
         kept = []
         changed = False
@@ -450,9 +360,8 @@ class Validator:
                 kept.append(checked)
         return {**info, "instances": kept} if changed else info
 
-    def _instance(
-        self, inst: Any, j: int, hw: tuple[int, int] | None, *, index: int, img_id: Any
-    ) -> dict | None:
+    def _instance(self, inst: Any, j: int, hw: tuple[int, int] | None, *, index: int,
+                  img_id: Any) -> dict | None:
         where = {"index": index, "img_id": img_id, "instance": j}
         if type(inst) is not dict:
             raise self._fail("an instance must be a mapping", inst, key=None, wrong_type=True,
@@ -570,41 +479,24 @@ def id_map(meta: Mapping[str, Any], key: str, path: str) -> dict[int, int]:
     if value is None:
         return {}
     if not isinstance(value, Mapping) or not all(
-        is_int(k) and is_int(v) and v >= 0 for k, v in value.items()
-    ):
+            is_int(k) and is_int(v) and v >= 0 for k, v in value.items()):
         raise PanopticFormatError(
             f"{path}: meta[{key!r}] must map dataset category ids (ints) to contiguous ids "
-            f"(ints >= 0), got {short_repr(value)}",
-            path=path,
-            key=key,
-        )
+            f"(ints >= 0), got {short_repr(value)}", path=path, key=key)
     return {int(k): int(v) for k, v in value.items()}
 
 
 def relative_name(value: Any, path: str, where: dict[str, Any], key: str) -> str:
-    """``value`` checked as a relative file name (no NUL, no ``..``, not absolute, not ending
-    in ``/`` or ``.``).
-    """
+    """``value`` checked as a file name under the data root (:func:`outside_root_problem`),
+    without NUL, not ending in ``/`` or ``.``."""
     if type(value) is not str:
         raise fail(path, "must be a str", value, key=key, **where)
-    parts = value.replace("\\", "/").split("/")
-    if (
-        not value
-        or "\x00" in value
-        or len(value) > MAX_PATH_CHARS
-        or os.path.isabs(value)
-        or value.startswith(("/", "\\"))
-        or ".." in parts
-        or parts[-1] in ("", ".")
-    ):
-        raise fail(
-            path,
-            f"must be a relative file path without '..' or NUL, not ending in '/', of at most "
-            f"{MAX_PATH_CHARS} characters",
-            value,
-            key=key,
-            **where,
-        )
+    if (not value or "\x00" in value or len(value) > MAX_PATH_CHARS
+            or value.replace("\\", "/").rsplit("/", 1)[-1] in ("", ".", "..")
+            or outside_root_problem(value)):
+        raise fail(path, "must be a relative file path that stays under the root (no leading "
+                   f"'/', no '..' out of it), without NUL, not ending in '/', of at most "
+                   f"{MAX_PATH_CHARS} characters", value, key=key, **where)
     return value
 
 
@@ -620,11 +512,7 @@ def fail(path: str, problem: str, value: Any, *, key: str | None, index: int | N
         where += f" key {key!r}"
     return PanopticFormatError(
         f"{path}: {where}: {problem}, got {type(value).__name__} {short_repr(value)}",
-        path=path,
-        image_id=image_id,
-        segment_id=segment_id,
-        key=key,
-    )
+        path=path, image_id=image_id, segment_id=segment_id, key=key)
 
 
 def image_index(images: Any, path: str) -> dict[int, tuple[str, int | None, int | None]]:
@@ -654,13 +542,8 @@ def image_index(images: Any, path: str) -> dict[int, tuple[str, int | None, int 
     return out
 
 
-def check_segment(
-    segment: Any,
-    where: dict[str, Any],
-    path: str,
-    things: dict[int, int],
-    stuff: dict[int, int],
-) -> dict[str, Any]:
+def check_segment(segment: Any, where: dict[str, Any], path: str, things: dict[int, int],
+                  stuff: dict[int, int]) -> dict[str, Any]:
     """The record form of one ``segments_info`` entry (contiguous id, ``isthing``)."""
     if type(segment) is not dict:
         raise fail(path, "a segments_info entry must be a dict", segment, key="segments_info",
@@ -680,13 +563,9 @@ def check_segment(
         out["category_id"], isthing = stuff[category], False
     else:
         raise fail(
-            path,
-            "is in neither thing_dataset_id_to_contiguous_id nor "
+            path, "is in neither thing_dataset_id_to_contiguous_id nor "
             "stuff_dataset_id_to_contiguous_id of the metadata",
-            category,
-            key="category_id",
-            **where,
-        )
+            category, key="category_id", **where)
     iscrowd = segment.get("iscrowd", 0)
     if type(iscrowd) is not int or iscrowd not in (0, 1):
         raise fail(path, "must be 0 or 1", iscrowd, key="iscrowd", **where)

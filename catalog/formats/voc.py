@@ -31,10 +31,11 @@ _BOX_KEYS = ("xmin", "ymin", "xmax", "ymax")
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\Z")
 
 
-def load_voc_instances(
-    dirname: str | os.PathLike, split: str, class_names: Sequence[str] = VOC_CLASSES
-) -> list[dict]:
-    """Load the Pascal VOC detection annotations of one split as detectron2-format records."""
+def load_voc_instances(dirname: str | os.PathLike, split: str,
+                       class_names: Sequence[str] = VOC_CLASSES) -> list[dict]:
+    """Load the Pascal VOC detection annotations of one split as detectron2-format records.
+    Ids must be plain names, so ``dirname/JPEGImages/<id>.jpg`` cannot leave ``dirname``:
+    unlike COCO there is no ``allow_outside_root`` to give."""
     dirname = os.fspath(dirname)
     if not isinstance(split, str) or not split or os.sep in split or "/" in split:
         raise ValueError(f"split must be a plain name such as 'train', got {split!r}")
@@ -52,13 +53,9 @@ def load_voc_instances(
         except FileNotFoundError:
             raise DatasetFileNotFoundError(
                 f"{split_file}: entry {line_number}: image id {file_id!r} has no annotation "
-                f"file {xml_file!r}",
-                path=xml_file,
-            ) from None
+                f"file {xml_file!r}", path=xml_file) from None
         record: dict[str, Any] = {
-            "file_name": os.path.join(dirname, "JPEGImages", file_id + ".jpg"),
-            "image_id": file_id,
-        }
+            "file_name": os.path.join(dirname, "JPEGImages", file_id + ".jpg"), "image_id": file_id}
         for key in ("height", "width"):
             side = _side(root, key, xml_file)
             if side is not None:
@@ -70,17 +67,11 @@ def load_voc_instances(
     if skipped:
         logger.warning(
             "%s: skipped %d objects with an empty box (xmax <= xmin - 1 or ymax <= ymin - 1) "
-            "(xml file, object index): %s",
-            split_file,
-            len(skipped),
-            skipped[:5],
-        )
+            "(xml file, object index): %s", split_file, len(skipped), skipped[:5])
     if no_size:
         logger.warning(
             "%s: %d images have no 'size/height' or 'size/width'; their records lack those keys",
-            split_file,
-            no_size,
-        )
+            split_file, no_size)
     logger.info("loaded %d images of Pascal VOC split %r from %s", len(records), split, dirname)
     return records
 
@@ -121,9 +112,8 @@ def _side(root: ET.Element, key: str, xml_file: str) -> int | None:
     return value
 
 
-def _objects(
-    root: ET.Element, classes: dict[str, int], xml_file: str, skipped: list[tuple[str, int]]
-) -> list[dict]:
+def _objects(root: ET.Element, classes: dict[str, int], xml_file: str,
+             skipped: list[tuple[str, int]]) -> list[dict]:
     instances = []
     for index, obj in enumerate(root.findall("object")):
         name = _text(obj.find("name"))
@@ -161,13 +151,8 @@ def _coordinate(box: ET.Element, key: str, index: int, xml_file: str) -> float:
     return value
 
 
-def register_pascal_voc(
-    name: str,
-    dirname: str | os.PathLike,
-    split: str,
-    year: int,
-    class_names: Sequence[str] = VOC_CLASSES,
-) -> None:
+def register_pascal_voc(name: str, dirname: str | os.PathLike, split: str, year: int,
+                        class_names: Sequence[str] = VOC_CLASSES) -> None:
     """Register a Pascal VOC split as dataset ``name``; the XML files are read at the first get.
 
     Example:

@@ -23,8 +23,9 @@ import stat as stat_module
 import time
 import warnings
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -44,23 +45,10 @@ from .records_file import (
     write_records,
 )
 
-__all__ = [
-    "CACHE_SUFFIX",
-    "CacheCorruptError",
-    "CacheCorruptWarning",
-    "CacheEntry",
-    "CacheKey",
-    "CacheSettingError",
-    "CacheSkippedWarning",
-    "CacheUnavailableError",
-    "DiskCache",
-    "UnsafeEntryError",
-    "cache_dir",
-    "cache_enabled",
-    "load_with_cache",
-    "lock_timeout",
-    "source_stamp",
-]
+__all__ = ["CACHE_SUFFIX", "CacheCorruptError", "CacheCorruptWarning", "CacheEntry", "CacheKey",
+           "CacheSettingError", "CacheSkippedWarning", "CacheUnavailableError", "DiskCache",
+           "UnsafeEntryError", "cache_dir", "cache_enabled", "load_with_cache", "lock_timeout",
+           "source_stamp"]
 
 logger = logging.getLogger(__name__)
 
@@ -202,7 +190,7 @@ class CacheKey:
     def file_name(self) -> str:
         """``<name>-<identity>-<digest>.catmap``: the identity (loader, options, source paths)
         groups versions of one dataset, so writing one removes the older ones."""
-        identity = "\0".join([self.loader, self.options, *(s[0] for s in self.sources)])
+        identity = "\0".join([self.loader, self.options, *map(itemgetter(0), self.sources)])
         whole = json.dumps(self.fields(), sort_keys=True)
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", self.name).strip("._")[:80] or "dataset"
         identity_digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:10]
@@ -349,8 +337,7 @@ class DiskCache:
             raise CacheUnavailableError(
                 f"the cache directory {where} {problem}, so another user could plant entries "
                 f"in it; it is not used (chmod 700 {where}, or set CATMAP_CACHE_DIR)",
-                directory=where,
-            )
+                directory=where)
         return dfd
 
     def _load_in(self, dfd: int, key: CacheKey) -> Loaded | None:
@@ -398,9 +385,8 @@ class DiskCache:
             if (here.st_dev, here.st_ino) == (now.st_dev, now.st_ino):
                 os.unlink(name, dir_fd=dfd)
 
-    def _store_in(
-        self, dfd: int, key: CacheKey, records: SerializedList, extra: dict[str, Any]
-    ) -> Loaded:
+    def _store_in(self, dfd: int, key: CacheKey, records: SerializedList,
+                  extra: dict[str, Any]) -> Loaded:
         name = key.file_name()
         where = str(self.directory / name)
         tmp = f"{_TEMP_PREFIX}{name}.{os.getpid()}.{os.urandom(6).hex()}"
@@ -435,23 +421,35 @@ class DiskCache:
         logger.info("cached %d records of %r in %s", len(records), key.name, where)
         return mapped.records(key.name), extra
 
-    @contextlib.contextmanager
-    def _lock(self, key: CacheKey) -> Iterator[bool]:
-        """Hold the key's build lock; yields False when another process held it past
-        :func:`lock_timeout` (the caller then builds without the cache)."""
+    def _lock(self, key: CacheKey) -> filelock.FileLock | None:
+        """The key's build lock, held (not held when it cannot be created: releasing it does
+        nothing); None when another process held it past :func:`lock_timeout` (the caller
+        then builds without the cache)."""
         path = str(self.directory / (key.file_name() + _LOCK_SUFFIX))
         lock = filelock.FileLock(path, mode=0o600)
         try:
-            held = _acquire(lock, key.name, path)
+            try:
+                lock.acquire(timeout=0)
+                return lock
+            except filelock.Timeout:
+                pass
+            limit, waited = lock_timeout(), 0.0
+            while waited < limit:
+                logger.info("waiting for another process to build the cache of %r (%.0f s of "
+                            "%.0f s)", key.name, waited, limit)  # fmt: skip
+                step = min(_LOCK_LOG_EVERY, limit - waited)
+                try:
+                    lock.acquire(timeout=step)
+                    return lock
+                except filelock.Timeout:
+                    waited += step
         except OSError as exc:
             warn_once(f"lock:{self.directory}", f"catmap cache: cannot lock {path} ({exc})")
-            yield True
-            return
-        try:
-            yield held
-        finally:
-            if held:
-                lock.release()
+            return lock
+        warn_once(f"lock-timeout:{path}", f"catmap cache: another process has held {path} for "
+                  f"{limit:.0f} s (CATMAP_CACHE_LOCK_TIMEOUT); building {key.name!r} here "
+                  "without the cache")  # fmt: skip
+        return None
 
     def _skip(self, exc: CacheError) -> None:
         warn_once(f"{self.directory}:{type(exc).__name__}",
@@ -472,9 +470,8 @@ class DiskCache:
         finally:
             os.close(dfd)
 
-    def store(
-        self, key: CacheKey, records: SerializedList, extra: Mapping[str, Any] | None = None
-    ) -> Loaded:
+    def store(self, key: CacheKey, records: SerializedList,
+              extra: Mapping[str, Any] | None = None) -> Loaded:
         """Write ``records`` for ``key`` atomically; return them mapped from the file
         (CacheError when the directory or entry cannot be used or written)."""
         dfd = self._open_dir(create=True)
@@ -498,12 +495,13 @@ class DiskCache:
             hit = self._load_in(dfd, key)
             if hit is not None:
                 return hit
-            with self._lock(key) as held:
-                hit = self._load_in(dfd, key) if held else None
+            lock = self._lock(key)
+            try:
+                hit = self._load_in(dfd, key) if lock is not None else None
                 if hit is not None:
                     return hit
                 records, extra = build()
-                if not held or (cacheable is not None and not cacheable(records, extra)):
+                if lock is None or (cacheable is not None and not cacheable(records, extra)):
                     return records, extra
                 try:
                     return self._store_in(dfd, key, records, extra)
@@ -512,6 +510,9 @@ class DiskCache:
                 except TypeError as exc:  # extra (the loader's metadata) is not data-only
                     logger.info("not caching %r: %s", key.name, exc)
                 return records, extra
+            finally:
+                if lock is not None:
+                    lock.release()  # a no-op when not held
         finally:
             os.close(dfd)
 
@@ -550,28 +551,6 @@ class DiskCache:
         for lock in self.directory.glob(f"*{CACHE_SUFFIX}{_LOCK_SUFFIX}"):
             _remove_idle_lock(lock)
         return removed
-
-
-def _acquire(lock: filelock.FileLock, name: str, path: str) -> bool:
-    try:
-        lock.acquire(timeout=0)
-        return True
-    except filelock.Timeout:
-        pass
-    limit, waited = lock_timeout(), 0.0
-    while waited < limit:
-        logger.info("waiting for another process to build the cache of %r (%.0f s of %.0f s)",
-                    name, waited, limit)  # fmt: skip
-        step = min(_LOCK_LOG_EVERY, limit - waited)
-        try:
-            lock.acquire(timeout=step)
-            return True
-        except filelock.Timeout:
-            waited += step
-    warn_once(f"lock-timeout:{path}", f"catmap cache: another process has held {path} for "
-              f"{limit:.0f} s (CATMAP_CACHE_LOCK_TIMEOUT); building {name!r} here without the "
-              "cache")  # fmt: skip
-    return False
 
 
 def load_with_cache(

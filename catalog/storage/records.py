@@ -21,18 +21,10 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from .._common import CatmapError, RecordFormatError
-from ..gc_pause import gc_paused
+from .._common import CatmapError, RecordFormatError, gc_paused
 
-__all__ = [
-    "ImmutableRecordsError",
-    "RecordColumns",
-    "SerializedList",
-    "SerializedListView",
-    "concat_records",
-    "decode",
-    "encode",
-]
+__all__ = ["ImmutableRecordsError", "RecordColumns", "SerializedList", "SerializedListView",
+           "concat_records", "decode", "encode"]
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +129,8 @@ class RecordColumns:
                 f"{len(self.category_offsets)} category offsets, {len(self.category_ids)} "
                 f"category ids, {len(self.iscrowd)} crowd flags"
             )
-        for arr in self.arrays():
+        for arr in (self.heights, self.widths, self.category_ids, self.iscrowd,
+                    self.category_offsets):
             arr.flags.writeable = False
 
     def arrays(self) -> tuple[np.ndarray, ...]:
@@ -190,8 +183,7 @@ def concat_columns(parts: Sequence[RecordColumns]) -> RecordColumns:
         np.concatenate([np.zeros(0, np.int32)] + [p.widths for p in parts]),
         np.concatenate([np.zeros(0, np.int32)] + [p.category_ids for p in parts]),
         np.concatenate([np.zeros(0, np.uint8)] + [p.iscrowd for p in parts]),
-        np.concatenate([[0]] + [p.category_offsets[1:] + s for p, s in zip(parts, shifts)]),
-    )
+        np.concatenate([[0]] + [p.category_offsets[1:] + s for p, s in zip(parts, shifts)]))
 
 
 _INT32 = np.iinfo(np.int32)
@@ -220,49 +212,33 @@ _CATEGORY, _CROWD = repeat("category_id"), repeat("iscrowd")
 _MINUS_ONE, _ZERO = repeat(-1), repeat(0)
 
 
-class _ColumnsBuilder:
-    """Collects the column values of records a chunk at a time (C-level maps when every
-    record is a dict with a list of dict annotations, the common case)."""
-
-    def __init__(self) -> None:
-        self.heights: list[Any] = []
-        self.widths: list[Any] = []
-        self.cats: list[Any] = []
-        self.crowd: list[Any] = []
-        self.counts: list[int] = []
-
-    def add(self, chunk: list[Any]) -> None:
-        if set(map(type, chunk)) == {dict}:
-            alists = list(map(_get, chunk, _ANNOS))
-            if set(map(type, alists)) == {list}:
-                annos = list(chain.from_iterable(alists))
-                if not annos or set(map(type, annos)) == {dict}:
-                    self.heights.extend(map(_get, chunk, _HEIGHT, _MINUS_ONE))
-                    self.widths.extend(map(_get, chunk, _WIDTH, _MINUS_ONE))
-                    self.cats.extend(map(_get, annos, _CATEGORY, _MINUS_ONE))
-                    self.crowd.extend(map(_get, annos, _CROWD, _ZERO))
-                    self.counts.extend(map(len, alists))
-                    return
-        for record in chunk:
-            record = record if isinstance(record, dict) else {}
-            annos = record.get("annotations")
-            if not isinstance(annos, (list, tuple)):
-                annos = ()
-            annos = [a for a in annos if isinstance(a, dict)]
-            self.heights.append(record.get("height", -1))
-            self.widths.append(record.get("width", -1))
-            self.cats.extend(a.get("category_id", -1) for a in annos)
-            self.crowd.extend(a.get("iscrowd", 0) for a in annos)
-            self.counts.append(len(annos))
-
-    def finish(self) -> RecordColumns:
-        offsets = np.zeros(len(self.counts) + 1, dtype=np.int64)
-        np.cumsum(np.asarray(self.counts, dtype=np.int64), out=offsets[1:])
-        crowd = np.asarray([1 if c else 0 for c in self.crowd], dtype=np.uint8)
-        return RecordColumns(
-            _int_column(self.heights), _int_column(self.widths), _int_column(self.cats),
-            crowd, offsets,
-        )  # fmt: skip
+def _add_columns(columns: tuple[list[Any], ...], chunk: list[Any]) -> None:
+    """Collect the column values of a chunk of records into ``columns`` (heights, widths,
+    category ids, crowd flags, annotation counts); C-level maps when every record is a dict
+    with a list of dict annotations, the common case."""
+    heights, widths, cats, crowd, counts = columns
+    if set(map(type, chunk)) == {dict}:
+        alists = list(map(_get, chunk, _ANNOS))
+        if set(map(type, alists)) == {list}:
+            annos = list(chain.from_iterable(alists))
+            if not annos or set(map(type, annos)) == {dict}:
+                heights.extend(map(_get, chunk, _HEIGHT, _MINUS_ONE))
+                widths.extend(map(_get, chunk, _WIDTH, _MINUS_ONE))
+                cats.extend(map(_get, annos, _CATEGORY, _MINUS_ONE))
+                crowd.extend(map(_get, annos, _CROWD, _ZERO))
+                counts.extend(map(len, alists))
+                return
+    for record in chunk:
+        record = record if isinstance(record, dict) else {}
+        annos = record.get("annotations")
+        if not isinstance(annos, (list, tuple)):
+            annos = ()
+        annos = [a for a in annos if isinstance(a, dict)]
+        heights.append(record.get("height", -1))
+        widths.append(record.get("width", -1))
+        cats.extend(a.get("category_id", -1) for a in annos)
+        crowd.extend(a.get("iscrowd", 0) for a in annos)
+        counts.append(len(annos))
 
 
 def build_arrays(records: Iterable[Any], name: str | None = None, progress: bool | None = None
@@ -270,7 +246,7 @@ def build_arrays(records: Iterable[Any], name: str | None = None, progress: bool
     """Encode ``records``: ``(buffer, ends, columns)``; RecordFormatError for non-data."""
     out = bytearray()
     ends: list[int] = []
-    columns = _ColumnsBuilder()
+    columns: tuple[list[Any], ...] = ([], [], [], [], [])
     encode_into = _ENCODER.encode_into
     chunk: list[Any] = []
     total = len(records) if hasattr(records, "__len__") else None  # type: ignore[arg-type]
@@ -288,7 +264,7 @@ def build_arrays(records: Iterable[Any], name: str | None = None, progress: bool
                 chunk.append(record)
                 if len(chunk) < _CHUNK:
                     continue
-            columns.add(chunk)
+            _add_columns(columns, chunk)
             for record in chunk:
                 try:
                     encode_into(record, out, -1)
@@ -297,7 +273,12 @@ def build_arrays(records: Iterable[Any], name: str | None = None, progress: bool
                 ends.append(len(out))
             chunk.clear()
     buffer = np.frombuffer(out, dtype=np.uint8) if out else np.zeros(0, np.uint8)
-    return buffer, np.asarray(ends, dtype=np.int64), columns.finish()
+    heights, widths, cats, crowd, counts = columns
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(np.asarray(counts, dtype=np.int64), out=offsets[1:])
+    crowd_flags = np.fromiter(map(bool, crowd), dtype=bool, count=len(crowd))  # truthiness
+    return buffer, np.asarray(ends, dtype=np.int64), RecordColumns(
+        _int_column(heights), _int_column(widths), _int_column(cats), crowd_flags, offsets)
 
 
 _END = object()
@@ -334,15 +315,16 @@ class SerializedList(Sequence):
             self._set(records.buffer, records.ends, records.columns, name, None, None)
             return
         self._set(*build_arrays(records, name, progress), name, None, None)
-        log = logger.info if len(self) >= PROGRESS_MIN_RECORDS else logger.debug
-        mib = self.nbytes / 2**20
-        log("serialized %d records of %s: %.2f MiB", len(self), name or "a dataset", mib)
+        level = logging.INFO if len(self) >= PROGRESS_MIN_RECORDS else logging.DEBUG
+        if logger.isEnabledFor(level):
+            logger.log(level, "serialized %d records of %s: %.2f MiB", len(self),
+                       name or "a dataset", self.nbytes / 2**20)
 
     def _set(self, buffer: np.ndarray, ends: np.ndarray, columns: RecordColumns, name: str | None,
              reopen: Callable[[], SerializedList] | None, owner: Any) -> None:  # fmt: skip
         buffer, ends = np.asarray(buffer, dtype=np.uint8), np.asarray(ends, dtype=np.int64)
-        if len(ends) != len(columns):
-            raise ValueError(f"{len(ends)} record offsets but {len(columns)} column rows")
+        if len(ends) != len(columns.heights):
+            raise ValueError(f"{len(ends)} record offsets but {len(columns.heights)} column rows")
         if len(ends) and int(ends[-1]) != len(buffer):
             raise ValueError(
                 f"record offsets end at {int(ends[-1])} but the buffer holds {len(buffer)} bytes"
@@ -498,17 +480,15 @@ class _SharedTensors:
         self.tensors = tensors
 
 
-def _from_bytes(
-    buffer: bytes, ends: np.ndarray, columns: RecordColumns, name: str | None
-) -> SerializedList:
+def _from_bytes(buffer: bytes, ends: np.ndarray, columns: RecordColumns,
+                name: str | None) -> SerializedList:
     return SerializedList.from_arrays(np.frombuffer(buffer, np.uint8), ends, columns, name=name)
 
 
 def _from_shared(tensors: tuple[Any, ...], name: str | None) -> SerializedList:
     views = [t.numpy() for t in tensors]
-    return SerializedList.from_arrays(
-        views[0], views[1], RecordColumns(*views[2:]), name=name, owner=_SharedTensors(tensors)
-    )
+    return SerializedList.from_arrays(views[0], views[1], RecordColumns(*views[2:]), name=name,
+                                      owner=_SharedTensors(tensors))
 
 
 ForkingPickler.register(SerializedList, SerializedList._reduce_for_multiprocessing)
@@ -619,10 +599,13 @@ def concat_records(parts: Sequence[SerializedList], name: str | None = None) -> 
         >>> [r["i"] for r in joined], joined.bases == (a, b)
         ([0, 2], True)
     """
+    nonempty = []
     for part in parts:
         if not isinstance(part, SerializedList):
             raise TypeError(f"concat_records joins SerializedLists, got {type(part).__name__}")
-    parts = [p for p in parts if len(p)]
+        if len(part):
+            nonempty.append(part)
+    parts = nonempty
     if not parts:
         return SerializedList([], name=name)
     if len(parts) == 1 and not isinstance(parts[0], SerializedListView):

@@ -32,15 +32,8 @@ from .._common import CacheError
 from ..version import __version__
 from .records import RecordColumns, SerializedList, decode, encode
 
-__all__ = [
-    "CacheCorruptError",
-    "MappedFile",
-    "UnsafeEntryError",
-    "foreign",
-    "open_entry",
-    "read_header",
-    "write_records",
-]
+__all__ = ["CacheCorruptError", "MappedFile", "UnsafeEntryError", "foreign", "open_entry",
+           "read_header", "write_records"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,15 +42,9 @@ _PREAMBLE = struct.Struct("<8sQQI")
 _PAYLOAD_ALIGN = 4096
 _ARRAY_ALIGN = 64
 _MAX_HEADER = 64 * 2**20
-_ARRAYS = {
-    "buffer": np.dtype("<u1"),
-    "ends": np.dtype("<i8"),
-    "heights": np.dtype("<i4"),
-    "widths": np.dtype("<i4"),
-    "category_ids": np.dtype("<i4"),
-    "iscrowd": np.dtype("<u1"),
-    "category_offsets": np.dtype("<i8"),
-}
+_ARRAYS = {"buffer": np.dtype("<u1"), "ends": np.dtype("<i8"), "heights": np.dtype("<i4"),
+           "widths": np.dtype("<i4"), "category_ids": np.dtype("<i4"), "iscrowd": np.dtype("<u1"),
+           "category_offsets": np.dtype("<i8")}
 _SAFE_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
@@ -74,13 +61,8 @@ def _align(value: int, alignment: int) -> int:
     return -(-value // alignment) * alignment
 
 
-def write_records(
-    out: BinaryIO,
-    records: SerializedList,
-    *,
-    key: Mapping[str, Any] | None = None,
-    extra: Mapping[str, Any] | None = None,
-) -> int:
+def write_records(out: BinaryIO, records: SerializedList, *, key: Mapping[str, Any] | None = None,
+                  extra: Mapping[str, Any] | None = None) -> int:
     """Write ``records`` and the data-only ``extra`` dict to a seekable binary file; returns
     the bytes written (TypeError when ``key`` or ``extra`` is not data).
 
@@ -104,12 +86,13 @@ def write_records(
     })  # fmt: skip
     start = _align(_PREAMBLE.size + len(header), _PAYLOAD_ALIGN)
     out.write(bytes(_PREAMBLE.size))
+    pieces = [(_PREAMBLE.size, header)]
+    for (name, array_offset, _), arr in zip(table, arrays, strict=True):
+        raw = memoryview(np.ascontiguousarray(arr, _ARRAYS[name])).cast("B")
+        pieces.append((start + array_offset, raw))
     crc = 0
     position = _PREAMBLE.size
-    for piece_offset, piece in [(_PREAMBLE.size, header)] + [
-        (start + spec[1], memoryview(np.ascontiguousarray(arr, _ARRAYS[spec[0]])).cast("B"))
-        for spec, arr in zip(table, arrays, strict=True)
-    ]:
+    for piece_offset, piece in pieces:
         for chunk in (bytes(piece_offset - position), piece):
             out.write(chunk)
             crc = zlib.crc32(chunk, crc)
@@ -204,7 +187,20 @@ class MappedFile:
         try:
             if verify and zlib.crc32(memoryview(mapping)[_PREAMBLE.size :]) != crc:
                 raise CacheCorruptError(f"{where}: checksum mismatch (a torn or damaged file)")
-            self.arrays = self._arrays(mapping, header, start, payload_len, where)
+            table = header.get("arrays")
+            if not isinstance(table, list) or len(table) != len(_ARRAYS):
+                raise CacheCorruptError(f"{where}: malformed array table")
+            for spec, expected in zip(table, _ARRAYS):  # all checked before any array is made
+                if not (isinstance(spec, list) and len(spec) == 3 and spec[0] == expected):
+                    raise CacheCorruptError(f"{where}: malformed array table")
+                name, offset, count = spec
+                if not (type(offset) is int and type(count) is int and offset >= 0 and count >= 0
+                        and offset + count * _ARRAYS[name].itemsize <= payload_len):  # fmt: skip
+                    raise CacheCorruptError(f"{where}: malformed array table entry {name!r}")
+            self.arrays: dict[str, np.ndarray] = {}
+            for name, offset, count in table:
+                self.arrays[name] = np.frombuffer(mapping, dtype=_ARRAYS[name], count=count,
+                                                  offset=start + offset)
         except BaseException:
             mapping.close()
             raise
@@ -213,32 +209,13 @@ class MappedFile:
         self._mmap = mapping
         self.fd = fd
 
-    @staticmethod
-    def _arrays(
-        mapping: mmap.mmap, header: dict[str, Any], start: int, payload_len: int, where: str
-    ) -> dict[str, np.ndarray]:
-        table = header.get("arrays")
-        if not isinstance(table, list) or [
-            spec[0] if isinstance(spec, list) and len(spec) == 3 else None for spec in table
-        ] != list(_ARRAYS):
-            raise CacheCorruptError(f"{where}: malformed array table")
-        for name, offset, count in table:  # all checked before any array holds the mapping
-            if not (type(offset) is int and type(count) is int and offset >= 0 and count >= 0
-                    and offset + count * _ARRAYS[name].itemsize <= payload_len):  # fmt: skip
-                raise CacheCorruptError(f"{where}: malformed array table entry {name!r}")
-        return {
-            name: np.frombuffer(mapping, dtype=_ARRAYS[name], count=count, offset=start + offset)
-            for name, offset, count in table
-        }
-
     def records(self, name: str | None) -> SerializedList:
         """The records, backed by the mapping; spawn workers re-map the same file (through
         ``/proc/<pid>/fd/<fd>``, else by path) instead of receiving a copy."""
         a = self.arrays
         try:
-            columns = RecordColumns(
-                a["heights"], a["widths"], a["category_ids"], a["iscrowd"], a["category_offsets"]
-            )
+            columns = RecordColumns(a["heights"], a["widths"], a["category_ids"], a["iscrowd"],
+                                    a["category_offsets"])
             return SerializedList.from_arrays(
                 a["buffer"], a["ends"], columns, name=name, owner=self, reopen=functools.partial(
                     remap, os.getpid(), self.fd, self.device, self.inode, self.path, self.size,

@@ -30,20 +30,9 @@ from ..version import __version__
 from .records import SerializedList, decode, encode
 from .records_file import MappedFile, remap, write_records
 
-__all__ = [
-    "LocalGroup",
-    "attach_records",
-    "describe_suspects",
-    "local_group",
-    "node_id",
-    "process_gone",
-    "publish_records",
-    "rank_settings",
-    "settings_disagreements",
-    "share_across_local_ranks",
-    "this_rank_only",
-    "this_rank_only_active",
-]
+__all__ = ["LocalGroup", "attach_records", "describe_suspects", "local_group", "node_id",
+           "process_gone", "publish_records", "rank_settings", "settings_disagreements",
+           "share_across_local_ranks", "this_rank_only", "this_rank_only_active"]
 
 logger = logging.getLogger(__name__)
 
@@ -186,9 +175,8 @@ def process_gone(pid: int) -> bool:
     return state in (["Z"], ["X"])  # a zombie has exited; its parent has not reaped it
 
 
-def describe_suspects(
-    rank: int, settings: Sequence[dict[str, Any]] | None, candidates: Sequence[int], role: str
-) -> str:
+def describe_suspects(rank: int, settings: Sequence[dict[str, Any]] | None,
+                      candidates: Sequence[int], role: str) -> str:
     """Which ranks probably made a collective fail: local ranks whose process is gone
     (watched up to ``_EXIT_GRACE`` s: a dying process drops its sockets first), else
     ``candidates``."""
@@ -209,9 +197,8 @@ def describe_suspects(
     return f"suspected: {_ranks_text(list(candidates))} ({role}), which died or stopped responding"
 
 
-def _gather(
-    dist: Any, group: Any, value: Any, name: str, step: str, suspects: Callable[[], str]
-) -> list[Any]:
+def _gather(dist: Any, group: Any, value: Any, name: str, step: str,
+            suspects: Callable[[], str]) -> list[Any]:
     """Every rank's ``value``, data-only (msgpack bytes in uint8 tensors, length first);
     SharedAttachError when the backend fails or a message does not decode."""
     import torch
@@ -297,10 +284,8 @@ def publish_records(records: SerializedList) -> tuple[SerializedList, dict[str, 
     is, else a new sealed ``memfd``): ``(records backed by it, a data-only descriptor)``."""
     owner = records.owner
     if not isinstance(owner, MappedFile) or owner.fd < 0:
-        fd = os.memfd_create(
-            f"catmap:{records.name or 'records'}"[:240],
-            os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0),
-        )
+        fd = os.memfd_create(f"catmap:{records.name or 'records'}"[:240],
+                             os.MFD_CLOEXEC | getattr(os, "MFD_ALLOW_SEALING", 0))
         try:
             with open(fd, "wb", closefd=False) as out:
                 write_records(out, records)
@@ -324,9 +309,8 @@ def attach_records(descriptor: Any, name: str | None) -> SerializedList:
     """Map the records another local process published (SharedAttachError for a malformed
     descriptor; OSError / CacheError when the memory cannot be mapped)."""
     d = _check_fields(descriptor, _DESCRIPTOR_TYPES, f"malformed descriptor for dataset {name!r}")
-    records = remap(
-        d["pid"], d["fd"], d["device"], d["inode"], d["path"], d["size"], d["crc"], name=name
-    )
+    records = remap(d["pid"], d["fd"], d["device"], d["inode"], d["path"], d["size"], d["crc"],
+                    name=name)
     if len(records) != d["num_records"]:
         raise OSError(f"mapped {len(records)} records but the publisher has {d['num_records']}")
     return records
