@@ -9,9 +9,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("catalog", "mappers", "samplers")
-#: Lines of the library (all .py files of the three packages, blank lines and docstrings too).
-#: The goal is 20,000 (22,000 with shard streaming); this ceiling only ever goes down.
-LINE_BUDGET = 20_150
+#: Lines of the library (all .py files of the three packages, blank lines and docstrings too):
+#: at most 20,000 without shard streaming (modules named ``*shard*``), 22,000 with it.
+LINE_BUDGET = 20_000
+LINE_BUDGET_WITH_SHARDS = 22_000
 
 
 def _modules() -> dict[str, Path]:
@@ -131,5 +132,8 @@ def test_packages_import_one_way():
 
 
 def test_library_within_its_line_budget():
-    lines = sum(len(path.read_text().splitlines()) for path in _modules().values())
-    assert lines <= LINE_BUDGET, f"{lines} library lines, budget {LINE_BUDGET}"
+    counts = {path: len(path.read_text().splitlines()) for path in _modules().values()}
+    lines = sum(n for path, n in counts.items() if "shard" not in path.name)
+    assert lines <= LINE_BUDGET, f"{lines} library lines without shards, budget {LINE_BUDGET}"
+    total = sum(counts.values())
+    assert total <= LINE_BUDGET_WITH_SHARDS, f"{total} library lines, budget {LINE_BUDGET_WITH_SHARDS}"
