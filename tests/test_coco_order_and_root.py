@@ -121,3 +121,21 @@ def test_lvis_coco_url_and_file_name_follow_one_policy(tmp_path):
     urls[1] = "http://images.cocodataset.org/../5.jpg"  # '..' in coco_url: refused
     with pytest.raises(AnnotationFormatError, match="coco_url"):
         load_lvis_json(_write(tmp_path, _lvis(urls=urls)), "coco")
+
+
+@pytest.mark.parametrize("img_path", ["/etc/passwd", "../outside.jpg", "a/../../b.jpg"])
+def test_openmmlab_img_path_follows_the_same_root_policy(tmp_path, img_path):
+    from catalog import load_annotation_file
+    from catalog.formats.validate import AnnotationFieldError
+
+    ann = tmp_path / "train.json"
+    ann.write_text(json.dumps({"metainfo": {"classes": ["a"]}, "data_list": [
+        {"img_path": img_path, "img_id": 7, "height": 8, "width": 8, "instances": []}]}))
+    with pytest.raises(AnnotationFieldError) as err:
+        load_annotation_file(ann, data_prefix={"img_path": "images"})
+    assert err.value.key == "img_path" and err.value.img_id == 7
+    _, records = load_annotation_file(ann, data_prefix={"img_path": "images"},
+                                      allow_outside_root=True)
+    assert records[0]["file_name"] == os.path.join("images", img_path)
+    _, inside = load_annotation_file(ann, record_format="openmmlab", allow_outside_root=True)
+    assert inside[0]["img_path"] == img_path

@@ -17,6 +17,7 @@ from .._common import AnnotationFormatError, DatasetAlreadyRegisteredError, Reco
 from ..version import __version__
 from .files import (
     MAX_DEPTH,
+    outside_root_problem,
     parse_json,
     parse_yaml,
     read_bytes,
@@ -268,6 +269,7 @@ def load_annotation_file(
     allow_pickle: bool = False,
     allow_yaml_aliases: bool = False,
     record_format: str = "detectron2",
+    allow_outside_root: bool = False,
 ) -> tuple[dict[str, Any], list[dict]]:
     """Load an OpenMMLab 2.0 annotation file: ``(metainfo, records)``.
 
@@ -277,6 +279,9 @@ def load_annotation_file(
         ... )  # doctest: +SKIP
         >>> records[0]["img_path"]  # doctest: +SKIP
         'data/toy/images/0001.jpg'
+
+    An ``img_path`` / ``seg_map_path`` that is absolute or climbs out with ``..`` is refused
+    (the data file may not name files outside the data root) unless ``allow_outside_root``.
     """
     check_record_format(record_format)
     data_root = os.fspath(data_root)
@@ -291,6 +296,15 @@ def load_annotation_file(
     unknown_labels = 0
     for index, raw in enumerate(content["data_list"]):
         info = validator.data_info(raw, index)
+        for key in ("img_path", "seg_map_path"):  # the file's names, before parse_data_info
+            value = raw.get(key)
+            problem = None if allow_outside_root or not isinstance(value, str) \
+                else outside_root_problem(value)
+            if problem:
+                raise AnnotationFieldError(
+                    f"{path}: data_list entry {index} {key} {value!r} {problem}; pass "
+                    "allow_outside_root=True to read files outside the data root",
+                    path=path, index=index, img_id=raw.get("img_id"), key=key)
         if raw_mode:  # kept as mmengine keeps it; what conversion would refuse is counted
             info = raw
             unknown_labels += _unknown_labels(raw, num_classes)
@@ -319,7 +333,7 @@ def load_annotation_file(
                 record = to_detectron2_record(record, index=index, path=path)
             records.append(record)
     if raw_mode:
-        _report_kept(path, validator.skips.as_dict(), unknown_labels, num_classes)
+        _report_kept(path, validator.skips.counts, unknown_labels, num_classes)
     else:
         validator.skips.report(path, logger)
     logger.info("loaded %d records from %s", len(records), path)
@@ -361,6 +375,7 @@ class AnnotationFileOptions(TypedDict, total=False):
     allow_pickle: bool
     allow_yaml_aliases: bool
     record_format: str
+    allow_outside_root: bool
 
 
 def register_annotation_file(
@@ -428,6 +443,7 @@ def register_annotation_file(
         "parse_data_info": parser_name,
         "allow_yaml_aliases": safety["allow_yaml_aliases"],
         "record_format": record_format,
+        "allow_outside_root": opts["allow_outside_root"],
         "num_classes": _num_classes(meta),
     }
     DatasetCatalog.register(
