@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import functools
 import itertools
@@ -44,6 +45,7 @@ __all__ = [
     "ToIterableDataset",
     "needs_by_value",
     "records_of",
+    "set_default_dataset_from_list_serialize_method",
     "unwrap",
     "wrap_for_pickling",
 ]
@@ -179,12 +181,44 @@ class PickledList(Sequence[Any]):
         return pickle.loads(self._buffer[start : int(self._ends[i])].tobytes())
 
 
+def _default_serialize(items: Sequence[Any]) -> Sequence[Any]:
+    """A :class:`SerializedList` for dicts, else a :class:`PickledList`."""
+    return SerializedList(items) if all(isinstance(item, dict) for item in items) else PickledList(items)
+
+
+_serialize_method: Callable[[Sequence[Any]], Sequence[Any]] = _default_serialize
+
+
+@contextlib.contextmanager
+def set_default_dataset_from_list_serialize_method(
+        method: Callable[[Sequence[Any]], Sequence[Any]]) -> Iterator[None]:
+    """Within the block, ``DatasetFromList(..., serialize=True)`` stores its items as
+    ``method(items)``; the previous default is restored on leaving (also on an error).
+
+    Example:
+        >>> with set_default_dataset_from_list_serialize_method(tuple):
+        ...     DatasetFromList([1, 2]).records
+        (1, 2)
+        >>> type(DatasetFromList([1, 2]).records).__name__
+        'PickledList'
+    """
+    global _serialize_method
+    if not callable(method):
+        raise TypeError(f"set_default_dataset_from_list_serialize_method: method must be callable, "
+                        f"got {type(method).__name__}")
+    previous, _serialize_method = _serialize_method, method
+    try:
+        yield
+    finally:
+        _serialize_method = previous
+
+
 class DatasetFromList(data.Dataset):
     """A map-style dataset over a list of records (any picklable items, as in detectron2).
 
     ``serialize=True`` stores them in one buffer shared by all workers (a ``SerializedList``
-    for dicts); a callable builds the container; False keeps the list, deep-copied on access
-    when ``copy``.
+    for dicts; see :func:`set_default_dataset_from_list_serialize_method`); a callable builds
+    the container; False keeps the list, deep-copied on access when ``copy``.
 
     Example:
         >>> ds = DatasetFromList([{"file_name": "a.jpg"}, {"file_name": "b.jpg"}])
@@ -219,11 +253,8 @@ class DatasetFromList(data.Dataset):
         self._serialized = serialize is not False or isinstance(lst, (SerializedList, PickledList))
         if isinstance(lst, (SerializedList, PickledList)):
             self._lst: Sequence[Any] = lst
-        elif callable(serialize):
-            self._lst = serialize(lst)
         elif serialize:
-            dicts = all(isinstance(item, dict) for item in lst)
-            self._lst = SerializedList(lst) if dicts else PickledList(lst)
+            self._lst = (serialize if callable(serialize) else _serialize_method)(lst)
         else:
             self._lst = lst
 

@@ -333,6 +333,7 @@ class AspectRatioGroupedDataset(IterableDataset):
         self.dataset = dataset
         self.batch_size = check_batch_size(batch_size, "AspectRatioGroupedDataset")
         self.drop_last = bool(drop_last)
+        self._buckets: list[list[Any]] = [[], []]  # pending items of the current iteration
 
     @staticmethod
     def _size(item: Any, key: str, position: int) -> Any:
@@ -349,7 +350,9 @@ class AspectRatioGroupedDataset(IterableDataset):
         return item[key]
 
     def __iter__(self) -> Iterator[list[Any]]:
-        buckets: list[list[Any]] = [[], []]
+        # a restarted iteration starts with empty buckets: leftovers of an abandoned one are dropped
+        self._buckets: list[list[Any]] = [[], []]
+        buckets = self._buckets
         for position, item in enumerate(self.dataset):
             landscape = self._size(item, "width", position) > self._size(item, "height", position)
             bucket = buckets[0 if landscape else 1]
@@ -361,6 +364,7 @@ class AspectRatioGroupedDataset(IterableDataset):
         for bucket in buckets:
             if bucket and not self.drop_last:
                 yield bucket[:]
+            bucket.clear()
 
     def __repr__(self) -> str:
         return (f"AspectRatioGroupedDataset({self.dataset!r}, batch_size={self.batch_size}, "
