@@ -323,7 +323,7 @@ class MapDataset(data.Dataset):
             max_refetch, "max_refetch", minimum=0, error=ValueError, where="MapDataset"
         )
         self._dataset = dataset
-        self._map_func = wrap_for_pickling(map_func)
+        self._map_func = map_func  # wrapped for pickling when pickled (spawn workers)
         self.seed = int(seed) if seed is not None else derive_seed(torch.initial_seed())
         self._failures: _Failures | None = None
 
@@ -358,7 +358,7 @@ class MapDataset(data.Dataset):
         return {"num_failures": failures.num_failures, "failed_indices": failed}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_failures": None}
+        return {**self.__dict__, "_failures": None, "_map_func": wrap_for_pickling(self._map_func)}
 
     def __getitem__(self, index: int) -> Any:
         n = len(self._dataset)

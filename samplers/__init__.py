@@ -11,7 +11,7 @@ from .build import (
     trivial_batch_collator,
 )
 from .device import to_device
-from .distributed import get_rank, get_world_size, shared_random_seed
+from .stream import get_rank, get_world_size, shared_random_seed
 from .errors import (
     ImageSizeKeyError, LoaderCallError, LoaderTimeoutError, LoaderWorkerError, NotResumableError,
     ReshardError, SamplerConfigError, SamplerError, SamplerStateError, StateMismatchError,

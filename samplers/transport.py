@@ -25,7 +25,6 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin_batch
 
 from catalog._common import check_float
 from mappers.errors import add_context
-from mappers.random_state import sample_seed
 
 from .errors import LoaderTimeoutError, LoaderWorkerError, SamplerConfigError, TransportError, WorkerExitedError
 from .slabs import (
@@ -204,7 +203,7 @@ def _dataset_index(key: Any) -> int | None:
 
 class WorkerDataset:
     """The dataset in the workers: fetches a batch of keys (after an optional slab ticket),
-    records progress, turns an exception into a :class:`WorkerFailure`; derives sample seeds.
+    records progress, turns an exception into a :class:`WorkerFailure`.
     """
 
     def __init__(self, dataset: Any, board: ProgressBoard | None) -> None:
@@ -225,8 +224,6 @@ class WorkerDataset:
         samples, index = [], None
         try:
             for key in keys:
-                if type(key) is tuple and len(key) == 3:  # (index, position, seed)
-                    key = (key[0], sample_seed(key[2], key[1]))
                 index = _dataset_index(key)
                 if board is not None and worker is not None and index is not None:
                     board.set(worker, index)
@@ -328,9 +325,7 @@ class LoaderTransport:
 
     def dataloader_kwargs(self, dataset: Any, batch_sampler: Any,
                           collate_fn: Callable[[list[Any]], Any]) -> dict[str, Any]:
-        if self.num_workers == 0:
-            return {"dataset": dataset, "batch_sampler": batch_sampler,
-                    "collate_fn": collate_fn, "pin_memory": self.pin_memory}
+        """The DataLoader arguments with workers (without, a plain DataLoader needs none)."""
         if self.pool is not None:
             self._sampler = TicketedBatchSampler(batch_sampler, self.pool)
             batch_sampler = self._sampler
@@ -340,8 +335,6 @@ class LoaderTransport:
                 "pin_memory": self.pin_memory and self.pool is None, "timeout": self.timeout}
 
     def iterate(self, loader: Any) -> Iterator[Any]:
-        if self.num_workers == 0:
-            return iter(loader)
         iterator = iter(loader)
         generation = self._sampler.generation if self._sampler is not None else 0
         return self._batches(loader, iterator, generation)
