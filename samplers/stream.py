@@ -358,8 +358,10 @@ class RandomSubsetTrainingSampler(StreamSampler):
 
 
 # ---------------------------------------------------------------- repeat factors
-def _factors_from_columns(columns: RecordColumns, thresh: float, sqrt: bool, label: str) -> np.ndarray:
-    n, cats, offsets = len(columns), columns.category_ids, columns.category_offsets
+def _factors(n: int, cats: np.ndarray, offsets: np.ndarray, thresh: float, sqrt: bool,
+             label: str) -> np.ndarray:
+    """Repeat factors of ``n`` records whose annotations' categories are
+    ``cats[offsets[i]:offsets[i + 1]]`` (-1: no integer category)."""
     counts = np.diff(offsets)
     if cats.size and int(cats.min()) < 0:
         position = int(np.flatnonzero(cats < 0)[0])
@@ -368,6 +370,7 @@ def _factors_from_columns(columns: RecordColumns, thresh: float, sqrt: bool, lab
                                 f"{position - int(offsets[record])} has no integer 'category_id'")
     if cats.size == 0:
         return np.ones(n, dtype=np.float64)
+    cats = np.unique(cats, return_inverse=True)[1].reshape(-1)  # dense ids: any id range is cheap
     num_categories = int(cats.max()) + 1
     # one key per (record, category), sorted: duplicates become neighbours
     keys = np.sort(np.repeat(np.arange(n, dtype=np.int64), counts) * num_categories + cats, kind="stable")
@@ -385,26 +388,19 @@ def _factors_from_columns(columns: RecordColumns, thresh: float, sqrt: bool, lab
     return factors
 
 
-def _factors_from_records(records: Iterable[Any], thresh: float, sqrt: bool, label: str) -> np.ndarray:
-    per_record: list[set[int]] = []
+def _category_columns(records: Iterable[Any], label: str) -> tuple[int, np.ndarray, np.ndarray]:
+    """(records, category ids, offsets) of plain record dicts; RecordFormatError on a bad one."""
+    cats: list[int] = []
+    offsets = [0]
     for index, record in enumerate(records):
         if not isinstance(record, dict):
             raise RecordFormatError(f"record {index}{label} is a {type(record).__name__}, not a dict")
-        categories = set()
         for position, anno in enumerate(record.get("annotations") or ()):
             category = anno.get("category_id") if isinstance(anno, dict) else None
-            categories.add(check_int(category, "'category_id'", error=RecordFormatError,
-                                     where=f"record {index}{label}: annotation {position}"))
-        per_record.append(categories)
-    n = len(per_record)
-    image_count: dict[int, int] = {}
-    for categories in per_record:
-        for category in categories:
-            image_count[category] = image_count.get(category, 0) + 1
-    factor = {c: max(1.0, math.sqrt(thresh * n / k) if sqrt else thresh * n / k)
-              for c, k in image_count.items()}
-    return np.asarray([max((factor[c] for c in cats), default=1.0) for cats in per_record],
-                      dtype=np.float64)
+            cats.append(check_int(category, "'category_id'", error=RecordFormatError, minimum=0,
+                                  maximum=2**63 - 1, where=f"record {index}{label}: annotation {position}"))
+        offsets.append(len(cats))
+    return len(offsets) - 1, np.asarray(cats, dtype=np.int64), np.asarray(offsets, dtype=np.int64)
 
 
 def repeat_factors_from_category_frequency(dataset_dicts: Sequence[dict] | Any, repeat_thresh: float,
@@ -424,9 +420,10 @@ def repeat_factors_from_category_frequency(dataset_dicts: Sequence[dict] | Any, 
     label = f" of dataset {name!r}" if name else ""
     columns = getattr(dataset_dicts, "columns", None)
     if isinstance(columns, RecordColumns):
-        factors = _factors_from_columns(columns, thresh, bool(sqrt), label)
+        n, cats, offsets = len(columns), columns.category_ids, columns.category_offsets
     else:
-        factors = _factors_from_records(dataset_dicts, thresh, bool(sqrt), label)
+        n, cats, offsets = _category_columns(dataset_dicts, label)
+    factors = _factors(n, cats, offsets, thresh, bool(sqrt), label)
     logger.info("repeat factors%s: threshold %g, mean %.3f over %d records", label, thresh,
                 float(factors.mean()) if len(factors) else 0.0, len(factors))
     return torch.from_numpy(factors.astype(np.float32))
