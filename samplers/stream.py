@@ -10,7 +10,6 @@ fingerprint; loading is O(1). ``iter()`` restarts at the origin (construction or
 from __future__ import annotations
 
 import logging
-import math
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
