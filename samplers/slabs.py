@@ -116,14 +116,14 @@ class BatchPlan(NamedTuple):
     nbytes: int
 
 
-def _tensor_layout(value: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...] | None]:
-    """(a contiguous tensor in memory order, the permutation back to ``value``'s order)."""
-    if value.is_contiguous():
-        return value, None
-    order = sorted(range(value.dim()), key=lambda d: (-value.stride(d), d))
+def _memory_order(value: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...] | None]:
+    """(``value`` permuted into memory order, the permutation back), or ``(value, None)`` when
+    no permutation makes it contiguous (it is then copied element by element)."""
+    strides = value.stride()
+    order = sorted(range(len(strides)), key=lambda d: (-strides[d], d))
     permuted = value.permute(order)
     if not permuted.is_contiguous():
-        return value.contiguous(), None
+        return value, None
     inverse = [0] * len(order)
     for position, dim in enumerate(order):
         inverse[dim] = position
@@ -154,14 +154,13 @@ class _Planner:
         self.regions: list[list[Any]] = []
 
     def add(self, key: Any, kind: str, dtype: str, itemsize: int, array: Any,
-            perm: tuple[int, ...] | None) -> _Ref:
+            shape: tuple[int, ...], perm: tuple[int, ...] | None) -> _Ref:
         region = self.groups.get(key) if key is not None else None
         if region is None:
             region = len(self.regions)
             if key is not None:
                 self.groups[key] = region
-            self.regions.append([kind, dtype, itemsize, tuple(array.shape), [], []])
-        shape = tuple(array.shape)
+            self.regions.append([kind, dtype, itemsize, shape, [], []])
         stride = _c_strides(shape)
         if perm is not None:
             shape = tuple(shape[p] for p in perm)
@@ -175,20 +174,21 @@ class _Planner:
         kind = type(value)
         if kind is torch.Tensor:
             name = _DTYPE_NAMES.get(value.dtype)
-            if (name is None or value.layout != torch.strided or value.device.type != "cpu"
-                    or value.requires_grad):
+            if name is None or not value.is_cpu or value.layout is not torch.strided or value.requires_grad:
                 return value
-            data, perm = _tensor_layout(value)
-            key = (path, "t", data.dtype, tuple(data.shape[1:])) if perm is None else None
-            if data.dim() == 0:
-                key = None
-            return self.add(key, "t", name, data.element_size(), data, perm)
+            perm = None
+            if not value.is_contiguous():
+                value, perm = _memory_order(value)
+            shape = tuple(value.shape)
+            key = (path, name, shape[1:]) if shape and perm is None else None
+            return self.add(key, "t", name, value.element_size(), value, shape, perm)
         if kind is np.ndarray:
-            if value.dtype.kind not in _NUMPY_KINDS or not value.dtype.isnative:
+            dtype = value.dtype
+            if dtype.kind not in _NUMPY_KINDS or not dtype.isnative:
                 return value
-            data = value if value.flags.c_contiguous else value.copy(order="C")
-            key = (path, "n", data.dtype.str, data.shape[1:]) if data.ndim else None
-            return self.add(key, "n", data.dtype.str, data.dtype.itemsize, data, None)
+            shape = value.shape
+            key = (path, dtype.str, shape[1:]) if shape else None
+            return self.add(key, "n", dtype.str, dtype.itemsize, value, shape, None)
         if depth >= _MAX_DEPTH:
             return value
         if kind is list:
@@ -219,18 +219,18 @@ def plan_batch(batch: Any) -> BatchPlan:
         if len(sources) == 1:
             shape, rows = first_shape, None
         else:
-            rows = tuple(int(source.shape[0]) for source in sources)
+            rows = tuple(ref.shape[0] for ref in refs)  # several arrays: none permuted
             shape = (sum(rows), *first_shape[1:])
         row_elements = _numel(first_shape[1:])
         row = 0
-        for ref, source in zip(refs, sources, strict=True):
+        for ref in refs:
             if kind == "t":
                 ref.offset = offset // itemsize + row * row_elements
             else:
                 ref.offset = offset + row * row_elements * itemsize
-            row += int(source.shape[0]) if source.ndim else 1
+            row += ref.shape[0] if ref.shape else 1
         nbytes = _numel(shape) * itemsize
-        regions.append(Region(offset, nbytes, kind, dtype, tuple(shape), rows))
+        regions.append(Region(offset, nbytes, kind, dtype, shape, rows))
         sources_of.append(sources)
         offset += -(-nbytes // ALIGNMENT) * ALIGNMENT
     return BatchPlan(skeleton, regions, sources_of, offset)
