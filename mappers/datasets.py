@@ -366,17 +366,12 @@ class MapDataset(data.Dataset):
         if not -n <= requested < n:
             raise IndexError(f"MapDataset: index {requested} out of range for {n} records")
         requested %= n
-        sample = current_sample()
-        own_seed = None
-        current = requested
-        recent: collections.deque[int] = collections.deque(maxlen=_LAST_FAILED_SHOWN)
-        described = ""
+        sample, current, recent = current_sample(), requested, []
         for attempt in range(self.max_refetch + 1):
-            if attempt and sample is not None:
-                current = int(sample.next_attempt().integers(n))
-            elif attempt:
-                own_seed = own_seed or index_sample_seed(self.seed, requested)
-                current = int(attempt_generator(own_seed, attempt).integers(n))
+            if attempt:
+                rng = (sample.next_attempt() if sample is not None else
+                       attempt_generator(index_sample_seed(self.seed, requested), attempt))
+                current = int(rng.integers(n))
             record = self._dataset[current]
             try:
                 result = self._map_func(record)
@@ -388,18 +383,16 @@ class MapDataset(data.Dataset):
                 raise
             if result is not None:
                 return result
-            described = described or _describe(requested, record)
+            if not recent:
+                described = _describe(requested, record)
             self._failed(current, record)
-            recent.append(current)
+            recent = [*recent[1 - _LAST_FAILED_SHOWN:], current]
         failures = self._process_failures()
         raise RefetchExhaustedError(
             f"MapDataset: {described} and {self.max_refetch} refetched indices all mapped to "
-            f"None (max_refetch={self.max_refetch}); last failing indices: {list(recent)}. "
+            f"None (max_refetch={self.max_refetch}); last failing indices: {recent}. "
             f"{failures.num_failures} failures so far in this process.",
-            index=requested,
-            tried=self.max_refetch + 1,
-            last_failed=list(recent),
-        )
+            index=requested, tried=self.max_refetch + 1, last_failed=recent)
 
     def _failed(self, index: int, record: Any, stream: bool = False) -> int:
         """Count a None result; warn once per index (per power of two for a stream)."""

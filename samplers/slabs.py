@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import mmap
 import os
 import secrets
@@ -34,25 +35,18 @@ T = TypeVar("T")
 
 
 def value_class(cls: type[T]) -> type[T]:
-    """A slotted dataclass of ``cls`` (``eq=False``) that pickles as ``(cls, field values)``."""
-    own_reduce = "__reduce__" in cls.__dict__
+    """A slotted dataclass of ``cls`` (``eq=False``) that pickles as ``(cls, field values)``
+    (read at C speed: per array, per batch) unless ``cls`` has its own ``__reduce__``."""
     made: Any = dataclasses.dataclass(slots=True, eq=False)(cls)
-    if not own_reduce:
-        made.__reduce__ = _field_reduce(made, tuple(f.name for f in dataclasses.fields(made)))
+    if "__reduce__" not in cls.__dict__:
+        values = attrgetter(*made.__slots__)
+        single = len(made.__slots__) == 1
+
+        def __reduce__(self: Any) -> tuple[Any, ...]:
+            return (made, (values(self),) if single else values(self))
+
+        made.__reduce__ = __reduce__
     return made
-
-
-def _field_reduce(cls: type, names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
-    if not names:
-        raise TypeError(f"value_class {cls.__name__} has no fields")
-    values = attrgetter(*names)  # a tuple for two names or more (C speed: per array, per batch)
-    single = len(names) == 1
-
-    def __reduce__(self: Any) -> tuple[Any, ...]:
-        got = values(self)
-        return (cls, (got,) if single else got)
-
-    return __reduce__
 
 
 # ---------------------------------------------------------------- packing a batch
@@ -138,13 +132,6 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    count = 1
-    for size in shape:
-        count *= size
-    return count
-
-
 class _Planner:
     """Collects arrays into regions while copying the structure into a skeleton."""
 
@@ -221,7 +208,7 @@ def plan_batch(batch: Any) -> BatchPlan:
         else:
             rows = tuple(ref.shape[0] for ref in refs)  # several arrays: none permuted
             shape = (sum(rows), *first_shape[1:])
-        row_elements = _numel(first_shape[1:])
+        row_elements = math.prod(first_shape[1:])
         row = 0
         for ref in refs:
             if kind == "t":
@@ -229,7 +216,7 @@ def plan_batch(batch: Any) -> BatchPlan:
             else:
                 ref.offset = offset + row * row_elements * itemsize
             row += ref.shape[0] if ref.shape else 1
-        nbytes = _numel(shape) * itemsize
+        nbytes = math.prod(shape) * itemsize
         regions.append(Region(offset, nbytes, kind, dtype, shape, rows))
         sources_of.append(sources)
         offset += -(-nbytes // ALIGNMENT) * ALIGNMENT
@@ -242,22 +229,14 @@ def write_batch(plan: BatchPlan, arena: torch.Tensor, arena_np: np.ndarray) -> N
         start, stop = region.offset, region.offset + region.nbytes
         if region.kind == "t":
             target = arena[start:stop].view(_TORCH_DTYPES[region.dtype]).view(region.shape)
+            copy = torch.Tensor.copy_
         else:
             target = arena_np[start:stop].view(region.dtype).reshape(region.shape)
-        if region.rows is None:
-            _copy(target, sources[0])
-            continue
+            copy = np.copyto
         row = 0
-        for source, rows in zip(sources, region.rows, strict=True):
-            _copy(target[row:row + rows], source)
-            row += rows
-
-
-def _copy(target: Any, source: Any) -> None:
-    if isinstance(target, torch.Tensor):
-        target.copy_(source)
-    else:
-        np.copyto(target, source)
+        for source, rows in zip(sources, region.rows or (None,), strict=True):
+            copy(target if rows is None else target[row:row + rows], source)
+            row += rows or 0
 
 
 class _Views:
@@ -273,7 +252,7 @@ class _Views:
     def tensor(self, ref: _Ref) -> Any:
         if ref.kind == "n":
             dtype = np.dtype(ref.dtype)
-            stop = ref.offset + _numel(ref.shape) * dtype.itemsize
+            stop = ref.offset + math.prod(ref.shape) * dtype.itemsize
             return self.base[ref.offset:stop].view(dtype).reshape(ref.shape)
         if not self.base.size:  # an empty batch arena: only empty tensors refer to it
             return torch.empty(ref.shape, dtype=_TORCH_DTYPES[ref.dtype])
@@ -461,25 +440,17 @@ class SlabPool:
         self._next_serial = 0
         self._closed = False
         self._pinned: dict[int, tuple[int, int]] = {}
-        self.pin_memory = bool(pin_memory) and self._cuda_ok()
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        if pin_memory and not self.pin_memory:
+            warnings.warn("pin_memory=True but no CUDA device is available: batches are not pinned",
+                          stacklevel=2)
         self.fallbacks = 0
-        self._writer = SlabWriter(self.token, list(self._fds))
+        self.writer = SlabWriter(self.token, list(self._fds))  # the workers' side
         _POOLS[self.token] = self
-
-    @staticmethod
-    def _cuda_ok() -> bool:
-        if torch.cuda.is_available():
-            return True
-        warnings.warn("pin_memory=True but no CUDA device is available: batches are not pinned",
-                      stacklevel=3)
-        return False
 
     @property
     def num_slabs(self) -> int:
         return len(self._state)
-
-    def writer(self) -> SlabWriter:
-        return self._writer
 
     def free_count(self) -> int:
         """Slabs neither in flight nor held by a live batch."""

@@ -167,26 +167,24 @@ TRANSPORTS = ("auto", "slab", "dataloader")
 _SPARE_SLABS = 4
 
 
+@value_class
 class ChainedWorkerInit:
     """A picklable ``worker_init_fn``: catmap's seeding first, then the user's function."""
 
-    def __init__(self, first: Callable[[int], Any], then: Callable[[int], Any]) -> None:
-        self.first = first
-        self.then = then
+    first: Callable[[int], Any]
+    then: Callable[[int], Any]
 
     def __call__(self, worker_id: int) -> None:
         self.first(worker_id)
         self.then(worker_id)
 
 
+@value_class
 class _Fetched:
     """Samples of one batch from WorkerDataset to TransportCollate (in a worker)."""
 
-    __slots__ = ("ticket", "samples")
-
-    def __init__(self, ticket: Ticket | None, samples: list[Any]) -> None:
-        self.ticket = ticket
-        self.samples = samples
+    ticket: Ticket | None
+    samples: list[Any]
 
 
 def _worker_id() -> int | None:
@@ -303,9 +301,8 @@ class LoaderTransport:
             raise SamplerConfigError(
                 "loader: transport='slab' needs os.memfd_create (Linux); use transport='auto'"
             )
-        self.kind = "slab" if num_workers and transport != "dataloader" else "dataloader"
-        if self.kind == "slab" and not transport_supported():  # "auto" off Linux
-            self.kind = "dataloader"
+        # "auto" off Linux: the DataLoader's own transport
+        self.kind = "slab" if num_workers and transport != "dataloader" and transport_supported() else "dataloader"
         # seconds for one batch: None gives DEFAULT_TIMEOUT with workers (0 without); 0: forever
         self.timeout = (
             (DEFAULT_TIMEOUT if num_workers > 0 else 0.0) if timeout is None
@@ -329,7 +326,7 @@ class LoaderTransport:
         if self.pool is not None:
             self._sampler = TicketedBatchSampler(batch_sampler, self.pool)
             batch_sampler = self._sampler
-        writer = self.pool.writer() if self.pool is not None else None
+        writer = self.pool.writer if self.pool is not None else None
         return {"dataset": WorkerDataset(dataset, self.board), "batch_sampler": batch_sampler,
                 "collate_fn": TransportCollate(collate_fn, writer, self.board),
                 "pin_memory": self.pin_memory and self.pool is None, "timeout": self.timeout}

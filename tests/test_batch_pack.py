@@ -108,7 +108,7 @@ def test_any_nesting_round_trips(tree):
 def test_views_keep_the_arena_alive_until_the_last_one_dies():
     pool = SlabPool(1, slab_bytes=os.sysconf("SC_PAGE_SIZE"))
     ticket = pool.assign(generation=1)
-    handle = pool.writer().write(ticket, [{"a": torch.ones(3, 1000)}])  # grows the slab
+    handle = pool.writer.write(ticket, [{"a": torch.ones(3, 1000)}])  # grows the slab
     batch = pool.receive(handle).unpack()
     row = batch[0]["a"][1]
     del batch
@@ -129,8 +129,8 @@ def test_pool_bookkeeping_ignores_stale_serials_and_reclaims_unreceived_slabs():
     assert pool.free_count() == 0
     assert pool.reclaim(1) == 1 and pool.free_count() == 1
     with pytest.raises(TransportError, match="no longer assigned"):
-        pool.receive(pool.writer().write(first, [1]))
-    handle = pool.writer().write(second, [torch.zeros(2)])
+        pool.receive(pool.writer.write(first, [1]))
+    handle = pool.writer.write(second, [torch.zeros(2)])
     received = pool.receive(handle)
     del received  # dropped without unpacking (a prefetched batch nobody asked for)
     assert pool.free_count() == 2
