@@ -277,12 +277,11 @@ class DatasetFromList(data.Dataset):
 class _Failures:
     """Failure counts of one process (reset after fork, not pickled), for warnings only."""
 
-    __slots__ = ("pid", "ever_failed", "warned", "num_failures")
+    __slots__ = ("pid", "ever_failed", "num_failures")
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.ever_failed: set[int] = set()
-        self.warned: set[int] = set()
         self.num_failures = 0
 
 
@@ -397,28 +396,18 @@ class MapDataset(data.Dataset):
     def _failed(self, index: int, record: Any, stream: bool = False) -> int:
         """Count a None result; warn once per index (per power of two for a stream)."""
         failures = self._process_failures()
-        failures.num_failures += 1
+        first = index not in failures.ever_failed
         failures.ever_failed.add(index)
+        failures.num_failures += 1
         count = failures.num_failures
         if stream and count & (count - 1) == 0:
-            warn_limited(
-                logger,
-                "MapDataset.stream_skip",
-                "MapDataset: stream item %s mapped to None and is skipped (%d skipped so far "
-                "in this process)",
-                _describe(index, record),
-                count,
-            )
-        elif not stream and index not in failures.warned:
-            failures.warned.add(index)
-            warn_limited(
-                logger,
-                "MapDataset.refetch",
-                "MapDataset: %s mapped to None; trying another index (%d failures so far in "
-                "this process)",
-                _describe(index, record),
-                count,
-            )
+            warn_limited(logger, "MapDataset.stream_skip", "MapDataset: stream item %s mapped to "
+                         "None and is skipped (%d skipped so far in this process)",
+                         _describe(index, record), count)
+        elif not stream and first:
+            warn_limited(logger, "MapDataset.refetch", "MapDataset: %s mapped to None; trying "
+                         "another index (%d failures so far in this process)",
+                         _describe(index, record), count)
         return count
 
     def __repr__(self) -> str:
@@ -436,8 +425,7 @@ class MapIterableDataset(MapDataset, data.IterableDataset):
     records = None  # a stream names no records
 
     def __iter__(self) -> Iterator[Any]:
-        consecutive = 0
-        recent: collections.deque[int] = collections.deque(maxlen=_LAST_FAILED_SHOWN)
+        consecutive, recent = 0, []
         for position, record in enumerate(self._dataset):
             try:
                 result = self._map_func(record)
@@ -451,16 +439,13 @@ class MapIterableDataset(MapDataset, data.IterableDataset):
                 yield result
                 continue
             consecutive += 1
-            recent.append(position)
+            recent = [*recent[1 - _LAST_FAILED_SHOWN:], position]
             self._failed(position, record, stream=True)
             if consecutive > self.max_refetch:
                 raise RefetchExhaustedError(
                     f"MapDataset: {consecutive} stream items in a row mapped to None "
-                    f"(max_refetch={self.max_refetch}); last failing positions: {list(recent)}.",
-                    index=position,
-                    tried=consecutive,
-                    last_failed=list(recent),
-                )
+                    f"(max_refetch={self.max_refetch}); last failing positions: {recent}.",
+                    index=position, tried=consecutive, last_failed=recent)
 
     def __repr__(self) -> str:
         return f"MapDataset({self._dataset!r}, {self.map_func!r}, iterable)"

@@ -378,14 +378,11 @@ class SlabWriter:
             fd = self.fds[slab]
             size = os.fstat(fd).st_size
             if size < need:
-                size = max(need, 2 * size)
-                size = -(-size // _PAGE) * _PAGE
+                size = -(-max(need, 2 * size) // _PAGE) * _PAGE
                 os.ftruncate(fd, size)
-            self._maps.pop(slab, None)
             mapping = mmap.mmap(fd, size)
             arena_np = np.frombuffer(mapping, dtype=np.uint8)
-            entry = (mapping, torch.from_numpy(arena_np), arena_np)
-            self._maps[slab] = entry
+            entry = self._maps[slab] = (mapping, torch.from_numpy(arena_np), arena_np)
         return entry[1], entry[2]
 
     def write(self, ticket: Ticket | None, batch: Any) -> Any:
@@ -415,9 +412,7 @@ class SlabPool:
         if not transport_supported():
             raise TransportError("the slab transport needs os.memfd_create (Linux)")
         num_slabs = check_int(num_slabs, "num_slabs", minimum=1, error=ValueError, where="SlabPool")
-        slab_bytes = check_int(
-            slab_bytes, "slab_bytes", minimum=_PAGE, error=ValueError, where="SlabPool"
-        )
+        slab_bytes = check_int(slab_bytes, "slab_bytes", minimum=_PAGE, error=ValueError, where="SlabPool")
         self.token = secrets.token_hex(8)
         self.slab_bytes = -(-slab_bytes // _PAGE) * _PAGE
         # re-entrant: a batch freed by the garbage collector inside a locked section
