@@ -26,7 +26,7 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin_batch
 from catalog._common import check_float
 from mappers.errors import add_context
 
-from .errors import LoaderTimeoutError, LoaderWorkerError, SamplerConfigError, TransportError, WorkerExitedError
+from .errors import BatchPickleError, LoaderTimeoutError, LoaderWorkerError, SamplerConfigError, TransportError, WorkerExitedError
 from .slabs import (
     DEFAULT_SLAB_BYTES, ReceivedBatch, SlabBatch, SlabPool, SlabWriter, Ticket, transport_supported,
     value_class,
@@ -185,6 +185,7 @@ class _Fetched:
 
     ticket: Ticket | None
     samples: list[Any]
+    indices: list[int | None]
 
 
 def _worker_id() -> int | None:
@@ -219,10 +220,11 @@ class WorkerDataset:
         if keys and type(keys[0]) is Ticket:
             ticket, keys = keys[0], keys[1:]
         worker, board, dataset = _worker_id(), self.board, self.dataset
-        samples, index = [], None
+        samples, indices, index = [], [], None
         try:
             for key in keys:
                 index = _dataset_index(key)
+                indices.append(index)
                 if board is not None and worker is not None and index is not None:
                     board.set(worker, index)
                 samples.append(dataset[key])
@@ -230,7 +232,7 @@ class WorkerDataset:
             if board is not None and worker is not None:
                 board.set(worker, -1)
             return [WorkerFailure.capture(exc, worker_id=worker, index=index, ticket=ticket)]
-        return [_Fetched(ticket, samples)]
+        return [_Fetched(ticket, samples, indices)]
 
     def __repr__(self) -> str:
         return f"WorkerDataset({self.dataset!r})"
@@ -255,13 +257,59 @@ class TransportCollate:
         try:
             batch = self.collate_fn(item.samples)
             if self.writer is not None and item.ticket is not None:
-                return self.writer.write(item.ticket, batch)
-            return batch
+                batch = self.writer.write(item.ticket, batch)
+            return batch if worker is None else _Outgoing(batch, worker, item.indices, item.ticket)
         except Exception as exc:
             return WorkerFailure.capture(exc, worker_id=worker, index=None, ticket=item.ticket)
         finally:
             if self.board is not None and worker is not None:
                 self.board.set(worker, -1)
+
+
+def _unpicklable_key(value: Any, path: str = "batch", depth: int = 0) -> str:
+    """The path of the innermost value in ``value`` that fails to pickle (a failure path only)."""
+    if type(value) is SlabBatch:
+        return _unpicklable_key(value.skeleton, path, depth)
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    elif hasattr(value, "__dict__"):
+        items = ((f".{name}", v) for name, v in vars(value).items())
+    else:
+        return path
+    for key, item in items:
+        inner = f"{path}{key}" if type(key) is str and key[:1] == "." else f"{path}[{key!r}]"
+        try:
+            reduction.ForkingPickler.dumps(item)
+        except Exception:
+            return _unpicklable_key(item, inner, depth + 1) if depth < 8 else inner
+    return path
+
+
+class _Outgoing:
+    """A batch leaving a worker, pickled by the queue's feeder thread: a batch that fails to
+    pickle there would only be printed, and the main process would wait for it until the
+    timeout. Pickled here first, it becomes a :class:`WorkerFailure` instead."""
+
+    __slots__ = ("batch", "worker_id", "indices", "ticket")
+
+    def __init__(self, batch: Any, worker_id: int, indices: list[int | None], ticket: Any) -> None:
+        self.batch, self.worker_id, self.indices, self.ticket = batch, worker_id, indices, ticket
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        try:
+            return (pickle.loads, (bytes(reduction.ForkingPickler.dumps(self.batch)),))
+        except Exception as exc:
+            key = _unpicklable_key(self.batch)
+            error = BatchPickleError(
+                f"the batch of dataset indices {self.indices} cannot be sent from DataLoader "
+                f"worker {self.worker_id}: {key} cannot be pickled ({type(exc).__name__}: {exc}); "
+                "a mapper must return picklable values (no lambdas, locks, open files)",
+                worker_id=self.worker_id, index=self.indices[0] if self.indices else None, key=key,
+            )
+            return WorkerFailure.capture(error, worker_id=self.worker_id, index=error.index,
+                                         ticket=self.ticket).__reduce__()
 
 
 class TicketedBatchSampler(Sampler[list[Any]]):
