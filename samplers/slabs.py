@@ -13,6 +13,7 @@ import logging
 import math
 import mmap
 import os
+import pickle
 import secrets
 import threading
 import warnings
@@ -79,6 +80,8 @@ class _Ref:
 
 @value_class
 class _InstancesNode:
+    """An Instances (ours, a subclass, or another library's, e.g. detectron2's), rebuilt as ``cls``."""
+    cls: type
     image_size: tuple[int, int]
     fields: dict[str, Any]
 
@@ -91,6 +94,23 @@ class _StructureNode:
 
 
 _STRUCTURES = frozenset(TRANSPORTABLE_STRUCTURES)
+#: Whether a class is Instances-like, decided once per class (see :func:`_instances_like`).
+_INSTANCES_LIKE: dict[type, bool] = {Instances: True, str: False, int: False, float: False}
+
+
+def _instances_like(kind: type) -> bool:
+    """A subclass of our Instances, or a class named ``Instances`` with ``get_fields`` and
+    ``image_size`` (detectron2's), that pickles by name (so the main process can import it)."""
+    known = _INSTANCES_LIKE.get(kind)
+    if known is None:
+        try:
+            known = ((issubclass(kind, Instances) or kind.__name__ == "Instances")
+                     and callable(getattr(kind, "get_fields", None)) and hasattr(kind, "image_size")
+                     and pickle.loads(pickle.dumps(kind)) is kind)
+        except Exception:  # a class that pickle cannot find by name travels pickled whole
+            known = False
+        _INSTANCES_LIKE[kind] = known
+    return known
 
 
 class Region(NamedTuple):
@@ -184,14 +204,14 @@ class _Planner:
             return {k: self.walk(v, (*path, k), depth + 1) for k, v in value.items()}
         if kind is tuple:
             return tuple(self.walk(v, path, depth + 1) for v in value)
-        if kind is Instances:
-            fields = {name: self.walk(v, (*path, "<instances>", name), depth + 1)
-                      for name, v in value.get_fields().items()}
-            return _InstancesNode(value.image_size, fields)
         if kind in _STRUCTURES:
             state = {name: self.walk(v, (*path, kind.__name__, name), depth + 1)
                      for name, v in vars(value).items()}
             return _StructureNode(kind, state)
+        if _instances_like(kind):
+            fields = {name: self.walk(v, (*path, "<instances>", name), depth + 1)
+                      for name, v in value.get_fields().items()}
+            return _InstancesNode(kind, tuple(value.image_size), fields)
         return value
 
 
@@ -273,10 +293,13 @@ def _fill(node: Any, views: _Views) -> Any:
     if kind is tuple:
         return tuple(_fill(v, views) for v in node)
     if kind is _InstancesNode:
-        instances = Instances(node.image_size)
-        fields = instances.get_fields()
+        fields = {}
         for name, value in node.fields.items():
             fields[name] = _fill(value, views)
+        if node.cls is not Instances:
+            return node.cls(node.image_size, **fields)
+        instances = Instances(node.image_size)
+        instances.get_fields().update(fields)
         return instances
     if kind is _StructureNode and node.cls in _STRUCTURES:
         structure = node.cls.__new__(node.cls)
