@@ -20,7 +20,9 @@ from .annotations import (
     transform_instance_annotations,
 )
 from .dataset_mapper import TRANSFORMS, Compose, DatasetMapper
-from .datasets import DatasetFromList, MapDataset, ToIterableDataset
+from .datasets import (
+    DatasetFromList, MapDataset, ToIterableDataset, set_default_dataset_from_list_serialize_method,
+)
 from .errors import (
     ImageNotFoundError,
     ImageReadError,
@@ -68,6 +70,7 @@ __all__ = [
     "filter_empty_instances",
     "get_image_limits",
     "read_image",
+    "set_default_dataset_from_list_serialize_method",
     "set_image_limits",
     "structures",
     "transform_instance_annotations",

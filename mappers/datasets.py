@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import functools
 import itertools
@@ -44,6 +45,7 @@ __all__ = [
     "ToIterableDataset",
     "needs_by_value",
     "records_of",
+    "set_default_dataset_from_list_serialize_method",
     "unwrap",
     "wrap_for_pickling",
 ]
@@ -179,12 +181,44 @@ class PickledList(Sequence[Any]):
         return pickle.loads(self._buffer[start : int(self._ends[i])].tobytes())
 
 
+def _default_serialize(items: Sequence[Any]) -> Sequence[Any]:
+    """A :class:`SerializedList` for dicts, else a :class:`PickledList`."""
+    return SerializedList(items) if all(isinstance(item, dict) for item in items) else PickledList(items)
+
+
+_serialize_method: Callable[[Sequence[Any]], Sequence[Any]] = _default_serialize
+
+
+@contextlib.contextmanager
+def set_default_dataset_from_list_serialize_method(
+        method: Callable[[Sequence[Any]], Sequence[Any]]) -> Iterator[None]:
+    """Within the block, ``DatasetFromList(..., serialize=True)`` stores its items as
+    ``method(items)``; the previous default is restored on leaving (also on an error).
+
+    Example:
+        >>> with set_default_dataset_from_list_serialize_method(tuple):
+        ...     DatasetFromList([1, 2]).records
+        (1, 2)
+        >>> type(DatasetFromList([1, 2]).records).__name__
+        'PickledList'
+    """
+    global _serialize_method
+    if not callable(method):
+        raise TypeError(f"set_default_dataset_from_list_serialize_method: method must be callable, "
+                        f"got {type(method).__name__}")
+    previous, _serialize_method = _serialize_method, method
+    try:
+        yield
+    finally:
+        _serialize_method = previous
+
+
 class DatasetFromList(data.Dataset):
     """A map-style dataset over a list of records (any picklable items, as in detectron2).
 
     ``serialize=True`` stores them in one buffer shared by all workers (a ``SerializedList``
-    for dicts); a callable builds the container; False keeps the list, deep-copied on access
-    when ``copy``.
+    for dicts; see :func:`set_default_dataset_from_list_serialize_method`); a callable builds
+    the container; False keeps the list, deep-copied on access when ``copy``.
 
     Example:
         >>> ds = DatasetFromList([{"file_name": "a.jpg"}, {"file_name": "b.jpg"}])
@@ -219,11 +253,8 @@ class DatasetFromList(data.Dataset):
         self._serialized = serialize is not False or isinstance(lst, (SerializedList, PickledList))
         if isinstance(lst, (SerializedList, PickledList)):
             self._lst: Sequence[Any] = lst
-        elif callable(serialize):
-            self._lst = serialize(lst)
         elif serialize:
-            dicts = all(isinstance(item, dict) for item in lst)
-            self._lst = SerializedList(lst) if dicts else PickledList(lst)
+            self._lst = (serialize if callable(serialize) else _serialize_method)(lst)
         else:
             self._lst = lst
 
@@ -246,12 +277,11 @@ class DatasetFromList(data.Dataset):
 class _Failures:
     """Failure counts of one process (reset after fork, not pickled), for warnings only."""
 
-    __slots__ = ("pid", "ever_failed", "warned", "num_failures")
+    __slots__ = ("pid", "ever_failed", "num_failures")
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.ever_failed: set[int] = set()
-        self.warned: set[int] = set()
         self.num_failures = 0
 
 
@@ -292,7 +322,7 @@ class MapDataset(data.Dataset):
             max_refetch, "max_refetch", minimum=0, error=ValueError, where="MapDataset"
         )
         self._dataset = dataset
-        self._map_func = wrap_for_pickling(map_func)
+        self._map_func = map_func  # wrapped for pickling when pickled (spawn workers)
         self.seed = int(seed) if seed is not None else derive_seed(torch.initial_seed())
         self._failures: _Failures | None = None
 
@@ -327,7 +357,7 @@ class MapDataset(data.Dataset):
         return {"num_failures": failures.num_failures, "failed_indices": failed}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_failures": None}
+        return {**self.__dict__, "_failures": None, "_map_func": wrap_for_pickling(self._map_func)}
 
     def __getitem__(self, index: int) -> Any:
         n = len(self._dataset)
@@ -335,17 +365,12 @@ class MapDataset(data.Dataset):
         if not -n <= requested < n:
             raise IndexError(f"MapDataset: index {requested} out of range for {n} records")
         requested %= n
-        sample = current_sample()
-        own_seed = None
-        current = requested
-        recent: collections.deque[int] = collections.deque(maxlen=_LAST_FAILED_SHOWN)
-        described = ""
+        sample, current, recent = current_sample(), requested, []
         for attempt in range(self.max_refetch + 1):
-            if attempt and sample is not None:
-                current = int(sample.next_attempt().integers(n))
-            elif attempt:
-                own_seed = own_seed or index_sample_seed(self.seed, requested)
-                current = int(attempt_generator(own_seed, attempt).integers(n))
+            if attempt:
+                rng = (sample.next_attempt() if sample is not None else
+                       attempt_generator(index_sample_seed(self.seed, requested), attempt))
+                current = int(rng.integers(n))
             record = self._dataset[current]
             try:
                 result = self._map_func(record)
@@ -357,44 +382,32 @@ class MapDataset(data.Dataset):
                 raise
             if result is not None:
                 return result
-            described = described or _describe(requested, record)
+            if not recent:
+                described = _describe(requested, record)
             self._failed(current, record)
-            recent.append(current)
+            recent = [*recent[1 - _LAST_FAILED_SHOWN:], current]
         failures = self._process_failures()
         raise RefetchExhaustedError(
             f"MapDataset: {described} and {self.max_refetch} refetched indices all mapped to "
-            f"None (max_refetch={self.max_refetch}); last failing indices: {list(recent)}. "
+            f"None (max_refetch={self.max_refetch}); last failing indices: {recent}. "
             f"{failures.num_failures} failures so far in this process.",
-            index=requested,
-            tried=self.max_refetch + 1,
-            last_failed=list(recent),
-        )
+            index=requested, tried=self.max_refetch + 1, last_failed=recent)
 
     def _failed(self, index: int, record: Any, stream: bool = False) -> int:
         """Count a None result; warn once per index (per power of two for a stream)."""
         failures = self._process_failures()
-        failures.num_failures += 1
+        first = index not in failures.ever_failed
         failures.ever_failed.add(index)
+        failures.num_failures += 1
         count = failures.num_failures
         if stream and count & (count - 1) == 0:
-            warn_limited(
-                logger,
-                "MapDataset.stream_skip",
-                "MapDataset: stream item %s mapped to None and is skipped (%d skipped so far "
-                "in this process)",
-                _describe(index, record),
-                count,
-            )
-        elif not stream and index not in failures.warned:
-            failures.warned.add(index)
-            warn_limited(
-                logger,
-                "MapDataset.refetch",
-                "MapDataset: %s mapped to None; trying another index (%d failures so far in "
-                "this process)",
-                _describe(index, record),
-                count,
-            )
+            warn_limited(logger, "MapDataset.stream_skip", "MapDataset: stream item %s mapped to "
+                         "None and is skipped (%d skipped so far in this process)",
+                         _describe(index, record), count)
+        elif not stream and first:
+            warn_limited(logger, "MapDataset.refetch", "MapDataset: %s mapped to None; trying "
+                         "another index (%d failures so far in this process)",
+                         _describe(index, record), count)
         return count
 
     def __repr__(self) -> str:
@@ -412,8 +425,7 @@ class MapIterableDataset(MapDataset, data.IterableDataset):
     records = None  # a stream names no records
 
     def __iter__(self) -> Iterator[Any]:
-        consecutive = 0
-        recent: collections.deque[int] = collections.deque(maxlen=_LAST_FAILED_SHOWN)
+        consecutive, recent = 0, []
         for position, record in enumerate(self._dataset):
             try:
                 result = self._map_func(record)
@@ -427,16 +439,13 @@ class MapIterableDataset(MapDataset, data.IterableDataset):
                 yield result
                 continue
             consecutive += 1
-            recent.append(position)
+            recent = [*recent[1 - _LAST_FAILED_SHOWN:], position]
             self._failed(position, record, stream=True)
             if consecutive > self.max_refetch:
                 raise RefetchExhaustedError(
                     f"MapDataset: {consecutive} stream items in a row mapped to None "
-                    f"(max_refetch={self.max_refetch}); last failing positions: {list(recent)}.",
-                    index=position,
-                    tried=consecutive,
-                    last_failed=list(recent),
-                )
+                    f"(max_refetch={self.max_refetch}); last failing positions: {recent}.",
+                    index=position, tried=consecutive, last_failed=recent)
 
     def __repr__(self) -> str:
         return f"MapDataset({self._dataset!r}, {self.map_func!r}, iterable)"

@@ -11,9 +11,9 @@ from .build import (
     trivial_batch_collator,
 )
 from .device import to_device
-from .distributed import get_rank, get_world_size, shared_random_seed
+from .stream import get_rank, get_world_size, shared_random_seed
 from .errors import (
-    ImageSizeKeyError, LoaderCallError, LoaderTimeoutError, LoaderWorkerError, NotResumableError,
+    BatchPickleError, ImageSizeKeyError, LoaderCallError, LoaderTimeoutError, LoaderWorkerError, NotResumableError,
     ReshardError, SamplerConfigError, SamplerError, SamplerStateError, StateMismatchError,
     SupersededIteratorError, TransportError, WorkerExitedError,
 )
@@ -25,7 +25,7 @@ from .stream import (
 )
 
 __all__ = [
-    "AspectRatioGroupedDataset", "ConcatSampler", "GroupedBatchSampler", "ImageSizeKeyError",
+    "AspectRatioGroupedDataset", "BatchPickleError", "ConcatSampler", "GroupedBatchSampler", "ImageSizeKeyError",
     "InferenceSampler", "LoaderCallError", "LoaderTimeoutError", "LoaderWorkerError",
     "NotResumableError", "RandomSubsetTrainingSampler", "RepeatFactorTrainingSampler",
     "ReshardError", "ResumableBatchSampler", "ResumableLoader", "SAMPLERS", "SampleSeededDataset",

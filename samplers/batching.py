@@ -5,7 +5,7 @@ resumable when the sampler is; :class:`AspectRatioGroupedDataset` groups an Iter
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,7 @@ from catalog._common import check_positive_size, is_int, is_number
 from .errors import ImageSizeKeyError, NotResumableError, ReshardError, SamplerConfigError, SamplerStateError
 from .state import (
     MAX_LIST, MAX_POSITION, Notes, array_digest, check_config, check_int, check_int_list,
-    check_state, is_stateful, make_state, prepare_nested_load,
+    Stateful, check_state, make_state, prepare_nested_load,
 )
 
 logger = logging.getLogger(__name__)
@@ -27,32 +27,20 @@ UNKNOWN_SIZE_GROUP = 2
 MAX_GROUPS = 2**16
 
 
-def check_batch_size(batch_size: Any, owner: str) -> int:
-    return check_positive_size(batch_size, "batch_size", error=SamplerConfigError, where=owner)
+class PositionedBatchSampler(Sampler[list[int]]):
+    """Shared by the batch samplers: each index comes with its global stream position (rank
+    ``r`` of ``w`` draws positions ``r, r + w, ...``; ``_cursor`` is rank 0's next);
+    ``iter()`` drops the positions; loading checks first."""
 
-
-class StreamPositions:
-    """The global stream position of each index one rank draws (``cursor``: rank 0's next)."""
-
-    def __init__(self, sampler: Any) -> None:
+    def __init__(self, sampler: Any, batch_size: int, drop_last: bool) -> None:
+        self.sampler = sampler
+        self.batch_size = check_positive_size(batch_size, "batch_size", error=SamplerConfigError,
+                                              where=type(self).__name__)
+        self.drop_last = bool(drop_last)
         rank, world = getattr(sampler, "rank", None), getattr(sampler, "world_size", None)
         valid = isinstance(rank, int) and isinstance(world, int) and 0 <= rank < world
-        self.rank, self.world_size = (rank, world) if valid else (0, 1)
-        self.cursor = 0
-
-    def draw(self, indices: Iterable[int]) -> Iterator[tuple[int, int]]:
-        rank, world = self.rank, self.world_size
-        for index in indices:
-            position = self.cursor + rank
-            self.cursor += world
-            yield index, position
-
-
-class PositionedBatchSampler(Sampler[list[int]]):
-    """Shared by the batch samplers: ``iter()`` drops the positions; loading checks first."""
-
-    sampler: Any
-    _positions: StreamPositions
+        self._rank, self._world_size = (rank, world) if valid else (0, 1)  # a plain sampler: 0 of 1
+        self._cursor = 0
 
     def __iter__(self) -> Iterator[list[int]]:
         for batch in self.iter_with_positions():
@@ -72,14 +60,10 @@ class PositionedBatchSampler(Sampler[list[int]]):
         commit()
 
     def _require_stateful(self, method: str) -> None:
-        if not is_stateful(self.sampler):
+        if not isinstance(self.sampler, Stateful):
             raise NotResumableError(f"{type(self).__name__}: {type(self.sampler).__name__} has no "
                                     f"{method}(); use a catmap training sampler for exact resume")
 
-    def _load_position(self, state: Mapping[str, Any], name: str) -> StreamPositions:
-        positions = StreamPositions(self.sampler)
-        positions.cursor = check_int(state["position"], "position", name, 0, MAX_POSITION)
-        return positions
 
 
 class ResumableBatchSampler(PositionedBatchSampler):
@@ -93,20 +77,19 @@ class ResumableBatchSampler(PositionedBatchSampler):
     """
 
     def __init__(self, sampler: Any, batch_size: int, drop_last: bool = False) -> None:
-        self.sampler = sampler
-        self.batch_size = check_batch_size(batch_size, "ResumableBatchSampler")
-        self.drop_last = bool(drop_last)
-        self._positions = StreamPositions(sampler)
+        super().__init__(sampler, batch_size, drop_last)
         self._origin: int | None = None
 
     def iter_with_positions(self) -> Iterator[list[tuple[int, int]]]:
         if self._origin is None:
-            self._origin = self._positions.cursor
+            self._origin = self._cursor
         else:
-            self._positions.cursor = self._origin
+            self._cursor = self._origin
         batch: list[tuple[int, int]] = []
-        for pair in self._positions.draw(self.sampler):
-            batch.append(pair)
+        rank, world = self._rank, self._world_size
+        for index in self.sampler:
+            batch.append((index, self._cursor + rank))
+            self._cursor += world
             if len(batch) == self.batch_size:
                 yield batch
                 batch = []
@@ -118,12 +101,12 @@ class ResumableBatchSampler(PositionedBatchSampler):
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def _config(self) -> dict[str, Any]:
-        return {"global_batch_size": self.batch_size * self._positions.world_size,
+        return {"global_batch_size": self.batch_size * self._world_size,
                 "drop_last": self.drop_last}
 
     def state_dict(self) -> dict[str, Any]:
         self._require_stateful("state_dict")
-        return make_state("ResumableBatchSampler", position=self._positions.cursor,
+        return make_state("ResumableBatchSampler", position=self._cursor,
                           sampler=self.sampler.state_dict(), config=self._config())
 
     def _prepare_load(self, state_dict: Any, *, strict: bool, notes: Notes) -> Callable[[], None]:
@@ -131,12 +114,12 @@ class ResumableBatchSampler(PositionedBatchSampler):
         state = check_state(state_dict, name, ["sampler", "position", "config"])
         check_config(state["config"], self._config(), name, strict=strict, notes=notes)
         self._require_stateful("load_state_dict")
-        positions = self._load_position(state, name)
+        cursor = check_int(state["position"], "position", name, 0, MAX_POSITION)
         load_sampler = prepare_nested_load(self.sampler, state["sampler"], strict=strict, notes=notes)
 
         def commit() -> None:
             load_sampler()
-            self._positions, self._origin = positions, None
+            self._cursor, self._origin = cursor, None
 
         return commit
 
@@ -181,8 +164,7 @@ class GroupedBatchSampler(PositionedBatchSampler):
     """
 
     def __init__(self, sampler: Any, group_ids: Any, batch_size: int, drop_last: bool = True) -> None:
-        self.sampler = sampler
-        self.batch_size = check_batch_size(batch_size, "GroupedBatchSampler")
+        super().__init__(sampler, batch_size, drop_last)
         ids = np.asarray(group_ids)
         if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
             raise TypeError(f"GroupedBatchSampler: group_ids must be a 1-D sequence of ints, got "
@@ -198,24 +180,24 @@ class GroupedBatchSampler(PositionedBatchSampler):
         self.group_ids.flags.writeable = False
         self._ids_digest: str | None = None
         self.num_groups = int(ids.max()) + 1 if ids.size else 0
-        self.drop_last = bool(drop_last)
-        self._buckets: list[list[tuple[int, int]]] = [[] for _ in range(self.num_groups)]
-        self._positions = StreamPositions(sampler)
-        self._origin: tuple[int, list[list[tuple[int, int]]]] | None = None
+        # the pending (index, position) pairs of each group; iteration works on list copies
+        self._buckets: Sequence[Sequence[tuple[int, int]]] = ((),) * self.num_groups
+        self._origin: tuple[int, Sequence[Sequence[tuple[int, int]]]] | None = None
 
     def iter_with_positions(self) -> Iterator[list[tuple[int, int]]]:
         if self._origin is None:
-            self._origin = (self._positions.cursor, [list(b) for b in self._buckets])
-        else:
-            self._positions.cursor = self._origin[0]
-            self._buckets = [list(b) for b in self._origin[1]]
-        group_ids, buckets, size, total = self.group_ids, self._buckets, self.batch_size, len(self.group_ids)
-        for index, position in self._positions.draw(self.sampler):
+            self._origin = (self._cursor, self._buckets)
+        self._cursor = self._origin[0]
+        self._buckets = buckets = list(map(list, self._origin[1]))  # the origin stays as it was
+        group_ids, size, total = self.group_ids, self.batch_size, len(self.group_ids)
+        rank, world = self._rank, self._world_size
+        for index in self.sampler:
             if not 0 <= index < total:
                 raise IndexError(f"GroupedBatchSampler: the sampler yielded index {index}, but "
                                  f"group_ids covers {total} records")
             bucket = buckets[group_ids[index]]
-            bucket.append((index, position))
+            bucket.append((index, self._cursor + rank))
+            self._cursor += world
             if len(bucket) >= size:
                 batch = bucket[:size]
                 del bucket[:size]
@@ -231,7 +213,7 @@ class GroupedBatchSampler(PositionedBatchSampler):
     def _config(self) -> dict[str, Any]:
         if self._ids_digest is None:
             self._ids_digest = array_digest(self.group_ids, "<i8")
-        return {"global_batch_size": self.batch_size * self._positions.world_size,
+        return {"global_batch_size": self.batch_size * self._world_size,
                 "drop_last": self.drop_last, "size": len(self.group_ids),
                 "num_groups": self.num_groups, "group_ids": self._ids_digest}
 
@@ -241,7 +223,7 @@ class GroupedBatchSampler(PositionedBatchSampler):
             "GroupedBatchSampler", sampler=self.sampler.state_dict(),
             buckets=[[index for index, _ in b] for b in self._buckets],
             bucket_positions=[[position for _, position in b] for b in self._buckets],
-            position=self._positions.cursor, rank=getattr(self.sampler, "rank", None),
+            position=self._cursor, rank=getattr(self.sampler, "rank", None),
             world_size=getattr(self.sampler, "world_size", None), config=self._config())
 
     def _prepare_load(self, state_dict: Any, *, strict: bool, notes: Notes) -> Callable[[], None]:
@@ -255,8 +237,8 @@ class GroupedBatchSampler(PositionedBatchSampler):
                 self._check_same_rank(state, count)
         check_config(state["config"], self._config(), name, strict=strict, notes=notes)
         self._require_stateful("load_state_dict")
-        positions = self._load_position(state, name)
-        pending = self._checked_pending(state, positions.cursor, strict)
+        cursor = check_int(state["position"], "position", name, 0, MAX_POSITION)
+        pending = self._checked_pending(state, cursor, strict)
         load_sampler = prepare_nested_load(self.sampler, state["sampler"], strict=strict, notes=notes)
         regrouped: list[list[tuple[int, int]]] = [[] for _ in range(self.num_groups)]
         for index, position in sorted(pending, key=lambda pair: pair[1]):
@@ -264,7 +246,7 @@ class GroupedBatchSampler(PositionedBatchSampler):
 
         def commit() -> None:
             load_sampler()
-            self._buckets, self._positions, self._origin = regrouped, positions, None
+            self._buckets, self._cursor, self._origin = regrouped, cursor, None
 
         return commit
 
@@ -331,8 +313,10 @@ class AspectRatioGroupedDataset(IterableDataset):
             raise TypeError(f"AspectRatioGroupedDataset: dataset must be iterable, got "
                             f"{type(dataset).__name__}")
         self.dataset = dataset
-        self.batch_size = check_batch_size(batch_size, "AspectRatioGroupedDataset")
+        self.batch_size = check_positive_size(batch_size, "batch_size", error=SamplerConfigError,
+                                              where="AspectRatioGroupedDataset")
         self.drop_last = bool(drop_last)
+        self._buckets: list[list[Any]] = [[], []]  # pending items of the current iteration
 
     @staticmethod
     def _size(item: Any, key: str, position: int) -> Any:
@@ -349,7 +333,9 @@ class AspectRatioGroupedDataset(IterableDataset):
         return item[key]
 
     def __iter__(self) -> Iterator[list[Any]]:
-        buckets: list[list[Any]] = [[], []]
+        # a restarted iteration starts with empty buckets: leftovers of an abandoned one are dropped
+        self._buckets: list[list[Any]] = [[], []]
+        buckets = self._buckets
         for position, item in enumerate(self.dataset):
             landscape = self._size(item, "width", position) > self._size(item, "height", position)
             bucket = buckets[0 if landscape else 1]
@@ -361,6 +347,7 @@ class AspectRatioGroupedDataset(IterableDataset):
         for bucket in buckets:
             if bucket and not self.drop_last:
                 yield bucket[:]
+            bucket.clear()
 
     def __repr__(self) -> str:
         return (f"AspectRatioGroupedDataset({self.dataset!r}, batch_size={self.batch_size}, "

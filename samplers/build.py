@@ -1,6 +1,11 @@
-"""The loading story, top to bottom (as detectron2's ``build.py``): name -> records
-(``get_detection_dataset_dicts``) -> samples (``MapDataset(mapper)``) -> indices (sampler) ->
-index batches (aspect-ratio groups) -> batches (``ResumableLoader``, slab transport).
+"""The loading story, top to bottom (as detectron2's ``build.py``):
+
+1. name -> loader -> shared records -> views: ``get_detection_dataset_dicts`` runs the registered
+   loader once per machine and returns the records as one shared ``SerializedList`` (a filter
+   or a concatenation is a view of it, never a copy);
+2. sampler: which indices, in what order, on this rank (``TrainingSampler`` by default);
+3. mapper: ``MapDataset(records, mapper)`` maps each sample with its own seed;
+4. batch: index batches (grouped by aspect ratio) -> ``ResumableLoader`` -> lists of samples.
 
 The builders keep detectron2's signatures: keywords, or a detectron2 config (yacs, OmegaConf
 or a mapping) first; proposal files (pickles) are refused.
@@ -22,6 +27,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
 from catalog._common import (
     CatmapError,
     check_bool,
+    check_positive_size,
     check_float,
     check_int,
     check_seed,
@@ -40,12 +46,14 @@ from mappers.dataset_mapper import DatasetMapper
 from mappers.datasets import DatasetFromList, MapDataset
 from mappers.datasets import records_of
 
-from .batching import AspectRatioGroupedDataset, GroupedBatchSampler, ResumableBatchSampler, aspect_ratio_group_ids, check_batch_size
-from .distributed import get_rank, get_world_size, shared_random_seed
+from .batching import AspectRatioGroupedDataset, GroupedBatchSampler, ResumableBatchSampler, aspect_ratio_group_ids
 from .errors import LoaderCallError, SamplerConfigError
 from .loader import ResumableLoader, WorkerSeeder, trivial_batch_collator, worker_init_reset_seed
 from .registry import build_train_sampler
-from .stream import InferenceSampler, RandomSubsetTrainingSampler, RepeatFactorTrainingSampler, TrainingSampler, repeat_factors_from_category_frequency
+from .stream import (
+    InferenceSampler, RandomSubsetTrainingSampler, RepeatFactorTrainingSampler, TrainingSampler,
+    get_rank, get_world_size, repeat_factors_from_category_frequency, shared_random_seed,
+)
 
 __all__ = ["LoaderCallError", "WorkerOptions", "build_batch_data_loader", "build_detection_test_loader",
            "build_detection_train_loader", "trivial_batch_collator", "worker_init_reset_seed"]
@@ -53,38 +61,30 @@ __all__ = ["LoaderCallError", "WorkerOptions", "build_batch_data_loader", "build
 logger = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------- 1. name -> records -> samples
-def resolve_dataset(dataset: Any, mapper: Callable[[Any], Any] | None, *, seed: int,
-                    for_training: bool) -> tuple[Any, Sequence[dict] | None]:
-    """(mapped dataset, records or None) from a name, names, a list or a torch Dataset."""
+# ---------------------------------------------------------------- 1. name -> shared records -> views
+def resolve_records(dataset: Any, *, for_training: bool) -> tuple[Any, Sequence[dict] | None]:
+    """(dataset to map, its records or None) from a name, names, a list or a torch Dataset."""
     names = plain_names(dataset)  # a ListConfig / any sequence of names
     if names is not None:
         dataset = names
     elif is_config_container(dataset):
         dataset = plain_container(dataset)
-    records: Sequence[dict] | None
     if isinstance(dataset, str) or (isinstance(dataset, (list, tuple)) and dataset
                                     and all(isinstance(name, str) for name in dataset)):
-        records = get_detection_dataset_dicts(dataset, filter_empty=for_training)
-    elif isinstance(dataset, SerializedList):
-        records = dataset
-    elif isinstance(dataset, (list, tuple)):
+        dataset = get_detection_dataset_dicts(dataset, filter_empty=for_training)
+    if isinstance(dataset, SerializedList):  # the shared records are the dataset: fresh dicts
+        return dataset, dataset
+    if isinstance(dataset, (list, tuple)):
         if not dataset:
             raise ValueError("the dataset is an empty list: nothing to load")
-        records = list(dataset)
-    elif isinstance(dataset, (Dataset, IterableDataset)) or (
+        items = list(dataset)
+        base = DatasetFromList(items, copy=False)  # serialized: one copy for all workers
+        return base, base.records if isinstance(base.records, SerializedList) else items
+    if isinstance(dataset, (Dataset, IterableDataset)) or (
             hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
-        records = None
-    else:
-        raise LoaderCallError("dataset must be a name, a list of names, a list of records or a "
-                              f"torch Dataset, got {type(dataset).__name__}", argument="dataset")
-    if records is not None:
-        base = DatasetFromList(records, copy=False)
-        # a list is serialized by DatasetFromList: group ids come from its columns
-        records = base.records if isinstance(base.records, SerializedList) else records
-    else:
-        base, records = dataset, records_of(dataset)
-    return (MapDataset(base, mapper, seed=seed) if mapper is not None else base), records
+        return dataset, records_of(dataset)
+    raise LoaderCallError("dataset must be a name, a list of names, a list of records or a "
+                          f"torch Dataset, got {type(dataset).__name__}", argument="dataset")
 
 
 # ---------------------------------------------------------------- the DataLoader options
@@ -108,6 +108,13 @@ _OPTION_FIELDS = dataclasses.fields(WorkerOptions)
 _OPTION_NAMES = frozenset(field.name for field in _OPTION_FIELDS)
 
 
+def _call_error(exc: TypeError, signature: inspect.Signature, owner: str) -> LoaderCallError:
+    found = re.search(r"'([^']+)'", str(exc))
+    return LoaderCallError(f"{owner}: {exc} (arguments: {', '.join(signature.parameters)}; or "
+                           "a detectron2 config as the first argument)",
+                           argument=found.group(1) if found else "")
+
+
 def _builder(from_config: Callable[..., dict[str, Any]] | None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Give a builder ``fn(..., *, options)`` each WorkerOptions field as a keyword and, with
     ``from_config``, detectron2's config form ``fn(cfg, ...)``; a call that fits neither
@@ -120,28 +127,26 @@ def _builder(from_config: Callable[..., dict[str, Any]] | None) -> Callable[[Cal
         signature = inspect.signature(fn).replace(parameters=own + added)
         config_signature = inspect.signature(from_config) if from_config else None
 
-        def bind(sig: inspect.Signature, owner: str, args: tuple, kwargs: dict) -> None:
-            try:
-                sig.bind(*args, **kwargs)
-            except TypeError as exc:
-                found = re.search(r"'([^']+)'", str(exc))
-                raise LoaderCallError(f"{owner}: {exc} (arguments: {', '.join(sig.parameters)}; or "
-                                      "a detectron2 config as the first argument)",
-                                      argument=found.group(1) if found else "") from None
-
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            config = args[0] if args else kwargs.get("cfg")
-            if config_signature is not None and is_detectron2_config(config):
+            if config_signature is not None and is_detectron2_config(args[0] if args else kwargs.get("cfg")):
                 args = args or (kwargs.pop("cfg"),)
                 mine = {k: v for k, v in kwargs.items() if k in config_signature.parameters}
-                bind(config_signature, f"{fn.__name__}(cfg, ...)", args, mine)
+                try:
+                    config_signature.bind(*args, **mine)
+                except TypeError as exc:
+                    raise _call_error(exc, config_signature, f"{fn.__name__}(cfg, ...)") from None
                 kwargs = {**from_config(*args, **mine),
                           **{k: v for k, v in kwargs.items() if k not in mine}}
                 args = ()
-            bind(signature, fn.__name__, args, kwargs)
-            chosen = {name: kwargs.pop(name) for name in _OPTION_NAMES & kwargs.keys()}
-            return fn(*args, options=WorkerOptions(**chosen), **kwargs)
+            try:
+                signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise _call_error(exc, signature, fn.__name__) from None
+            options = {}
+            for name in _OPTION_NAMES & kwargs.keys():
+                options[name] = kwargs.pop(name)
+            return fn(*args, options=WorkerOptions(**options), **kwargs)
 
         wrapper.__signature__ = signature  # type: ignore[attr-defined]
         return wrapper
@@ -149,21 +154,7 @@ def _builder(from_config: Callable[..., dict[str, Any]] | None) -> Callable[[Cal
     return decorate
 
 
-# ---------------------------------------------------------------- 2. sampler -> batches -> loader
-def _rank_and_world(sampler: Any) -> tuple[int, int]:
-    rank, world = getattr(sampler, "rank", None), getattr(sampler, "world_size", None)
-    return (rank if isinstance(rank, int) else get_rank(),
-            world if isinstance(world, int) else get_world_size())
-
-
-def _per_rank_batch_size(total_batch_size: Any, world_size: int) -> int:
-    total = check_batch_size(total_batch_size, "build_batch_data_loader (total_batch_size)")
-    if total % world_size:
-        raise ValueError(f"total_batch_size {total} does not divide by the world size {world_size}; "
-                         "each rank gets total_batch_size / world_size")
-    return total // world_size
-
-
+# ---------------------------------------------------------------- 2.-4. sampler -> batches -> loader
 def _no_sampler(dataset: Any, sampler: Any, owner: str) -> None:
     if sampler is not None:
         raise LoaderCallError(f"{owner}: sampler must be None for the IterableDataset "
@@ -201,19 +192,14 @@ def _iterable_loader(dataset: IterableDataset, batch_size: int, options: WorkerO
     return grouped if options.collate_fn is None else _CollatedBatches(grouped, options.collate_fn)
 
 
-def _resumable_loader(dataset: Any, batch_sampler: Any, options: WorkerOptions, **kwargs: Any) -> ResumableLoader:
-    if options.num_workers > 0:
-        shared_counters()  # rate-limited warnings count across the workers
-    opts = {**vars(options), "collate_fn": options.collate_fn or trivial_batch_collator}
-    return ResumableLoader(dataset, batch_sampler, **opts, **kwargs)
-
-
 @_builder(None)
 def build_batch_data_loader(dataset: Any, sampler: Any, total_batch_size: int, *,
                             aspect_ratio_grouping: bool = False, drop_last: bool = True,
-                            group_ids: Any = None, options: WorkerOptions) -> ResumableLoader | Iterable[Any]:
+                            group_ids: Any = None, seed: int | None = None,
+                            options: WorkerOptions) -> ResumableLoader | Iterable[Any]:
     """Batches of ``total_batch_size / world_size`` samples per rank, resumable, each sample
-    mapped with its own seed; grouping from ``group_ids`` or the dataset's records.
+    mapped with its own seed (``seed``, else the sampler's, else a shared random one);
+    grouping from ``group_ids`` or the dataset's records.
 
     Example:
         >>> loader = build_batch_data_loader(
@@ -221,13 +207,22 @@ def build_batch_data_loader(dataset: Any, sampler: Any, total_batch_size: int, *
         >>> len(next(iter(loader)))
         4
     """
-    rank, world_size = _rank_and_world(sampler)
-    batch_size = _per_rank_batch_size(total_batch_size, world_size)
+    rank, world_size = getattr(sampler, "rank", None), getattr(sampler, "world_size", None)
+    rank = rank if isinstance(rank, int) else get_rank()
+    world_size = world_size if isinstance(world_size, int) else get_world_size()
+    total = check_positive_size(total_batch_size, "batch_size", error=SamplerConfigError,
+                                where="build_batch_data_loader (total_batch_size)")
+    if total % world_size:
+        raise ValueError(f"total_batch_size {total} does not divide by the world size {world_size}; "
+                         "each rank gets total_batch_size / world_size")
+    batch_size = total // world_size
+    seed = check_seed(seed, "seed", error=SamplerConfigError, where="build_batch_data_loader")
+    seed = getattr(sampler, "seed", None) if seed is None else seed
+    seed = seed if isinstance(seed, int) else shared_random_seed()
     if isinstance(dataset, IterableDataset):
         _no_sampler(dataset, sampler, "build_batch_data_loader")
         return _iterable_loader(dataset, batch_size, options, drop_last=drop_last, rank=rank,
-                                grouping=aspect_ratio_grouping or group_ids is not None,
-                                seed=shared_random_seed())
+                                grouping=aspect_ratio_grouping or group_ids is not None, seed=seed)
     if group_ids is None and aspect_ratio_grouping:
         records = records_of(dataset)
         if records is None:
@@ -241,9 +236,9 @@ def build_batch_data_loader(dataset: Any, sampler: Any, total_batch_size: int, *
         batch_sampler: Any = GroupedBatchSampler(sampler, group_ids, batch_size, drop_last)
     else:
         batch_sampler = ResumableBatchSampler(sampler, batch_size, drop_last)
-    seed = getattr(sampler, "seed", None)
-    seed = seed if isinstance(seed, int) else shared_random_seed()
-    return _resumable_loader(dataset, batch_sampler, options, seed=seed, rank=rank)
+    if options.num_workers > 0:
+        shared_counters()  # rate-limited warnings count across the workers
+    return ResumableLoader(dataset, batch_sampler, **vars(options), seed=seed, rank=rank)
 
 
 # ---------------------------------------------------------------- detectron2 config form
@@ -332,7 +327,7 @@ def inference_loader_from_config(cfg: Any, dataset_name: Any, mapper: Any = None
             "sampler": InferenceSampler(len(dataset))}
 
 
-# ---------------------------------------------------------------- 3. the builders
+# ---------------------------------------------------------------- the builders
 @_builder(train_loader_from_config)
 def build_detection_train_loader(dataset: Any, *, mapper: Callable[[Any], Any] | None, sampler: Any = None,
                                  total_batch_size: int, aspect_ratio_grouping: bool = True,
@@ -349,18 +344,23 @@ def build_detection_train_loader(dataset: Any, *, mapper: Callable[[Any], Any] |
     """
     seed = check_seed(seed, "seed", error=SamplerConfigError, where="build_detection_train_loader")
     seed = shared_random_seed() if seed is None else seed
-    mapped, records = resolve_dataset(dataset, mapper, seed=seed, for_training=True)
-    if isinstance(mapped, IterableDataset):
-        _no_sampler(mapped, sampler, "build_detection_train_loader")
-        rank, world_size = _rank_and_world(None)
-        return _iterable_loader(mapped, _per_rank_batch_size(total_batch_size, world_size), options,
-                                grouping=aspect_ratio_grouping, drop_last=True, seed=seed, rank=rank)
+    # 1. name -> loader -> shared records -> views
+    base, records = resolve_records(dataset, for_training=True)
+    if isinstance(base, IterableDataset):  # a stream decides its own order: no sampler
+        _no_sampler(base, sampler, "build_detection_train_loader")
+        mapped = MapDataset(base, mapper, seed=seed) if mapper is not None else base
+        return build_batch_data_loader.__wrapped__(mapped, None, total_batch_size, seed=seed, options=options,
+                                                   aspect_ratio_grouping=aspect_ratio_grouping)
+    # 2. sampler
     if sampler is None:
-        sampler = TrainingSampler(len(mapped), seed=seed)
+        sampler = TrainingSampler(len(base), seed=seed)
     size = getattr(sampler, "dataset_size", None)
-    if isinstance(size, int) and size != len(mapped):
+    if isinstance(size, int) and size != len(base):
         raise ValueError(f"build_detection_train_loader: the sampler draws from {size} records, the "
-                         f"dataset has {len(mapped)}")
+                         f"dataset has {len(base)}")
+    # 3. mapper
+    mapped = MapDataset(base, mapper, seed=seed) if mapper is not None else base
+    # 4. batch
     group_ids = None
     if aspect_ratio_grouping and records is not None:
         group_ids = aspect_ratio_group_ids(records)
@@ -383,14 +383,18 @@ def build_detection_test_loader(dataset: Any, *, mapper: Callable[[Any], Any] | 
         >>> len(loader)
         3
     """
-    batch_size = check_batch_size(batch_size, "build_detection_test_loader")
-    mapped, _ = resolve_dataset(dataset, mapper, seed=0, for_training=False)
+    batch_size = check_positive_size(batch_size, "batch_size", error=SamplerConfigError,
+                                     where="build_detection_test_loader")
+    base, _ = resolve_records(dataset, for_training=False)
+    mapped = MapDataset(base, mapper, seed=0) if mapper is not None else base
     if isinstance(mapped, IterableDataset):
         _no_sampler(mapped, sampler, "build_detection_test_loader")
         return _iterable_loader(mapped, batch_size, options, grouping=False, drop_last=False, seed=0,
                                 rank=get_rank())
     sampler = InferenceSampler(len(mapped)) if sampler is None else sampler
     rank = getattr(sampler, "rank", None)
-    return _resumable_loader(mapped, BatchSampler(sampler, batch_size, drop_last=False), options, seed=0,
-                             rank=rank if isinstance(rank, int) else get_rank(), sample_seeds=False,
-                             reseed_each_pass=False)
+    if options.num_workers > 0:
+        shared_counters()  # rate-limited warnings count across the workers
+    return ResumableLoader(mapped, BatchSampler(sampler, batch_size, drop_last=False), **vars(options),
+                           seed=0, rank=rank if isinstance(rank, int) else get_rank(),
+                           sample_seeds=False, reseed_each_pass=False)

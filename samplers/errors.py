@@ -79,6 +79,13 @@ class LoaderWorkerError(SamplerErrorWithFields, RuntimeError):
         super().__init__(message, worker_id=worker_id, index=index, exc_type=exc_type)
 
 
+class BatchPickleError(SamplerErrorWithFields, TypeError):
+    """A worker's batch holds a value that cannot be pickled (a lambda, lock, open file...):
+    it cannot reach the main process. ``key`` is the path of the first such value."""
+
+    field_names = ("worker_id", "index", "key")
+
+
 class WorkerExitedError(SamplerErrorWithFields, RuntimeError):
     """A loader worker process died (killed, out of memory, crashed in native code)."""
 

@@ -25,7 +25,7 @@ from catalog.detection_dicts import get_detection_dataset_dicts
 from catalog.storage.sharing import this_rank_only
 
 from .build import build_detection_test_loader, build_detection_train_loader
-from .distributed import get_rank, get_world_size
+from .stream import get_rank, get_world_size
 from .errors import NotResumableError, SamplerStateError
 from .registry import build_train_sampler
 from .state import check_int

@@ -2,13 +2,15 @@
 seeding of samples and workers.
 
 Workers prefetch, so the batch sampler's state after each index batch waits in a queue until
-that batch is delivered. Each sample is mapped in ``sample_scope(sample_seed(seed, position))``:
+that batch is delivered; without workers nothing is prefetched and the batch sampler's own
+state is the delivered position. Each sample is mapped in ``sample_scope(sample_seed(seed, position))``:
 batches are the same for any ``num_workers``, after a restore and on any world size.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import operator
 import weakref
@@ -26,7 +28,7 @@ from mappers.random_state import sample_scope, sample_seed, seed_generator, seed
 from .errors import NotResumableError
 from .slabs import DEFAULT_SLAB_BYTES
 from .state import (
-    MAX_POSITION, MAX_SEED, Notes, check_config, check_int, check_state, is_stateful, make_state,
+    MAX_POSITION, MAX_SEED, Notes, Stateful, check_config, check_int, check_state, make_state,
     prepare_nested_load,
 )
 from .transport import ChainedWorkerInit, LoaderTransport
@@ -48,6 +50,7 @@ def worker_init_reset_seed(worker_id: int) -> None:
     seed_this_process(derive_seed(torch.initial_seed(), worker_id))
 
 
+@dataclasses.dataclass
 class WorkerSeeder:
     """A picklable ``worker_init_fn`` seeding worker ``w`` from ``(seed, rank, w, pass_index)``.
 
@@ -56,8 +59,9 @@ class WorkerSeeder:
         True
     """
 
-    def __init__(self, seed: int, rank: int, pass_index: int = 0) -> None:
-        self.seed, self.rank, self.pass_index = int(seed), int(rank), int(pass_index)
+    seed: int
+    rank: int
+    pass_index: int = 0
 
     def worker_seed(self, worker_id: int) -> int:
         return derive_seed(self.seed, self.rank, worker_id, self.pass_index)
@@ -65,12 +69,11 @@ class WorkerSeeder:
     def __call__(self, worker_id: int) -> None:
         seed_this_process(self.worker_seed(worker_id))
 
-    def __repr__(self) -> str:
-        return f"WorkerSeeder(seed={self.seed}, rank={self.rank}, pass_index={self.pass_index})"
 
-
+@dataclasses.dataclass(eq=False)
 class SampleSeededDataset:
-    """``ds[(i, s)]`` is ``dataset[i]`` computed inside ``sample_scope(s)``; an int key passes.
+    """``ds[(i, s)]`` is ``dataset[i]`` computed inside ``sample_scope(s)``, ``ds[(i, p, seed)]``
+    the same with ``s = sample_seed(seed, p)`` (the loader's keys); an int key passes.
 
     Example:
         >>> from mappers.random_state import get_generator
@@ -82,9 +85,8 @@ class SampleSeededDataset:
         True
     """
 
-    def __init__(self, dataset: Any, *, seed_globals: bool = True) -> None:
-        self.dataset = dataset
-        self.seed_globals = bool(seed_globals)
+    dataset: Any
+    seed_globals: bool = dataclasses.field(default=True, kw_only=True)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -92,35 +94,34 @@ class SampleSeededDataset:
     def __getitem__(self, key: Any) -> Any:
         if not isinstance(key, tuple):
             return self.dataset[key]
-        if len(key) != 2:
-            raise TypeError(f"SampleSeededDataset: a key is an index or an (index, seed) pair, got {key!r}")
-        with sample_scope(operator.index(key[1]), seed_globals=self.seed_globals):
+        if len(key) == 3:  # (index, global position, loader seed)
+            seed = sample_seed(operator.index(key[2]), operator.index(key[1]))
+        elif len(key) == 2:
+            seed = operator.index(key[1])
+        else:
+            raise TypeError(f"SampleSeededDataset: a key is an index, an (index, seed) pair or an "
+                            f"(index, position, seed) triple, got {key!r}")
+        with sample_scope(seed, seed_globals=self.seed_globals):
             return self.dataset[operator.index(key[0])]
 
-    def __repr__(self) -> str:
-        return f"SampleSeededDataset({self.dataset!r})"
 
 
+@dataclasses.dataclass(eq=False)
 class _TrackingBatchSampler(Sampler[list[Any]]):
-    """Passes batches through, queueing the inner state after each; keys carry sample seeds."""
+    """Passes batches through as ``(index, position, seed)`` keys (plain indices when ``seed``
+    is None), queueing the inner state after each when ``track`` (workers prefetch)."""
 
-    def __init__(self, inner: Any, track: bool, seed: int | None, defer_seeds: bool) -> None:
-        self.inner, self.track, self.seed, self.defer_seeds = inner, track, seed, defer_seeds
-        self.pending: collections.deque[dict[str, Any]] = collections.deque()
+    inner: Any
+    track: bool
+    seed: int | None
+    pending: collections.deque[dict[str, Any]] = dataclasses.field(default_factory=collections.deque)
 
     def __iter__(self) -> Iterator[list[Any]]:
-        seed = self.seed
-        if seed is None:
-            batches: Iterator[list[Any]] = iter(self.inner)
-        elif self.defer_seeds:
-            batches = ([(i, p, seed) for i, p in batch] for batch in self.inner.iter_with_positions())
-        else:
-            batches = ([(i, sample_seed(seed, p)) for i, p in batch]
-                       for batch in self.inner.iter_with_positions())
-        for batch in batches:
+        seed, inner = self.seed, self.inner
+        for batch in inner if seed is None else inner.iter_with_positions():
             if self.track:
-                self.pending.append(self.inner.state_dict())
-            yield batch
+                self.pending.append(inner.state_dict())
+            yield batch if seed is None else [(i, p, seed) for i, p in batch]
 
     def __len__(self) -> int:
         return len(self.inner)
@@ -162,18 +163,24 @@ class ResumableLoader:
         self.sample_seeds = positioned if sample_seeds is None else bool(sample_seeds)
         self.dataset, self.batch_sampler, self.seed = dataset, batch_sampler, int(seed)
         inner = getattr(batch_sampler, "sampler", None)
-        self._resumable = is_stateful(batch_sampler) and (inner is None or is_stateful(inner))
-        self._tracker = _TrackingBatchSampler(batch_sampler, self._resumable,
-                                              self.seed if self.sample_seeds else None, num_workers > 0)
-        self._seeder = WorkerSeeder(seed, rank)
+        self._resumable = isinstance(batch_sampler, Stateful) and (inner is None or isinstance(inner, Stateful))
+        # without workers nothing is prefetched: the batch sampler stands after the delivered batch
+        self._tracker = _TrackingBatchSampler(batch_sampler, self._resumable and num_workers > 0,
+                                              self.seed if self.sample_seeds else None)
+        self._seeder = WorkerSeeder(int(seed), int(rank))
         self._reseed_each_pass = bool(reseed_each_pass)
         self.transport = LoaderTransport(
             transport=transport, num_workers=num_workers, prefetch_factor=prefetch_factor,
             persistent_workers=persistent_workers, pin_memory=pin_memory, timeout=timeout,
             slabs=slabs, slab_bytes=slab_bytes)
-        weakref.finalize(self, LoaderTransport.close, self.transport)
         mapped = SampleSeededDataset(dataset) if self.sample_seeds else dataset
-        kwargs = self.transport.dataloader_kwargs(mapped, self._tracker, collate_fn or trivial_batch_collator)
+        collate_fn = collate_fn or trivial_batch_collator
+        if num_workers == 0:
+            kwargs = {"dataset": mapped, "batch_sampler": self._tracker, "collate_fn": collate_fn,
+                      "pin_memory": pin_memory}
+        else:
+            weakref.finalize(self, LoaderTransport.close, self.transport)
+            kwargs = self.transport.dataloader_kwargs(mapped, self._tracker, collate_fn)
         kwargs.update(num_workers=num_workers, generator=torch_generator(seed, rank),
                       worker_init_fn=self._seeder if worker_init_fn is None
                       else ChainedWorkerInit(self._seeder, worker_init_fn))
@@ -194,21 +201,26 @@ class ResumableLoader:
         return len(self.batch_sampler)
 
     def __iter__(self) -> Iterator[Any]:
-        if self._resumable:
+        # continue after the last delivered batch (prefetched ones were not)
+        if self._tracker.track:
             if self._delivered is None:
                 self._delivered = self.batch_sampler.state_dict()
-            else:  # continue after the last delivered batch (prefetched ones were not)
+            else:
                 self.batch_sampler.load_state_dict(self._delivered)
             self._tracker.pending.clear()
+        elif self._resumable and self._iteration:  # no workers: the current state is delivered
+            self.batch_sampler.load_state_dict(self.batch_sampler.state_dict())
         self._iteration += 1
         self._seeder.pass_index = self._iteration if self._reseed_each_pass else 0
+        if self.loader.num_workers == 0:
+            return self._deliver(iter(self.loader))
         limit_opencv_threads()  # before workers fork: OpenCV's pool deadlocks forked workers
         return self._deliver(self.transport.iterate(self.loader))
 
     def _deliver(self, iterator: Iterator[Any]) -> Iterator[Any]:
-        pending = self._tracker.pending
+        pending, track = self._tracker.pending, self._tracker.track
         for batch in iterator:
-            if self._resumable:
+            if track:
                 self._delivered = pending.popleft()
             self._batches += 1
             yield batch
@@ -256,7 +268,8 @@ class ResumableLoader:
         notes.emit(name)
         load_batches()
         self._tracker.pending.clear()
-        self._delivered = self.batch_sampler.state_dict()  # re-saved: trusted from now on
+        if self._tracker.track:
+            self._delivered = self.batch_sampler.state_dict()  # re-saved: trusted from now on
         self._batches, self._iteration = batches, iteration
         self.seed = self._seeder.seed = seed
         if self.sample_seeds:

@@ -95,7 +95,7 @@ class KeyedPermutation(PassOrder):
         self._size = size
         a = math.isqrt(size - 1) + 1
         self._a, self._b = np.uint64(a), np.uint64(-(-size // a))
-        self._keys = [np.uint64(k) for k in round_keys(purpose, size, *parts)]
+        self._keys = list(round_keys(purpose, size, *parts))  # np.uint64 scalars
 
     @property
     def size(self) -> int:
@@ -160,25 +160,6 @@ class RangeOrder(PassOrder):
 
     def at(self, positions: np.ndarray) -> np.ndarray:
         return np.array(positions, dtype=np.int64)
-
-
-class ArrayOrder(PassOrder):
-    """A pass held as an int64 array."""
-
-    __slots__ = ("_array",)
-
-    def __init__(self, array: Any) -> None:
-        self._array = np.asarray(array, dtype=np.int64)
-        self._array.flags.writeable = False
-
-    def __len__(self) -> int:
-        return len(self._array)
-
-    def at(self, positions: np.ndarray) -> np.ndarray:
-        return self._array[positions]
-
-    def to_array(self) -> np.ndarray:
-        return self._array
 
 
 class ComposedOrder(PassOrder):

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import mmap
 import os
+import pickle
 import secrets
 import threading
 import warnings
@@ -34,25 +36,18 @@ T = TypeVar("T")
 
 
 def value_class(cls: type[T]) -> type[T]:
-    """A slotted dataclass of ``cls`` (``eq=False``) that pickles as ``(cls, field values)``."""
-    own_reduce = "__reduce__" in cls.__dict__
+    """A slotted dataclass of ``cls`` (``eq=False``) that pickles as ``(cls, field values)``
+    (read at C speed: per array, per batch) unless ``cls`` has its own ``__reduce__``."""
     made: Any = dataclasses.dataclass(slots=True, eq=False)(cls)
-    if not own_reduce:
-        made.__reduce__ = _field_reduce(made, tuple(f.name for f in dataclasses.fields(made)))
+    if "__reduce__" not in cls.__dict__:
+        values = attrgetter(*made.__slots__)
+        single = len(made.__slots__) == 1
+
+        def __reduce__(self: Any) -> tuple[Any, ...]:
+            return (made, (values(self),) if single else values(self))
+
+        made.__reduce__ = __reduce__
     return made
-
-
-def _field_reduce(cls: type, names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
-    if not names:
-        raise TypeError(f"value_class {cls.__name__} has no fields")
-    values = attrgetter(*names)  # a tuple for two names or more (C speed: per array, per batch)
-    single = len(names) == 1
-
-    def __reduce__(self: Any) -> tuple[Any, ...]:
-        got = values(self)
-        return (cls, (got,) if single else got)
-
-    return __reduce__
 
 
 # ---------------------------------------------------------------- packing a batch
@@ -85,6 +80,8 @@ class _Ref:
 
 @value_class
 class _InstancesNode:
+    """An Instances (ours, a subclass, or another library's, e.g. detectron2's), rebuilt as ``cls``."""
+    cls: type
     image_size: tuple[int, int]
     fields: dict[str, Any]
 
@@ -97,6 +94,23 @@ class _StructureNode:
 
 
 _STRUCTURES = frozenset(TRANSPORTABLE_STRUCTURES)
+#: Whether a class is Instances-like, decided once per class (see :func:`_instances_like`).
+_INSTANCES_LIKE: dict[type, bool] = {Instances: True, str: False, int: False, float: False}
+
+
+def _instances_like(kind: type) -> bool:
+    """A subclass of our Instances, or a class named ``Instances`` with ``get_fields`` and
+    ``image_size`` (detectron2's), that pickles by name (so the main process can import it)."""
+    known = _INSTANCES_LIKE.get(kind)
+    if known is None:
+        try:
+            known = ((issubclass(kind, Instances) or kind.__name__ == "Instances")
+                     and callable(getattr(kind, "get_fields", None)) and hasattr(kind, "image_size")
+                     and pickle.loads(pickle.dumps(kind)) is kind)
+        except Exception:  # a class that pickle cannot find by name travels pickled whole
+            known = False
+        _INSTANCES_LIKE[kind] = known
+    return known
 
 
 class Region(NamedTuple):
@@ -116,14 +130,14 @@ class BatchPlan(NamedTuple):
     nbytes: int
 
 
-def _tensor_layout(value: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...] | None]:
-    """(a contiguous tensor in memory order, the permutation back to ``value``'s order)."""
-    if value.is_contiguous():
-        return value, None
-    order = sorted(range(value.dim()), key=lambda d: (-value.stride(d), d))
+def _memory_order(value: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...] | None]:
+    """(``value`` permuted into memory order, the permutation back), or ``(value, None)`` when
+    no permutation makes it contiguous (it is then copied element by element)."""
+    strides = value.stride()
+    order = sorted(range(len(strides)), key=lambda d: (-strides[d], d))
     permuted = value.permute(order)
     if not permuted.is_contiguous():
-        return value.contiguous(), None
+        return value, None
     inverse = [0] * len(order)
     for position, dim in enumerate(order):
         inverse[dim] = position
@@ -138,13 +152,6 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    count = 1
-    for size in shape:
-        count *= size
-    return count
-
-
 class _Planner:
     """Collects arrays into regions while copying the structure into a skeleton."""
 
@@ -154,14 +161,13 @@ class _Planner:
         self.regions: list[list[Any]] = []
 
     def add(self, key: Any, kind: str, dtype: str, itemsize: int, array: Any,
-            perm: tuple[int, ...] | None) -> _Ref:
+            shape: tuple[int, ...], perm: tuple[int, ...] | None) -> _Ref:
         region = self.groups.get(key) if key is not None else None
         if region is None:
             region = len(self.regions)
             if key is not None:
                 self.groups[key] = region
-            self.regions.append([kind, dtype, itemsize, tuple(array.shape), [], []])
-        shape = tuple(array.shape)
+            self.regions.append([kind, dtype, itemsize, shape, [], []])
         stride = _c_strides(shape)
         if perm is not None:
             shape = tuple(shape[p] for p in perm)
@@ -175,20 +181,21 @@ class _Planner:
         kind = type(value)
         if kind is torch.Tensor:
             name = _DTYPE_NAMES.get(value.dtype)
-            if (name is None or value.layout != torch.strided or value.device.type != "cpu"
-                    or value.requires_grad):
+            if name is None or not value.is_cpu or value.layout is not torch.strided or value.requires_grad:
                 return value
-            data, perm = _tensor_layout(value)
-            key = (path, "t", data.dtype, tuple(data.shape[1:])) if perm is None else None
-            if data.dim() == 0:
-                key = None
-            return self.add(key, "t", name, data.element_size(), data, perm)
+            perm = None
+            if not value.is_contiguous():
+                value, perm = _memory_order(value)
+            shape = tuple(value.shape)
+            key = (path, name, shape[1:]) if shape and perm is None else None
+            return self.add(key, "t", name, value.element_size(), value, shape, perm)
         if kind is np.ndarray:
-            if value.dtype.kind not in _NUMPY_KINDS or not value.dtype.isnative:
+            dtype = value.dtype
+            if dtype.kind not in _NUMPY_KINDS or not dtype.isnative:
                 return value
-            data = value if value.flags.c_contiguous else value.copy(order="C")
-            key = (path, "n", data.dtype.str, data.shape[1:]) if data.ndim else None
-            return self.add(key, "n", data.dtype.str, data.dtype.itemsize, data, None)
+            shape = value.shape
+            key = (path, dtype.str, shape[1:]) if shape else None
+            return self.add(key, "n", dtype.str, dtype.itemsize, value, shape, None)
         if depth >= _MAX_DEPTH:
             return value
         if kind is list:
@@ -197,14 +204,14 @@ class _Planner:
             return {k: self.walk(v, (*path, k), depth + 1) for k, v in value.items()}
         if kind is tuple:
             return tuple(self.walk(v, path, depth + 1) for v in value)
-        if kind is Instances:
-            fields = {name: self.walk(v, (*path, "<instances>", name), depth + 1)
-                      for name, v in value.get_fields().items()}
-            return _InstancesNode(value.image_size, fields)
         if kind in _STRUCTURES:
             state = {name: self.walk(v, (*path, kind.__name__, name), depth + 1)
                      for name, v in vars(value).items()}
             return _StructureNode(kind, state)
+        if _instances_like(kind):
+            fields = {name: self.walk(v, (*path, "<instances>", name), depth + 1)
+                      for name, v in value.get_fields().items()}
+            return _InstancesNode(kind, tuple(value.image_size), fields)
         return value
 
 
@@ -219,18 +226,18 @@ def plan_batch(batch: Any) -> BatchPlan:
         if len(sources) == 1:
             shape, rows = first_shape, None
         else:
-            rows = tuple(int(source.shape[0]) for source in sources)
+            rows = tuple(ref.shape[0] for ref in refs)  # several arrays: none permuted
             shape = (sum(rows), *first_shape[1:])
-        row_elements = _numel(first_shape[1:])
+        row_elements = math.prod(first_shape[1:])
         row = 0
-        for ref, source in zip(refs, sources, strict=True):
+        for ref in refs:
             if kind == "t":
                 ref.offset = offset // itemsize + row * row_elements
             else:
                 ref.offset = offset + row * row_elements * itemsize
-            row += int(source.shape[0]) if source.ndim else 1
-        nbytes = _numel(shape) * itemsize
-        regions.append(Region(offset, nbytes, kind, dtype, tuple(shape), rows))
+            row += ref.shape[0] if ref.shape else 1
+        nbytes = math.prod(shape) * itemsize
+        regions.append(Region(offset, nbytes, kind, dtype, shape, rows))
         sources_of.append(sources)
         offset += -(-nbytes // ALIGNMENT) * ALIGNMENT
     return BatchPlan(skeleton, regions, sources_of, offset)
@@ -242,22 +249,14 @@ def write_batch(plan: BatchPlan, arena: torch.Tensor, arena_np: np.ndarray) -> N
         start, stop = region.offset, region.offset + region.nbytes
         if region.kind == "t":
             target = arena[start:stop].view(_TORCH_DTYPES[region.dtype]).view(region.shape)
+            copy = torch.Tensor.copy_
         else:
             target = arena_np[start:stop].view(region.dtype).reshape(region.shape)
-        if region.rows is None:
-            _copy(target, sources[0])
-            continue
+            copy = np.copyto
         row = 0
-        for source, rows in zip(sources, region.rows, strict=True):
-            _copy(target[row:row + rows], source)
-            row += rows
-
-
-def _copy(target: Any, source: Any) -> None:
-    if isinstance(target, torch.Tensor):
-        target.copy_(source)
-    else:
-        np.copyto(target, source)
+        for source, rows in zip(sources, region.rows or (None,), strict=True):
+            copy(target if rows is None else target[row:row + rows], source)
+            row += rows or 0
 
 
 class _Views:
@@ -273,7 +272,7 @@ class _Views:
     def tensor(self, ref: _Ref) -> Any:
         if ref.kind == "n":
             dtype = np.dtype(ref.dtype)
-            stop = ref.offset + _numel(ref.shape) * dtype.itemsize
+            stop = ref.offset + math.prod(ref.shape) * dtype.itemsize
             return self.base[ref.offset:stop].view(dtype).reshape(ref.shape)
         if not self.base.size:  # an empty batch arena: only empty tensors refer to it
             return torch.empty(ref.shape, dtype=_TORCH_DTYPES[ref.dtype])
@@ -294,10 +293,13 @@ def _fill(node: Any, views: _Views) -> Any:
     if kind is tuple:
         return tuple(_fill(v, views) for v in node)
     if kind is _InstancesNode:
-        instances = Instances(node.image_size)
-        fields = instances.get_fields()
+        fields = {}
         for name, value in node.fields.items():
             fields[name] = _fill(value, views)
+        if node.cls is not Instances:
+            return node.cls(node.image_size, **fields)
+        instances = Instances(node.image_size)
+        instances.get_fields().update(fields)
         return instances
     if kind is _StructureNode and node.cls in _STRUCTURES:
         structure = node.cls.__new__(node.cls)
@@ -399,14 +401,11 @@ class SlabWriter:
             fd = self.fds[slab]
             size = os.fstat(fd).st_size
             if size < need:
-                size = max(need, 2 * size)
-                size = -(-size // _PAGE) * _PAGE
+                size = -(-max(need, 2 * size) // _PAGE) * _PAGE
                 os.ftruncate(fd, size)
-            self._maps.pop(slab, None)
             mapping = mmap.mmap(fd, size)
             arena_np = np.frombuffer(mapping, dtype=np.uint8)
-            entry = (mapping, torch.from_numpy(arena_np), arena_np)
-            self._maps[slab] = entry
+            entry = self._maps[slab] = (mapping, torch.from_numpy(arena_np), arena_np)
         return entry[1], entry[2]
 
     def write(self, ticket: Ticket | None, batch: Any) -> Any:
@@ -436,9 +435,7 @@ class SlabPool:
         if not transport_supported():
             raise TransportError("the slab transport needs os.memfd_create (Linux)")
         num_slabs = check_int(num_slabs, "num_slabs", minimum=1, error=ValueError, where="SlabPool")
-        slab_bytes = check_int(
-            slab_bytes, "slab_bytes", minimum=_PAGE, error=ValueError, where="SlabPool"
-        )
+        slab_bytes = check_int(slab_bytes, "slab_bytes", minimum=_PAGE, error=ValueError, where="SlabPool")
         self.token = secrets.token_hex(8)
         self.slab_bytes = -(-slab_bytes // _PAGE) * _PAGE
         # re-entrant: a batch freed by the garbage collector inside a locked section
@@ -461,25 +458,17 @@ class SlabPool:
         self._next_serial = 0
         self._closed = False
         self._pinned: dict[int, tuple[int, int]] = {}
-        self.pin_memory = bool(pin_memory) and self._cuda_ok()
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        if pin_memory and not self.pin_memory:
+            warnings.warn("pin_memory=True but no CUDA device is available: batches are not pinned",
+                          stacklevel=2)
         self.fallbacks = 0
-        self._writer = SlabWriter(self.token, list(self._fds))
+        self.writer = SlabWriter(self.token, list(self._fds))  # the workers' side
         _POOLS[self.token] = self
-
-    @staticmethod
-    def _cuda_ok() -> bool:
-        if torch.cuda.is_available():
-            return True
-        warnings.warn("pin_memory=True but no CUDA device is available: batches are not pinned",
-                      stacklevel=3)
-        return False
 
     @property
     def num_slabs(self) -> int:
         return len(self._state)
-
-    def writer(self) -> SlabWriter:
-        return self._writer
 
     def free_count(self) -> int:
         """Slabs neither in flight nor held by a live batch."""

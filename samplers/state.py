@@ -8,7 +8,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -29,11 +29,13 @@ MAX_WORLD_SIZE = 2**20
 MAX_LIST = 2**16
 
 
-def is_stateful(obj: object) -> bool:
-    """True when ``obj`` has ``state_dict`` and ``load_state_dict`` (torchdata's protocol)."""
-    return callable(getattr(obj, "state_dict", None)) and callable(
-        getattr(obj, "load_state_dict", None)
-    )
+@runtime_checkable
+class Stateful(Protocol):
+    """Has ``state_dict`` and ``load_state_dict`` (torchdata's protocol); ``isinstance`` checks it."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
 
 
 def make_state(kind: str, **fields: Any) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Index samplers: the endless, resumable, rank-sharded training streams and InferenceSampler.
+"""Index samplers: the endless, resumable, rank-sharded training streams and InferenceSampler,
+and the rank, world size and shared seed they take from torch.distributed.
 
 A training sampler gives pass ``p`` as a :class:`~samplers.order.PassOrder` keyed by
 ``(seed, p)``; rank ``r`` takes global positions ``r, r + world_size, ...``. The state is the
@@ -9,13 +10,15 @@ fingerprint; loading is O(1). ``iter()`` restarts at the origin (construction or
 from __future__ import annotations
 
 import logging
-import math
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+import copy
+
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.utils.data import Sampler
 
 from catalog._common import (
@@ -29,15 +32,14 @@ from catalog._common import (
 )
 from catalog.storage.records import RecordColumns
 
-from .distributed import resolve_rank_and_world_size, shared_random_seed
 from .errors import SamplerConfigError, SamplerStateError, StateMismatchError, SupersededIteratorError
 from .order import (
-    MAX_FACTOR_SUM, ROUNDING, ArrayOrder, ComposedOrder, ConcatOrder, KeyedPermutation, PassOrder,
-    RangeOrder, RoundedOrder, SystematicRounding, cursor_after,
+    MAX_FACTOR_SUM, ROUNDING, ComposedOrder, ConcatOrder, KeyedPermutation, PassOrder, RangeOrder,
+    RoundedOrder, SystematicRounding, cursor_after,
 )
 from .state import (
-    MAX_PASS, MAX_POSITION, MAX_SEED, MAX_WORLD_SIZE, Notes, array_digest, check_config,
-    check_int as check_state_int, check_state, make_state,
+    MAX_PASS, MAX_POSITION, MAX_SEED, MAX_WORLD_SIZE, STATE_VERSION, Notes, array_digest,
+    check_config, check_int as check_state_int, check_state,
 )
 
 logger = logging.getLogger(__name__)
@@ -48,24 +50,57 @@ CHUNK = 8192
 ORDER = "keyed-feistel-1"
 
 
-def _seed(seed: Any, name: str, owner: str) -> int:
-    seed = check_seed(seed, name, error=SamplerConfigError, where=owner)
-    return shared_random_seed() if seed is None else seed
+# ---------------------------------------------------------------- rank, world size, shared seed
+def get_rank() -> int:
+    """This process's rank (0 when not distributed)."""
+    return int(dist.get_rank()) if dist.is_available() and dist.is_initialized() else 0
 
 
+def get_world_size() -> int:
+    """The default process group's size (1 when not distributed)."""
+    return int(dist.get_world_size()) if dist.is_available() and dist.is_initialized() else 1
+
+
+def resolve_rank_and_world_size(rank: int | None, world_size: int | None,
+                                owner: str = "sampler") -> tuple[int, int]:
+    """Missing values from torch.distributed; TypeError / ValueError when out of range."""
+    joined = dist.is_available() and dist.is_initialized()
+    world_size = (int(dist.get_world_size()) if joined else 1) if world_size is None else world_size
+    rank = (int(dist.get_rank()) if joined else 0) if rank is None else rank
+    world_size = check_int(world_size, "world_size", minimum=1, maximum=MAX_WORLD_SIZE, where=owner)
+    rank = check_int(rank, "rank", minimum=0, maximum=world_size - 1, where=owner)
+    return rank, world_size
+
+
+def shared_random_seed() -> int:
+    """A seed in ``[0, 2**31)`` every rank agrees on: drawn from torch's default generator
+    (``torch.manual_seed`` makes it reproducible) and broadcast from rank 0."""
+    seed = int(torch.randint(2**31, (1,)).item())
+    if dist.is_available() and dist.is_initialized():
+        box = [seed]
+        dist.broadcast_object_list(box, src=0)
+        seed = int(box[0])
+    return seed
+
+
+# ---------------------------------------------------------------- the training streams
 class StreamSampler(Sampler[int]):
-    """Base of the training samplers: a subclass defines ``_make_pass(p)``, ``_config()`` and
-    ``constant_length`` (or ``_pass_length``); nested state: ``_extra_state`` / ``_prepare_extra``.
+    """Base of the training samplers: a subclass passes its ``config`` (the fingerprint) and defines
+    ``_make_pass(p)`` and ``constant_length`` (or ``_pass_length``); nested state: an override
+    of ``state_dict`` adding ``extra_keys``, checked by ``_prepare_extra``.
     """
 
     constant_length: int | None = None
     #: The state keys a sampler nests besides seed, cursor, world size and config.
     extra_keys: tuple[str, ...] = ("pass_start",)
 
-    def __init__(self, *, seed: int | None, rank: int | None, world_size: int | None) -> None:
+    def __init__(self, *, seed: int | None, rank: int | None, world_size: int | None,
+                 config: dict[str, Any]) -> None:
         owner = type(self).__name__
         self.rank, self.world_size = resolve_rank_and_world_size(rank, world_size, owner)
-        self.seed = _seed(seed, "seed", owner)
+        seed = check_seed(seed, "seed", error=SamplerConfigError, where=owner)
+        self.seed = shared_random_seed() if seed is None else seed
+        self._fingerprint = {"order": ORDER, **config}  # saved in every state, compared on load
         self._cursor_pass = self._cursor_offset = 0
         self._orders: dict[int, PassOrder] = {}
         self._chunk: tuple[Iterator[int], int, int, int] | None = None  # iterator, len, pass, offset
@@ -76,16 +111,10 @@ class StreamSampler(Sampler[int]):
     def _make_pass(self, pass_index: int) -> PassOrder:
         raise NotImplementedError
 
-    def _config(self) -> dict[str, Any]:
-        raise NotImplementedError
-
     def _pass_length(self, seed: int, pass_index: int) -> int:
         if self.constant_length is None:
             raise NotImplementedError(f"{type(self).__name__}: a varying pass length needs _pass_length")
         return self.constant_length
-
-    def _extra_state(self, pass_index: int) -> dict[str, Any]:
-        return {"pass_start": None}
 
     def _prepare_extra(self, state: Mapping[str, Any], *, strict: bool, notes: Notes) -> Callable[[], None]:
         if state["pass_start"] is not None:
@@ -112,8 +141,7 @@ class StreamSampler(Sampler[int]):
         orders = self._orders
         nxt = max(orders) + 1 if orders else self._cursor_pass
         while nxt <= pass_index:
-            order = self._make_pass(nxt)
-            orders[nxt] = order if isinstance(order, PassOrder) else ArrayOrder(order)
+            orders[nxt] = self._make_pass(nxt)
             nxt += 1
         return orders[pass_index]
 
@@ -122,14 +150,6 @@ class StreamSampler(Sampler[int]):
             iterator, length, pass_index, offset = self._chunk
             consumed = length - operator.length_hint(iterator)
             self._cursor_pass, self._cursor_offset = pass_index, offset + consumed * self.world_size
-
-    def _normalize_cursor(self) -> None:
-        self._sync_cursor()
-        self._chunk = None
-        while self._cursor_offset >= (length := len(self._order(self._cursor_pass))):
-            self._cursor_offset -= length
-            self._orders.pop(self._cursor_pass, None)
-            self._cursor_pass += 1
 
     def _move_to(self, cursor: tuple[int, int]) -> None:
         self._orders.clear()
@@ -153,12 +173,18 @@ class StreamSampler(Sampler[int]):
         while True:
             if generation != self._generation:
                 self._superseded()
-            self._normalize_cursor()
+            self._sync_cursor()
+            self._chunk = None
+            while self._cursor_offset >= (length := len(self._order(self._cursor_pass))):
+                self._cursor_offset -= length  # the cursor moves to the next pass
+                self._orders.pop(self._cursor_pass, None)
+                self._cursor_pass += 1
             pass_index, offset = self._cursor_pass, self._cursor_offset
             order = self._order(pass_index)
             start = offset + rank
-            if start < len(order):
-                chunk = order.slice(start, min(len(order), start + world * CHUNK), world).tolist()
+            if start < length:
+                stop = min(length, start + world * CHUNK)
+                chunk = order.at(np.arange(start, stop, world, dtype=np.int64)).tolist()
                 iterator = iter(chunk)
                 current = self._chunk = (iterator, len(chunk), pass_index, offset)
                 for value in iterator:
@@ -196,9 +222,9 @@ class StreamSampler(Sampler[int]):
         while offset >= len(self._order(pass_index)):
             offset -= len(self._order(pass_index))
             pass_index += 1
-        return make_state(type(self).__name__, seed=self.seed, pass_index=pass_index, offset=offset,
-                          world_size=self.world_size, config={"order": ORDER, **self._config()},
-                          **self._extra_state(pass_index))
+        return {"type": type(self).__name__, "version": STATE_VERSION, "seed": self.seed,
+                "pass_index": pass_index, "offset": offset, "world_size": self.world_size,
+                "config": copy.deepcopy(self._fingerprint), "pass_start": None}
 
     def load_state_dict(self, state_dict: dict[str, Any], *, strict: bool = True) -> None:
         """Continue where the saved sampler stood (re-sharded); the state's seed wins. A rejected
@@ -214,7 +240,7 @@ class StreamSampler(Sampler[int]):
         name = type(self).__name__
         keys = ["seed", "pass_index", "offset", "world_size", "config", *self.extra_keys]
         state = check_state(state_dict, name, keys)
-        check_config(state["config"], {"order": ORDER, **self._config()}, name, strict=strict, notes=notes)
+        check_config(state["config"], self._fingerprint, name, strict=strict, notes=notes)
         seed = check_state_int(state["seed"], "seed", name, 0, MAX_SEED)
         pass_index = check_state_int(state["pass_index"], "pass_index", name, 0, MAX_PASS)
         saved_world = check_state_int(state["world_size"], "world_size", name, 1, MAX_WORLD_SIZE + 1)
@@ -253,21 +279,16 @@ class TrainingSampler(StreamSampler):
 
     def __init__(self, size: int, shuffle: bool = True, seed: int | None = None, *,
                  rank: int | None = None, world_size: int | None = None) -> None:
-        self._size = self.constant_length = check_positive_size(size, where="TrainingSampler")
+        self._size = self.dataset_size = self.constant_length = check_positive_size(
+            size, where="TrainingSampler")
         self._shuffle = bool(shuffle)
-        super().__init__(seed=seed, rank=rank, world_size=world_size)
-
-    @property
-    def dataset_size(self) -> int:
-        return self._size
+        super().__init__(seed=seed, rank=rank, world_size=world_size,
+                         config={"size": self._size, "shuffle": self._shuffle})
 
     def _make_pass(self, pass_index: int) -> PassOrder:
         if not self._shuffle:
             return RangeOrder(self._size)
         return KeyedPermutation(self._size, "shuffle", self.seed, pass_index)
-
-    def _config(self) -> dict[str, Any]:
-        return {"size": self._size, "shuffle": self._shuffle}
 
     def __repr__(self) -> str:
         return (f"TrainingSampler(size={self._size}, shuffle={self._shuffle}, seed={self.seed}, "
@@ -292,22 +313,20 @@ class RandomSubsetTrainingSampler(StreamSampler):
                  seed_shuffle: int | None = None, seed_subset: int | None = None, *,
                  rank: int | None = None, world_size: int | None = None) -> None:
         owner = "RandomSubsetTrainingSampler"
-        self._size = check_positive_size(size, where=owner)
+        self._size = self.dataset_size = check_positive_size(size, where=owner)
         self._ratio = check_float(subset_ratio, "subset_ratio", above=0, maximum=1, where=owner)
         self.constant_length = int(self._size * self._ratio)
         if self.constant_length < 1:
             raise ValueError(f"{owner}: int({self._size} * {self._ratio}) = 0 records; choose a "
                              "larger subset_ratio")
         self._shuffle = bool(shuffle)
-        check_seed(seed_subset, "seed_subset", error=SamplerConfigError, where=owner)
-        super().__init__(seed=seed_shuffle, rank=rank, world_size=world_size)
-        self._seed_subset = _seed(seed_subset, "seed_subset", owner)
+        seed_subset = check_seed(seed_subset, "seed_subset", error=SamplerConfigError, where=owner)
+        super().__init__(seed=seed_shuffle, rank=rank, world_size=world_size,
+                         config={"size": self._size, "subset_ratio": self._ratio,
+                                 "subset_size": self.constant_length, "shuffle": self._shuffle})
+        self._seed_subset = shared_random_seed() if seed_subset is None else seed_subset
         self._subset = KeyedPermutation(self._size, "subset", self._seed_subset)
         logger.info("%s: training on %d of %d records", owner, self.constant_length, self._size)
-
-    @property
-    def dataset_size(self) -> int:
-        return self._size
 
     @property
     def subset(self) -> np.ndarray:
@@ -323,12 +342,8 @@ class RandomSubsetTrainingSampler(StreamSampler):
         inner = KeyedPermutation(k, "shuffle", self.seed, pass_index) if self._shuffle else RangeOrder(k)
         return ComposedOrder(inner, self._subset)
 
-    def _config(self) -> dict[str, Any]:
-        return {"size": self._size, "subset_ratio": self._ratio,
-                "subset_size": self.constant_length, "shuffle": self._shuffle}
-
-    def _extra_state(self, pass_index: int) -> dict[str, Any]:
-        return {"pass_start": None, "seed_subset": self._seed_subset}
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "seed_subset": self._seed_subset}
 
     def _prepare_extra(self, state: Mapping[str, Any], *, strict: bool, notes: Notes) -> Callable[[], None]:
         super()._prepare_extra(state, strict=strict, notes=notes)
@@ -342,8 +357,10 @@ class RandomSubsetTrainingSampler(StreamSampler):
 
 
 # ---------------------------------------------------------------- repeat factors
-def _factors_from_columns(columns: RecordColumns, thresh: float, sqrt: bool, label: str) -> np.ndarray:
-    n, cats, offsets = len(columns), columns.category_ids, columns.category_offsets
+def _factors(n: int, cats: np.ndarray, offsets: np.ndarray, thresh: float, sqrt: bool,
+             label: str) -> np.ndarray:
+    """Repeat factors of ``n`` records whose annotations' categories are
+    ``cats[offsets[i]:offsets[i + 1]]`` (-1: no integer category)."""
     counts = np.diff(offsets)
     if cats.size and int(cats.min()) < 0:
         position = int(np.flatnonzero(cats < 0)[0])
@@ -352,6 +369,7 @@ def _factors_from_columns(columns: RecordColumns, thresh: float, sqrt: bool, lab
                                 f"{position - int(offsets[record])} has no integer 'category_id'")
     if cats.size == 0:
         return np.ones(n, dtype=np.float64)
+    cats = np.unique(cats, return_inverse=True)[1].reshape(-1)  # dense ids: any id range is cheap
     num_categories = int(cats.max()) + 1
     # one key per (record, category), sorted: duplicates become neighbours
     keys = np.sort(np.repeat(np.arange(n, dtype=np.int64), counts) * num_categories + cats, kind="stable")
@@ -369,26 +387,19 @@ def _factors_from_columns(columns: RecordColumns, thresh: float, sqrt: bool, lab
     return factors
 
 
-def _factors_from_records(records: Iterable[Any], thresh: float, sqrt: bool, label: str) -> np.ndarray:
-    per_record: list[set[int]] = []
+def _category_columns(records: Iterable[Any], label: str) -> tuple[int, np.ndarray, np.ndarray]:
+    """(records, category ids, offsets) of plain record dicts; RecordFormatError on a bad one."""
+    cats: list[int] = []
+    offsets = [0]
     for index, record in enumerate(records):
         if not isinstance(record, dict):
             raise RecordFormatError(f"record {index}{label} is a {type(record).__name__}, not a dict")
-        categories = set()
         for position, anno in enumerate(record.get("annotations") or ()):
             category = anno.get("category_id") if isinstance(anno, dict) else None
-            categories.add(check_int(category, "'category_id'", error=RecordFormatError,
-                                     where=f"record {index}{label}: annotation {position}"))
-        per_record.append(categories)
-    n = len(per_record)
-    image_count: dict[int, int] = {}
-    for categories in per_record:
-        for category in categories:
-            image_count[category] = image_count.get(category, 0) + 1
-    factor = {c: max(1.0, math.sqrt(thresh * n / k) if sqrt else thresh * n / k)
-              for c, k in image_count.items()}
-    return np.asarray([max((factor[c] for c in cats), default=1.0) for cats in per_record],
-                      dtype=np.float64)
+            cats.append(check_int(category, "'category_id'", error=RecordFormatError, minimum=0,
+                                  maximum=2**63 - 1, where=f"record {index}{label}: annotation {position}"))
+        offsets.append(len(cats))
+    return len(offsets) - 1, np.asarray(cats, dtype=np.int64), np.asarray(offsets, dtype=np.int64)
 
 
 def repeat_factors_from_category_frequency(dataset_dicts: Sequence[dict] | Any, repeat_thresh: float,
@@ -408,9 +419,10 @@ def repeat_factors_from_category_frequency(dataset_dicts: Sequence[dict] | Any, 
     label = f" of dataset {name!r}" if name else ""
     columns = getattr(dataset_dicts, "columns", None)
     if isinstance(columns, RecordColumns):
-        factors = _factors_from_columns(columns, thresh, bool(sqrt), label)
+        n, cats, offsets = len(columns), columns.category_ids, columns.category_offsets
     else:
-        factors = _factors_from_records(dataset_dicts, thresh, bool(sqrt), label)
+        n, cats, offsets = _category_columns(dataset_dicts, label)
+    factors = _factors(n, cats, offsets, thresh, bool(sqrt), label)
     logger.info("repeat factors%s: threshold %g, mean %.3f over %d records", label, thresh,
                 float(factors.mean()) if len(factors) else 0.0, len(factors))
     return torch.from_numpy(factors.astype(np.float32))
@@ -459,16 +471,15 @@ class RepeatFactorTrainingSampler(StreamSampler):
         self._shuffle = bool(shuffle)
         self._rounding = SystematicRounding(self._factors, permute=self._shuffle)
         self.constant_length = None if self._rounding.fractional else self._rounding.length(0)
-        super().__init__(seed=seed, rank=rank, world_size=world_size)
+        self.dataset_size = len(self._factors)
+        super().__init__(seed=seed, rank=rank, world_size=world_size,
+                         config={"size": len(self._factors), "shuffle": self._shuffle,
+                                 "repeat_factors": self._digest, "rounding": ROUNDING})
 
     @classmethod
     def from_category_frequency(cls, dataset_dicts: Any, repeat_thresh: float, *, sqrt: bool = True,
                                 **kwargs: Any) -> RepeatFactorTrainingSampler:
         return cls(repeat_factors_from_category_frequency(dataset_dicts, repeat_thresh, sqrt), **kwargs)
-
-    @property
-    def dataset_size(self) -> int:
-        return len(self._factors)
 
     @property
     def repeat_factors(self) -> np.ndarray:
@@ -490,9 +501,6 @@ class RepeatFactorTrainingSampler(StreamSampler):
     def _pass_length(self, seed: int, pass_index: int) -> int:
         return self._rounding.length(self._rounding.offset(seed, pass_index))
 
-    def _config(self) -> dict[str, Any]:
-        return {"size": len(self._factors), "shuffle": self._shuffle,
-                "repeat_factors": self._digest, "rounding": ROUNDING}
 
 
 # ---------------------------------------------------------------- concatenation
@@ -523,12 +531,13 @@ class ConcatSampler(StreamSampler):
             raise ValueError(f"ConcatSampler: {len(chosen)} weights for {len(self._sizes)} parts")
         self._weights = np.asarray(chosen, dtype=np.float64) / sum(chosen)
         self._starts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
-        self.constant_length = int(sum(self._sizes))
+        self.constant_length = self.dataset_size = int(sum(self._sizes))
         if samplers is not None and (isinstance(samplers, (str, bytes)) or not isinstance(samplers, Sequence)):
             raise TypeError(f"ConcatSampler: samplers must be a list, got {samplers!r}")
         if samplers is not None and len(samplers) != len(self._sizes):
             raise ValueError(f"ConcatSampler: {len(samplers)} samplers for {len(self._sizes)} parts")
-        super().__init__(seed=seed, rank=rank, world_size=world_size)
+        super().__init__(seed=seed, rank=rank, world_size=world_size,
+                         config={"sizes": list(self._sizes), "weights": self._weights.tolist()})
         self._parts: list[StreamSampler] = []
         for j, size in enumerate(self._sizes):
             part = samplers[j] if samplers is not None else None
@@ -542,11 +551,8 @@ class ConcatSampler(StreamSampler):
                 raise ValueError(f"ConcatSampler: sampler of part {j} draws from "
                                  f"{part.dataset_size} records, the part has {size}")
             self._parts.append(part)
+        self._fingerprint["parts"] = [type(part).__name__ for part in self._parts]
         self._pass_starts: dict[int, list[dict[str, Any]]] = {}
-
-    @property
-    def dataset_size(self) -> int:
-        return self.constant_length
 
     @property
     def weights(self) -> np.ndarray:
@@ -568,8 +574,10 @@ class ConcatSampler(StreamSampler):
             part._move_to(cursor_after(part, start, count))
         return order
 
-    def _extra_state(self, pass_index: int) -> dict[str, Any]:
-        return {"pass_start": self._pass_starts[pass_index]}
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["pass_start"] = self._pass_starts[state["pass_index"]]
+        return state
 
     def _prepare_extra(self, state: Mapping[str, Any], *, strict: bool, notes: Notes) -> Callable[[], None]:
         saved = state["pass_start"]
@@ -595,10 +603,6 @@ class ConcatSampler(StreamSampler):
 
         return restore
 
-    def _config(self) -> dict[str, Any]:
-        return {"sizes": list(self._sizes), "weights": self._weights.tolist(),
-                "parts": [type(part).__name__ for part in self._parts]}
-
     def __repr__(self) -> str:
         return (f"ConcatSampler(sizes={self._sizes}, weights={np.round(self._weights, 4).tolist()}, "
                 f"seed={self.seed}, rank={self.rank}, world_size={self.world_size})")
@@ -615,15 +619,11 @@ class InferenceSampler(Sampler[int]):
     """
 
     def __init__(self, size: int, *, rank: int | None = None, world_size: int | None = None) -> None:
-        self._size = check_positive_size(size, allow_zero=True, where="InferenceSampler")
+        self._size = self.dataset_size = check_positive_size(size, allow_zero=True, where="InferenceSampler")
         self.rank, self.world_size = resolve_rank_and_world_size(rank, world_size, "InferenceSampler")
         base, extra = divmod(self._size, self.world_size)
         self._start = self.rank * base + min(self.rank, extra)
         self._stop = self._start + base + (1 if self.rank < extra else 0)
-
-    @property
-    def dataset_size(self) -> int:
-        return self._size
 
     def __iter__(self) -> Iterator[int]:
         return iter(range(self._start, self._stop))

@@ -25,9 +25,8 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin_batch
 
 from catalog._common import check_float
 from mappers.errors import add_context
-from mappers.random_state import sample_seed
 
-from .errors import LoaderTimeoutError, LoaderWorkerError, SamplerConfigError, TransportError, WorkerExitedError
+from .errors import BatchPickleError, LoaderTimeoutError, LoaderWorkerError, SamplerConfigError, TransportError, WorkerExitedError
 from .slabs import (
     DEFAULT_SLAB_BYTES, ReceivedBatch, SlabBatch, SlabPool, SlabWriter, Ticket, transport_supported,
     value_class,
@@ -168,26 +167,25 @@ TRANSPORTS = ("auto", "slab", "dataloader")
 _SPARE_SLABS = 4
 
 
+@value_class
 class ChainedWorkerInit:
     """A picklable ``worker_init_fn``: catmap's seeding first, then the user's function."""
 
-    def __init__(self, first: Callable[[int], Any], then: Callable[[int], Any]) -> None:
-        self.first = first
-        self.then = then
+    first: Callable[[int], Any]
+    then: Callable[[int], Any]
 
     def __call__(self, worker_id: int) -> None:
         self.first(worker_id)
         self.then(worker_id)
 
 
+@value_class
 class _Fetched:
     """Samples of one batch from WorkerDataset to TransportCollate (in a worker)."""
 
-    __slots__ = ("ticket", "samples")
-
-    def __init__(self, ticket: Ticket | None, samples: list[Any]) -> None:
-        self.ticket = ticket
-        self.samples = samples
+    ticket: Ticket | None
+    samples: list[Any]
+    indices: list[int | None]
 
 
 def _worker_id() -> int | None:
@@ -204,7 +202,7 @@ def _dataset_index(key: Any) -> int | None:
 
 class WorkerDataset:
     """The dataset in the workers: fetches a batch of keys (after an optional slab ticket),
-    records progress, turns an exception into a :class:`WorkerFailure`; derives sample seeds.
+    records progress, turns an exception into a :class:`WorkerFailure`.
     """
 
     def __init__(self, dataset: Any, board: ProgressBoard | None) -> None:
@@ -222,12 +220,11 @@ class WorkerDataset:
         if keys and type(keys[0]) is Ticket:
             ticket, keys = keys[0], keys[1:]
         worker, board, dataset = _worker_id(), self.board, self.dataset
-        samples, index = [], None
+        samples, indices, index = [], [], None
         try:
             for key in keys:
-                if type(key) is tuple and len(key) == 3:  # (index, position, seed)
-                    key = (key[0], sample_seed(key[2], key[1]))
                 index = _dataset_index(key)
+                indices.append(index)
                 if board is not None and worker is not None and index is not None:
                     board.set(worker, index)
                 samples.append(dataset[key])
@@ -235,7 +232,7 @@ class WorkerDataset:
             if board is not None and worker is not None:
                 board.set(worker, -1)
             return [WorkerFailure.capture(exc, worker_id=worker, index=index, ticket=ticket)]
-        return [_Fetched(ticket, samples)]
+        return [_Fetched(ticket, samples, indices)]
 
     def __repr__(self) -> str:
         return f"WorkerDataset({self.dataset!r})"
@@ -260,13 +257,59 @@ class TransportCollate:
         try:
             batch = self.collate_fn(item.samples)
             if self.writer is not None and item.ticket is not None:
-                return self.writer.write(item.ticket, batch)
-            return batch
+                batch = self.writer.write(item.ticket, batch)
+            return batch if worker is None else _Outgoing(batch, worker, item.indices, item.ticket)
         except Exception as exc:
             return WorkerFailure.capture(exc, worker_id=worker, index=None, ticket=item.ticket)
         finally:
             if self.board is not None and worker is not None:
                 self.board.set(worker, -1)
+
+
+def _unpicklable_key(value: Any, path: str = "batch", depth: int = 0) -> str:
+    """The path of the innermost value in ``value`` that fails to pickle (a failure path only)."""
+    if type(value) is SlabBatch:
+        return _unpicklable_key(value.skeleton, path, depth)
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, (list, tuple)):
+        items = enumerate(value)
+    elif hasattr(value, "__dict__"):
+        items = ((f".{name}", v) for name, v in vars(value).items())
+    else:
+        return path
+    for key, item in items:
+        inner = f"{path}{key}" if type(key) is str and key[:1] == "." else f"{path}[{key!r}]"
+        try:
+            reduction.ForkingPickler.dumps(item)
+        except Exception:
+            return _unpicklable_key(item, inner, depth + 1) if depth < 8 else inner
+    return path
+
+
+class _Outgoing:
+    """A batch leaving a worker, pickled by the queue's feeder thread: a batch that fails to
+    pickle there would only be printed, and the main process would wait for it until the
+    timeout. Pickled here first, it becomes a :class:`WorkerFailure` instead."""
+
+    __slots__ = ("batch", "worker_id", "indices", "ticket")
+
+    def __init__(self, batch: Any, worker_id: int, indices: list[int | None], ticket: Any) -> None:
+        self.batch, self.worker_id, self.indices, self.ticket = batch, worker_id, indices, ticket
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        try:
+            return (pickle.loads, (bytes(reduction.ForkingPickler.dumps(self.batch)),))
+        except Exception as exc:
+            key = _unpicklable_key(self.batch)
+            error = BatchPickleError(
+                f"the batch of dataset indices {self.indices} cannot be sent from DataLoader "
+                f"worker {self.worker_id}: {key} cannot be pickled ({type(exc).__name__}: {exc}); "
+                "a mapper must return picklable values (no lambdas, locks, open files)",
+                worker_id=self.worker_id, index=self.indices[0] if self.indices else None, key=key,
+            )
+            return WorkerFailure.capture(error, worker_id=self.worker_id, index=error.index,
+                                         ticket=self.ticket).__reduce__()
 
 
 class TicketedBatchSampler(Sampler[list[Any]]):
@@ -306,9 +349,8 @@ class LoaderTransport:
             raise SamplerConfigError(
                 "loader: transport='slab' needs os.memfd_create (Linux); use transport='auto'"
             )
-        self.kind = "slab" if num_workers and transport != "dataloader" else "dataloader"
-        if self.kind == "slab" and not transport_supported():  # "auto" off Linux
-            self.kind = "dataloader"
+        # "auto" off Linux: the DataLoader's own transport
+        self.kind = "slab" if num_workers and transport != "dataloader" and transport_supported() else "dataloader"
         # seconds for one batch: None gives DEFAULT_TIMEOUT with workers (0 without); 0: forever
         self.timeout = (
             (DEFAULT_TIMEOUT if num_workers > 0 else 0.0) if timeout is None
@@ -328,20 +370,16 @@ class LoaderTransport:
 
     def dataloader_kwargs(self, dataset: Any, batch_sampler: Any,
                           collate_fn: Callable[[list[Any]], Any]) -> dict[str, Any]:
-        if self.num_workers == 0:
-            return {"dataset": dataset, "batch_sampler": batch_sampler,
-                    "collate_fn": collate_fn, "pin_memory": self.pin_memory}
+        """The DataLoader arguments with workers (without, a plain DataLoader needs none)."""
         if self.pool is not None:
             self._sampler = TicketedBatchSampler(batch_sampler, self.pool)
             batch_sampler = self._sampler
-        writer = self.pool.writer() if self.pool is not None else None
+        writer = self.pool.writer if self.pool is not None else None
         return {"dataset": WorkerDataset(dataset, self.board), "batch_sampler": batch_sampler,
                 "collate_fn": TransportCollate(collate_fn, writer, self.board),
                 "pin_memory": self.pin_memory and self.pool is None, "timeout": self.timeout}
 
     def iterate(self, loader: Any) -> Iterator[Any]:
-        if self.num_workers == 0:
-            return iter(loader)
         iterator = iter(loader)
         generation = self._sampler.generation if self._sampler is not None else 0
         return self._batches(loader, iterator, generation)

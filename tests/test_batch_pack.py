@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mappers.instances import Instances
+from samplers import build_detection_test_loader
 from samplers.slabs import ALIGNMENT, plan_batch, unpack_batch, write_batch
 from samplers.slabs import SlabPool, Ticket, TransportError
 
@@ -108,7 +109,7 @@ def test_any_nesting_round_trips(tree):
 def test_views_keep_the_arena_alive_until_the_last_one_dies():
     pool = SlabPool(1, slab_bytes=os.sysconf("SC_PAGE_SIZE"))
     ticket = pool.assign(generation=1)
-    handle = pool.writer().write(ticket, [{"a": torch.ones(3, 1000)}])  # grows the slab
+    handle = pool.writer.write(ticket, [{"a": torch.ones(3, 1000)}])  # grows the slab
     batch = pool.receive(handle).unpack()
     row = batch[0]["a"][1]
     del batch
@@ -129,11 +130,71 @@ def test_pool_bookkeeping_ignores_stale_serials_and_reclaims_unreceived_slabs():
     assert pool.free_count() == 0
     assert pool.reclaim(1) == 1 and pool.free_count() == 1
     with pytest.raises(TransportError, match="no longer assigned"):
-        pool.receive(pool.writer().write(first, [1]))
-    handle = pool.writer().write(second, [torch.zeros(2)])
+        pool.receive(pool.writer.write(first, [1]))
+    handle = pool.writer.write(second, [torch.zeros(2)])
     received = pool.receive(handle)
     del received  # dropped without unpacking (a prefetched batch nobody asked for)
     assert pool.free_count() == 2
     pool.close()
     assert pool.assign(3) is None
     assert repr(Ticket(1, 2)) == "Ticket(slab=1, serial=2)"
+
+
+class TaggedInstances(Instances):
+    """A subclass of our Instances: rebuilt as itself."""
+
+
+class Foreign:
+    class Instances:
+        """Another library's Instances (as detectron2's): same name, same small API."""
+
+        def __init__(self, image_size, **fields):
+            self._image_size, self._fields = image_size, dict(fields)
+
+        @property
+        def image_size(self):
+            return self._image_size
+
+        def get_fields(self):
+            return self._fields
+
+
+def foreign_mapper(record):
+    i = record["image_id"]
+    return {"instances": Foreign.Instances((4, 5), boxes=torch.full((i, 4), float(i)),
+                                           ids=np.arange(i)),
+            "tagged": TaggedInstances((2, 3), gt_classes=torch.arange(i))}
+
+
+@pytest.mark.parametrize("cls", [TaggedInstances, Foreign.Instances])
+def test_instances_like_classes_travel_in_the_arena_and_come_back_as_their_class(cls):
+    boxes = torch.arange(8.0).reshape(2, 4)
+    out, plan = _roundtrip([{"instances": cls((4, 5), boxes=boxes)}])
+    node = plan.skeleton[0]["instances"]
+    assert node.cls is cls and not isinstance(node.fields["boxes"], torch.Tensor)  # in the arena
+    inst = out[0]["instances"]
+    assert type(inst) is cls and inst.image_size == (4, 5)
+    assert torch.equal(inst.get_fields()["boxes"], boxes)
+
+
+def test_an_instances_class_pickle_cannot_find_by_name_is_left_to_pickling():
+    class Instances(Foreign.Instances):  # a local class: not importable by the main process
+        pass
+
+    value = Instances((1, 1), boxes=torch.zeros(1, 4))
+    assert plan_batch([value]).skeleton[0] is value
+
+
+def test_foreign_instances_arrive_through_slab_loader_workers():
+    loader = build_detection_test_loader(
+        [{"image_id": i} for i in range(4)], mapper=foreign_mapper, num_workers=1,
+        batch_size=2, transport="slab", timeout=60,
+    )
+    batches = list(loader)
+    assert loader.transport.pool.fallbacks == 0
+    for i, sample in enumerate(s for b in batches for s in b):
+        inst, tagged = sample["instances"], sample["tagged"]
+        assert type(inst) is Foreign.Instances and type(tagged) is TaggedInstances
+        assert torch.equal(inst.get_fields()["boxes"], torch.full((i, 4), float(i)))
+        assert np.array_equal(inst.get_fields()["ids"], np.arange(i))
+        assert torch.equal(tagged.gt_classes, torch.arange(i)) and tagged.image_size == (2, 3)

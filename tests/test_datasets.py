@@ -12,6 +12,7 @@ from torch.utils import data
 from catalog.storage.records import SerializedList
 from mappers.datasets import PicklableCallable, needs_by_value
 from mappers.datasets import DatasetFromList, MapDataset, MapIterableDataset, ToIterableDataset
+from mappers import set_default_dataset_from_list_serialize_method
 from mappers.errors import MapFuncPickleError, RefetchExhaustedError
 
 
@@ -66,6 +67,24 @@ def test_dataset_from_list_custom_serializer():
     assert seen == [3]
     assert isinstance(ds.records, tuple)
     assert ds[2]["image_id"] == 2
+
+
+def test_default_serialize_method_changes_inside_the_block_only():
+    with set_default_dataset_from_list_serialize_method(torch.tensor):
+        inside = DatasetFromList([1, 2, 3], serialize=True)
+        explicit = DatasetFromList([1, 2, 3], serialize=tuple)  # a callable argument still wins
+        plain = DatasetFromList([1, 2, 3], serialize=False)
+    assert isinstance(inside.records, torch.Tensor) and inside[2] == torch.tensor(3)
+    assert isinstance(explicit.records, tuple) and plain.records == [1, 2, 3]
+    after = DatasetFromList(_records(2), serialize=True)
+    assert isinstance(after.records, SerializedList) and after[1]["image_id"] == 1
+    with pytest.raises(RuntimeError, match="boom"):
+        with set_default_dataset_from_list_serialize_method(tuple):
+            raise RuntimeError("boom")
+    assert type(DatasetFromList([1, 2]).records).__name__ == "PickledList"  # restored
+    with pytest.raises(TypeError, match="callable"):
+        with set_default_dataset_from_list_serialize_method("pickle"):
+            pass
 
 
 def test_dataset_from_list_copy_semantics_without_serialization():

@@ -211,6 +211,21 @@ def test_loaders_take_lists_of_items_that_are_not_dicts():
     assert all(item in items for item in next(iter(train)))
 
 
+def test_aspect_ratio_grouped_dataset_restart_starts_with_empty_buckets():
+    items = [{"width": w, "height": h, "i": i} for i, (w, h) in enumerate([(1, 0), (0, 1)] * 3)]
+    grouped = AspectRatioGroupedDataset(items, 2)
+    for _ in range(3):  # leave each iteration after its first batch, as detectron2's test does
+        first = next(iter(grouped))
+        assert [d["i"] for d in first] == [0, 2]
+        assert all(len(bucket) < 2 for bucket in grouped._buckets)
+    it = iter(grouped)
+    next(it)
+    assert [len(bucket) for bucket in grouped._buckets] == [0, 1]  # item 1 pending
+    # a new iteration drops the abandoned one's pending item: batches as from a fresh dataset
+    assert [[d["i"] for d in b] for b in grouped] == [[0, 2], [1, 3]]
+    assert grouped._buckets == [[], []]
+
+
 def test_aspect_ratio_grouped_dataset_batches_like_orientations():
     items = [{"width": w, "height": 3, "i": i} for i, w in enumerate([4, 2, 5, 2, 6, 1])]
     grouped = AspectRatioGroupedDataset(items, 2)

@@ -547,14 +547,17 @@ def test_sample_seeded_dataset_keys():
     ds = SampleSeededDataset([{"image_id": i} for i in range(3)])
     assert len(ds) == 3 and ds[2] == {"image_id": 2} and "SampleSeededDataset" in repr(ds)
     assert ds[(1, 5)] == {"image_id": 1}
-    with pytest.raises(TypeError, match=r"\(index, seed\) pair"):
-        ds[(1, 2, 3)]
+    with pytest.raises(TypeError, match=r"\(index, seed\) pair or an \(index, position, seed\)"):
+        ds[(1, 2, 3, 4)]
     mapped = SampleSeededDataset([{"image_id": 0}, {"image_id": 1}])
     from mappers.datasets import MapDataset
 
     draws = SampleSeededDataset(MapDataset(list(mapped.dataset), position_draw, seed=0))
     assert draws[(0, 11)] == draws[(0, 11)] and draws[(0, 11)] != draws[(0, 12)]
     assert draws[(1, 11)][1] == draws[(0, 11)][1]  # the seed, not the record, decides
+    from samplers import sample_seed
+
+    assert draws[(1, 7, 3)] == draws[(1, sample_seed(3, 7))]  # (index, position, loader seed)
 
 
 def test_sample_seeds_option_of_the_resumable_loader():

@@ -7,6 +7,7 @@ import itertools
 import os
 import queue
 import signal
+import threading
 import time
 import warnings
 from typing import NamedTuple
@@ -21,6 +22,7 @@ from mappers.datasets import MapDataset
 from mappers.errors import RefetchExhaustedError
 from mappers.instances import Instances
 from samplers import (
+    BatchPickleError,
     LoaderWorkerError,
     ResumableBatchSampler,
     ResumableLoader,
@@ -422,3 +424,31 @@ def test_an_abandoned_iterator_keeps_its_slabs_until_its_workers_stop():
     del old, new
     gc.collect()
     assert pool.free_count() == pool.num_slabs
+
+
+def lock_on_five(record):
+    """A mapper returning a lock in sample 5 (plus, everywhere, a lambda the slab leaves alone)."""
+    i = record["image_id"]
+    return {"image": torch.zeros(3, 2, 2), "image_id": i,
+            "extra": {"lock": threading.Lock()} if i == 5 else {"n": i}}
+
+
+@pytest.mark.parametrize("transport", ["slab", "dataloader"])
+def test_an_unpicklable_batch_raises_promptly_naming_indices_and_key(transport):
+    # timeout=60: a regression (the batch lost in the queue's feeder thread) fails the test
+    # with LoaderTimeoutError after 60 s instead of hanging for the default 300 s
+    loader = build_detection_test_loader(
+        _records(8), mapper=lock_on_five, num_workers=1, batch_size=2, transport=transport,
+        timeout=60,
+    )
+    batches = iter(loader)
+    assert [b[0]["image_id"] for b in itertools.islice(batches, 2)] == [0, 2]
+    with pytest.raises(BatchPickleError) as info:
+        next(batches)
+    error = info.value
+    assert error.worker_id == 0 and error.index == 4 and error.key == "batch[1]['extra']['lock']"
+    assert "dataset indices [4, 5]" in str(error) and "lock" in str(error)
+    if transport == "slab":  # the failed batch's slab is free again
+        del batches
+        gc.collect()
+        assert loader.transport.pool.free_count() == loader.transport.pool.num_slabs

@@ -46,12 +46,25 @@ def baseline_training_stream(size: int, seed: int, rank: int, world_size: int) -
     return itertools.islice(endless(), rank, None, world_size)
 
 
+class ArrayOrder(PassOrder):
+    """A pass held as an int64 array."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self._array = np.asarray(array, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self._array)
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        return self._array[positions]
+
+
 class PermutationTrainingSampler(TrainingSampler):
     """TrainingSampler as it was before keyed passes (the same cursor, chunking and state):
     each pass a materialized ``numpy`` permutation of ``(seed, pass)``."""
 
-    def _make_pass(self, pass_index: int) -> np.ndarray:
-        return numpy_generator(self.seed, pass_index).permutation(self._size)
+    def _make_pass(self, pass_index: int) -> PassOrder:
+        return ArrayOrder(numpy_generator(self.seed, pass_index).permutation(self._size))
 
 
 def baseline_state(items: int, position: int) -> dict[str, Any]:
