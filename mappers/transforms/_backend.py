@@ -1,195 +1,24 @@
-"""Image resampling: resize, flip and affine warp; OpenCV when installed, else Pillow/numpy/torch.
-
-Nearest neighbour is numpy indexing at pixel centres for every dtype, so segmentation maps are
-identical whichever backend is installed.
+"""Affine warps (OpenCV when installed, else numpy); resizing and flips live in ``transform``.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
-from catalog._common import CatmapError
-
-from ..image_io import get_cv2 as _configured_cv2
-
-
-class TransformError(CatmapError, ValueError):
-    """A transform was given input it cannot handle (wrong image size, malformed coordinates)."""
-
-
-#: Pillow's resampling constants, by value.
-INTERP_NAMES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
-_NAME_TO_PIL = {name: value for value, name in INTERP_NAMES.items()}
-_NAME_ALIASES = {"linear": "bilinear", "cubic": "bicubic", "area": "box", "antialias": "lanczos"}
-
-# dtypes cv2.resize handles for the interpolating modes.
-_CV2_DTYPES = (np.uint8, np.uint16, np.int16, np.float32, np.float64)
-
-
-@functools.lru_cache(maxsize=1)
-def get_cv2() -> Any | None:
-    """``cv2`` set to one thread (see ``mappers.image_io``), or None without OpenCV."""
-    return _configured_cv2()
-
-
-@functools.lru_cache(maxsize=1)
-def _get_pil_image() -> Any | None:
-    try:
-        from PIL import Image
-    except ImportError:
-        return None
-    return Image
-
-
-_PIL_CODES = "a Pillow constant (0 NEAREST, 1 LANCZOS, 2 BILINEAR, 3 BICUBIC, 4 BOX, 5 HAMMING)"
-_CV2_CODES = (
-    "an OpenCV flag (0 INTER_NEAREST, 1 INTER_LINEAR, 2 INTER_CUBIC, 3 INTER_AREA, "
-    "4 INTER_LANCZOS4)"
+from .transform import (  # noqa: F401 (re-exported: the resampling helpers' old home)
+    _CV2_DTYPES,
+    _CV2_FLAGS,
+    CV2_INTERP_NAMES,
+    INTERP_NAMES,
+    TransformError,
+    as_contiguous,
+    flip_array,
+    get_cv2,
+    normalize_interp,
+    resize_array,
 )
-#: OpenCV's interpolation flags, by value.
-CV2_INTERP_NAMES = {0: "nearest", 1: "bilinear", 2: "bicubic", 3: "box", 4: "lanczos"}
-
-
-def normalize_interp(
-    interp: int | str | None, default: str = "bilinear", *, opencv: bool = False
-) -> str:
-    """The name of an interpolation given as a name or a Pillow (or, with ``opencv``, an
-    OpenCV) constant."""
-    if interp is None:
-        return default
-    codes = CV2_INTERP_NAMES if opencv else INTERP_NAMES
-    if isinstance(interp, str):
-        name = interp.lower()
-        name = _NAME_ALIASES.get(name, name)
-        if name in _NAME_TO_PIL:
-            return name
-    else:
-        try:
-            value = int(interp)
-        except (TypeError, ValueError):
-            value = -1
-        if value in codes:
-            return codes[value]
-    raise ValueError(
-        f"unknown interpolation {interp!r}; use {_CV2_CODES if opencv else _PIL_CODES} or one "
-        f"of {sorted(_NAME_TO_PIL)}"
-    )
-
-
-def _nearest_indices(old: int, new: int) -> np.ndarray:
-    # Pixel-centre sampling: output pixel i covers input coordinate (i + 0.5) * old / new.
-    idx = ((np.arange(new, dtype=np.float64) + 0.5) * (old / new)).astype(np.intp)
-    return np.minimum(idx, old - 1)
-
-
-def _resize_nearest(img: np.ndarray, new_h: int, new_w: int) -> np.ndarray:
-    h, w = img.shape[:2]
-    rows = _nearest_indices(h, new_h)
-    cols = _nearest_indices(w, new_w)
-    return np.take(np.take(img, rows, axis=0), cols, axis=1)
-
-
-_CV2_FLAGS = {"bilinear": "LINEAR", "bicubic": "CUBIC", "lanczos": "LANCZOS4", "box": "AREA"}
-
-
-def _resize_cv2(cv2: Any, img: np.ndarray, new_h: int, new_w: int, name: str) -> np.ndarray:
-    src = as_contiguous(img)  # e.g. a flipped view with negative strides
-    out = cv2.resize(src, (new_w, new_h), interpolation=getattr(cv2, "INTER_" + _CV2_FLAGS[name]))
-    if img.ndim == 3 and out.ndim == 2:  # cv2 drops a trailing channel axis of size 1
-        out = out[:, :, None]
-    return out
-
-
-def _resize_pil(image_mod: Any, img: np.ndarray, new_h: int, new_w: int, name: str) -> np.ndarray:
-    squeeze = img.ndim == 3 and img.shape[2] == 1
-    src = img[:, :, 0] if squeeze else img
-    pil = image_mod.fromarray(np.ascontiguousarray(src))
-    out = np.asarray(pil.resize((new_w, new_h), resample=_NAME_TO_PIL[name]))
-    return out[:, :, None] if squeeze else out
-
-
-def _resize_torch(img: np.ndarray, new_h: int, new_w: int, name: str) -> np.ndarray:
-    modes = {"bilinear": "bilinear", "bicubic": "bicubic", "box": "area"}
-    if name not in modes:
-        raise ValueError(
-            f"interpolation {name!r} needs OpenCV or Pillow (pip install opencv-python-headless)"
-        )
-    shape = img.shape
-    x = torch.from_numpy(np.ascontiguousarray(img).astype(np.float32, copy=False))
-    x = x.reshape(shape[0], shape[1], -1).permute(2, 0, 1)[None]
-    kwargs = {} if modes[name] == "area" else {"align_corners": False}
-    y = F.interpolate(x, size=(new_h, new_w), mode=modes[name], **kwargs)[0].permute(1, 2, 0)
-    out = y.numpy()
-    if np.issubdtype(img.dtype, np.integer):
-        info = np.iinfo(img.dtype)
-        out = np.clip(np.rint(out), info.min, info.max)
-    out = out.astype(img.dtype, copy=False)
-    return out.reshape((new_h, new_w) + shape[2:])
-
-
-def resize_array(img: np.ndarray, new_h: int, new_w: int, interp: int | str | None) -> np.ndarray:
-    """Resize an HxW / HxWxC array keeping dtype and channel axis: OpenCV when the dtype
-    allows, else Pillow (uint8 with 1, 3, 4 channels; float32 gray), else torch."""
-    if img.ndim not in (2, 3):
-        raise ValueError(f"resize expects an HxW or HxWxC array, got shape {img.shape}")
-    name = normalize_interp(interp)
-    if img.shape[0] == new_h and img.shape[1] == new_w:
-        return img
-    if name == "nearest":
-        return _resize_nearest(img, new_h, new_w)
-    if img.dtype == np.bool_:
-        return resize_array(img.astype(np.uint8), new_h, new_w, name).astype(np.bool_)
-    channels = 1 if img.ndim == 2 else img.shape[2]
-    cv2 = get_cv2()
-    if cv2 is not None and name != "hamming" and img.dtype.type in _CV2_DTYPES and channels <= 512:
-        return _resize_cv2(cv2, img, new_h, new_w, name)
-    image_mod = _get_pil_image()
-    if image_mod is not None:
-        if (img.dtype == np.uint8 and channels in (1, 3, 4)) or (
-            img.dtype == np.float32 and channels == 1
-        ):
-            return _resize_pil(image_mod, img, new_h, new_w, name)
-        if name == "hamming":
-            raise ValueError(
-                f"hamming interpolation (Pillow only) needs a uint8 image with 1, 3 or 4 "
-                f"channels, got dtype {img.dtype} with {channels} channels"
-            )
-    return _resize_torch(img, new_h, new_w, name)
-
-
-def flip_array(img: np.ndarray, horizontal: bool) -> np.ndarray:
-    """Flip an HxW, HxWxC or NxHxWxC array as a view (no copy; a later resize or the CHW
-    copy of the model input makes it contiguous for free)."""
-    if img.ndim <= 3:
-        return img[:, ::-1] if horizontal else img[::-1]
-    return img[..., ::-1, :] if horizontal else img[..., ::-1, :, :]
-
-
-def as_contiguous(img: np.ndarray) -> np.ndarray:
-    """``img`` C-contiguous; a flipped view of a contiguous array goes through ``cv2.flip``
-    (about 20x faster than numpy's strided copy)."""
-    if img.flags.c_contiguous:
-        return img
-    cv2 = get_cv2()
-    if (
-        cv2 is not None
-        and img.ndim in (2, 3)
-        and img.size > 0
-        and img.dtype.type in _CV2_DTYPES
-        and (img.ndim == 2 or img.shape[2] <= 512)
-    ):
-        for flip_code, base in ((1, img[:, ::-1]), (0, img[::-1]), (-1, img[::-1, ::-1])):
-            if base.flags.c_contiguous:
-                out = cv2.flip(base, flip_code)
-                if img.ndim == 3 and out.ndim == 2:
-                    out = out[:, :, None]
-                return out
-    return np.ascontiguousarray(img)
 
 
 # warpAffine has no area mode: OpenCV itself falls back to linear

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ._backend import affine_coords, normalize_interp, warp_affine
+from ._backend import affine_coords, warp_affine
 from .transform import (
+    normalize_interp,
     CropTransform,
     Transform,
     TransformList,
