@@ -159,24 +159,26 @@ def transform_annotations(
     *,
     keypoint_hflip_indices: np.ndarray | None = None,
     context: str | None = None,
+    copy: bool = True,
 ) -> list[dict[str, Any]]:
     """All the annotations of one image, as :func:`transform_instance_annotations` but in
-    one vectorized call per kind (about 5x faster for a COCO image).
+    one vectorized call per kind (about 5x faster for a COCO image); ``copy=False`` changes
+    the list given, in place.
 
     Example:
         >>> annos = [{"bbox": [0, 0, 10, 10], "bbox_mode": BoxMode.XYXY_ABS, "category_id": 0}]
         >>> transform_annotations(annos, [HFlipTransform(20)], (20, 20))[0]["bbox"].tolist()
         [10.0, 0.0, 20.0, 10.0]
     """
-    annotations = list(annotations)
+    annotations = list(annotations) if copy else annotations
     prefix = f"{context}, " if context else ""
 
     def where(i: int) -> str:
         return _where(f"{prefix}annotation {i}", annotations[i])
 
-    _transform_many(
-        annotations, _as_transform(transforms), image_size, keypoint_hflip_indices, where
-    )
+    if not isinstance(transforms, TransformList):
+        transforms = _as_transform(transforms)
+    _transform_many(annotations, transforms, image_size, keypoint_hflip_indices, where)
     return annotations
 
 
@@ -186,7 +188,9 @@ def _transform_polygon_groups(
     """Transform lists of Nx2 polygons; pointwise transforms see all points in one call."""
     for t in transforms.transforms:
         if type(t).apply_polygons is Transform.apply_polygons:
-            flat = [p for group in groups for p in group]
+            flat = []
+            for group in groups:
+                flat.extend(group)
             if not flat:
                 continue
             moved = t.apply_coords(np.concatenate(flat, axis=0))
@@ -227,20 +231,18 @@ def _transform_many(
     # The image size before the transforms (None when a transform hides it): RLE sizes must
     # equal it and polygons must lie near it, checked before pycocotools or a transform runs.
     input_size = bound = None
-    if any("segmentation" in obj for obj in annotations):
-        input_size = input_size_of(transforms, (h, w))
-        bound = None if input_size is None else coordinate_bound(*input_size)
+    for obj in annotations:
+        if "segmentation" in obj:
+            input_size = input_size_of(transforms, (h, w))
+            bound = None if input_size is None else coordinate_bound(*input_size)
+            break
     for i, obj in enumerate(annotations):
         if "segmentation" in obj:
             segm = obj["segmentation"]
             if isinstance(segm, (list, tuple)):
                 polygon_owners.append(i)
-                polygon_groups.append(
-                    [
-                        p.reshape(-1, 2)
-                        for p in polygons_as_arrays(segm, functools.partial(where, i), bound)
-                    ]
-                )
+                arrays = polygons_as_arrays(segm, functools.partial(where, i), bound)
+                polygon_groups.append(list(map(np.reshape, arrays, [(-1, 2)] * len(arrays))))
             elif isinstance(segm, Mapping):
                 # bool, so that no transform treats the mask as a semantic map (a pad fills
                 # an instance mask with False, not with seg_pad_value)
@@ -283,11 +285,15 @@ def _all_or_none_have(
     """Whether all annotations have ``key`` (True) or none (False); a mix is a
     RecordFormatError naming the first instance without it.
     """
-    present = [(key in obj) for obj in annos]
-    if not any(present):
+    found, missing = False, None
+    for index, obj in enumerate(annos):
+        if key in obj:
+            found = True
+        elif missing is None:
+            missing = index
+    if not found:
         return False
-    if not all(present):
-        missing = present.index(False)
+    if missing is not None:
         raise RecordFormatError(
             f"{prefix}instance {missing}: missing key {key!r} while other instances of the "
             f"image have {pronoun}"
@@ -626,7 +632,7 @@ class InstanceOptions:
         source = f"file {file_name!r}" if file_name is not None else "image"
         transform_annotations(
             kept, transforms, image_size,
-            keypoint_hflip_indices=self.keypoint_hflip_indices, context=source,
+            keypoint_hflip_indices=self.keypoint_hflip_indices, context=source, copy=False,
         )
         instances = annotations_to_instances(
             kept, image_size, mask_format=self.instance_mask_format, context=source

@@ -273,11 +273,15 @@ def apply_planned_image(
     """
     if not isinstance(transforms, TransformList):
         transforms = TransformList([transforms] if isinstance(transforms, T.Transform) else transforms)
-    flat = transforms.transforms
-    if any(type(t) not in _FUSABLE for t in flat):
-        return transforms.apply_image(image)
-    horizontal = sum(type(t) is HFlipTransform for t in flat) % 2
-    vertical = sum(type(t) is VFlipTransform for t in flat) % 2
+    horizontal = vertical = False
+    resizes = []
+    for tfm in transforms.transforms:
+        if type(tfm) not in _FUSABLE:
+            return transforms.apply_image(image)
+        horizontal ^= type(tfm) is HFlipTransform
+        vertical ^= type(tfm) is VFlipTransform
+        if type(tfm) is ResizeTransform:
+            resizes.append(tfm)
     cv2 = get_cv2()
     if (horizontal or vertical) and cv2 is not None and image.flags.c_contiguous and (
         image.dtype == np.uint8 and image.ndim == 3 and 1 <= image.shape[2] <= 4 and image.size
@@ -288,7 +292,6 @@ def apply_planned_image(
     else:
         image = image[:, ::-1] if horizontal else image
         image = image[::-1] if vertical else image  # views: the resize makes them dense
-    resizes = [t for t in flat if type(t) is ResizeTransform]
     if len(resizes) == 1 and image.shape[:2] != (resizes[0].h, resizes[0].w):
         only = resizes[0]  # decoded at reduced scale: one resize to the planned output size
         resizes = [ResizeTransform(*image.shape[:2], only.new_h, only.new_w, only.interp,
@@ -624,7 +627,7 @@ def _resolve_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[st
             f"got {type(augmentations).__name__}",
             argument="augmentations",
         )
-    resolved = {name: options.get(name, default) for name, default in _OPTION_DEFAULTS.items()}
+    resolved = {**_OPTION_DEFAULTS, **options}  # options holds only known names (checked)
     for name in _FLAGS:
         resolved[name] = _check_flag(resolved[name], name)
     resolved["is_train"] = is_train
@@ -665,9 +668,8 @@ class DatasetMapper:
             augmentations = [augmentations]
         self.augmentations = _build_augmentations(augmentations, "ApplyAugmentations")
         self.skip_bad_annotations: bool = options["skip_bad_annotations"]
-        self._options = InstanceOptions(
-            "DatasetMapper", **{name: options[name] for name in _INSTANCE_OPTIONS}
-        )
+        instance_options = dict(zip(_INSTANCE_OPTIONS, map(options.get, _INSTANCE_OPTIONS)))
+        self._options = InstanceOptions("DatasetMapper", **instance_options)
         self._load = LoadImage(self.image_format, skip_bad_images=self.skip_bad_images,
                                decoder=self.decoder, reduced_decode=self.reduced_decode)
         self._load.owner = "DatasetMapper"  # it counts and reports every skipped record
@@ -691,7 +693,7 @@ class DatasetMapper:
         if self.is_train and annotations is not None:
             try:
                 sample["instances"] = self._options.instances(
-                    [dict(a) for a in annotations], transforms, image.shape[:2],
+                    list(map(dict, annotations)), transforms, image.shape[:2],
                     file_name=sample.get("file_name"),
                 )
             except RecordFormatError as exc:

@@ -120,20 +120,19 @@ def attempt_generator(sample_seed: int, attempt: int) -> np.random.Generator:
     return np.random.default_rng(attempt_seed(sample_seed, attempt))
 
 
-def _mix64(value: int) -> int:
-    """splitmix64's finalizer: a cheap bijective mix of a 64-bit int."""
-    value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
-    value = (value ^ (value >> 27)) * 0x94D049BB133111EB & _MASK64
-    return value ^ (value >> 31)
-
-
 def seed_global_rngs(seed: int, *, all_torch_devices: bool = False) -> None:
     """Seed ``random``, numpy's global state and torch's CPU generator (or, with
     ``all_torch_devices``, every torch device) from one seed in ``[0, 2**64)``."""
     seed = check_seed(seed, optional=False, where="seed_global_rngs")
-    random.seed(_mix64(seed ^ 0x52414E44))
-    np.random.seed(_mix64(seed ^ 0x4E554D50) & 0xFFFFFFFF)
-    torch_seed = _mix64(seed ^ 0x544F5243) & 0x7FFFFFFFFFFFFFFF
+    mixed = []
+    for salt in (0x52414E44, 0x4E554D50, 0x544F5243):  # splitmix64's finalizer of seed ^ salt
+        value = seed ^ salt
+        value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
+        value = (value ^ (value >> 27)) * 0x94D049BB133111EB & _MASK64
+        mixed.append(value ^ (value >> 31))
+    random.seed(mixed[0])
+    np.random.seed(mixed[1] & 0xFFFFFFFF)
+    torch_seed = mixed[2] & 0x7FFFFFFFFFFFFFFF
     if all_torch_devices:
         torch.manual_seed(torch_seed)
     else:
@@ -154,8 +153,10 @@ class SampleRandomness:
     def __init__(self, seed: int, *, seed_globals: bool = True) -> None:
         self.seed = check_seed(seed, optional=False, where="SampleRandomness")
         self.seed_globals = bool(seed_globals)
-        self.attempt = -1
-        self.generator: np.random.Generator = self.next_attempt()
+        self.attempt = 0  # attempt 0 keeps the sample seed (see attempt_seed)
+        self.generator: np.random.Generator = np.random.default_rng(self.seed)
+        if self.seed_globals:
+            seed_global_rngs(self.seed)
 
     def next_attempt(self) -> np.random.Generator:
         """Start the next attempt (new generator, global RNGs reseeded); return its generator."""

@@ -74,7 +74,7 @@ class RandomFlip(Augmentation):
 
     def get_transform(self, image: np.ndarray) -> Transform:
         h, w = image.shape[:2]
-        if self._rand_range() < self.prob:
+        if get_generator().uniform(0.0, 1.0) < self.prob:  # self._rand_range(), one call less
             return HFlipTransform(w) if self.horizontal else VFlipTransform(h)
         return NoOpTransform()
 
@@ -118,7 +118,7 @@ class ResizeShortestEdge(Augmentation):
         check_one_of(backend, RESIZE_BACKENDS, "backend", "ResizeShortestEdge")
         if isinstance(short_edge_length, (int, np.integer)):
             short_edge_length = (int(short_edge_length), int(short_edge_length))
-        lengths = tuple(int(v) for v in short_edge_length)
+        lengths = tuple(map(int, short_edge_length))
         if not lengths:
             raise ValueError("ResizeShortestEdge: short_edge_length is empty")
         if sample_style == "range":
@@ -158,9 +158,9 @@ class ResizeShortestEdge(Augmentation):
     def get_transform(self, image: np.ndarray) -> Any:  # Any: torch.jit resolves this signature
         h, w = image.shape[:2]
         if self.sample_style == "range":
-            size = int(self.rng.integers(self.short_edge_length[0], self.short_edge_length[1] + 1))
+            size = int(get_generator().integers(self.short_edge_length[0], self.short_edge_length[1] + 1))
         else:
-            size = int(self.short_edge_length[int(self.rng.integers(len(self.short_edge_length)))])
+            size = int(self.short_edge_length[int(get_generator().integers(len(self.short_edge_length)))])
         if size == 0:
             return NoOpTransform()
         newh, neww = self.get_output_shape(h, w, size, self.max_size)

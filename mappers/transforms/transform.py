@@ -287,10 +287,11 @@ def moves_box_edges(tfm: Any) -> bool:
     cls = type(tfm)
     known = _EDGE_MOVERS.get(cls)
     if known is None:
-        mro = cls.__mro__
-        mover = next((k for k in mro if "move_box_edges" in k.__dict__), None)
-        boxer = next(k for k in mro if "apply_box" in k.__dict__)
-        known = mover is not None and mro.index(mover) <= mro.index(boxer)
+        known = False
+        for k in cls.__mro__:  # the nearer definition decides
+            if "move_box_edges" in k.__dict__ or "apply_box" in k.__dict__:
+                known = "move_box_edges" in k.__dict__
+                break
         if len(_EDGE_MOVERS) < 1024:
             _EDGE_MOVERS[cls] = known
     return known
@@ -506,12 +507,13 @@ class TransformList(Transform):
         return self._apply("apply_box", box)
 
     def _axis_aligned(self) -> bool:
-        transforms = self.transforms
-        return (
-            bool(transforms)
-            and all(moves_box_edges(t) for t in transforms)
-            and not all(isinstance(t, GeometryPreservingTransform) for t in transforms)
-        )
+        pixel_only = True
+        for t in self.transforms:
+            known = _EDGE_MOVERS.get(type(t))
+            if not (moves_box_edges(t) if known is None else known):
+                return False
+            pixel_only = pixel_only and isinstance(t, GeometryPreservingTransform)
+        return not pixel_only
 
     def apply_box_inplace(self, boxes: np.ndarray) -> bool:
         """``apply_box`` into ``boxes`` (writable float Nx4) when every transform is
@@ -642,7 +644,13 @@ class ResizeTransform(Transform):
         self, h: int, w: int, new_h: int, new_w: int, interp: int | str | None = None,
         backend: str = "pil",
     ) -> None:
-        sizes = positive_ints(type(self).__name__, "(h, w, new_h, new_w)", (h, w, new_h, new_w), 4)
+        try:
+            sizes = tuple(map(int, (h, w, new_h, new_w)))
+        except (TypeError, ValueError, OverflowError):
+            sizes = (0,)
+        if min(sizes) <= 0 or sizes != (h, w, new_h, new_w):
+            raise ValueError(f"{type(self).__name__}: (h, w, new_h, new_w) must be 4 positive "
+                             f"integers, got {(h, w, new_h, new_w)!r}")
         normalize_interp(interp)  # validate early
         if backend not in RESIZE_BACKENDS:
             raise ValueError(f"ResizeTransform: backend must be one of {RESIZE_BACKENDS}, got {backend!r}")
@@ -651,7 +659,8 @@ class ResizeTransform(Transform):
         self.backend = backend
 
     def apply_image(self, img: np.ndarray, interp: int | str | None = None) -> np.ndarray:
-        check_input_size(self, img, "image")
+        if img.shape[:2] != (self.h, self.w):
+            check_input_size(self, img, "image")  # raises
         interp = interp if interp is not None else self.interp
         return resize_array(img, self.new_h, self.new_w, interp, self.backend)
 
