@@ -182,31 +182,18 @@ def current_sample() -> SampleRandomness | None:
 _MT19937_STATE_BYTES = 624 * 4 + 4
 
 
-def _save_global_rngs() -> tuple[object, bytes | tuple, torch.Tensor]:
-    numpy_state: bytes | tuple
-    bit_generator = np.random.mtrand._rand._bit_generator
-    if type(bit_generator) is np.random.MT19937:
-        numpy_state = ctypes.string_at(bit_generator.ctypes.state_address, _MT19937_STATE_BYTES)
-    else:
-        numpy_state = np.random.get_state()
-    return random.getstate(), numpy_state, torch.default_generator.get_state()
-
-
-def _restore_global_rngs(saved: tuple[object, bytes | tuple, torch.Tensor]) -> None:
-    random.setstate(saved[0])
-    if isinstance(saved[1], bytes):
-        address = np.random.mtrand._rand._bit_generator.ctypes.state_address
-        ctypes.memmove(address, saved[1], _MT19937_STATE_BYTES)
-    else:
-        np.random.set_state(saved[1])
-    torch.default_generator.set_state(saved[2])
-
-
 @contextlib.contextmanager
 def sample_scope(seed: int, *, seed_globals: bool = True) -> Iterator[SampleRandomness]:
     """Map one sample with the randomness of its seed; outside a DataLoader worker the global
     RNG states are restored when the block ends."""
-    saved = _save_global_rngs() if seed_globals and get_worker_info() is None else None
+    saved = None
+    if seed_globals and get_worker_info() is None:  # save the global RNG states
+        bit_generator = np.random.mtrand._rand._bit_generator
+        numpy_state: bytes | tuple = (
+            ctypes.string_at(bit_generator.ctypes.state_address, _MT19937_STATE_BYTES)
+            if type(bit_generator) is np.random.MT19937 else np.random.get_state()
+        )
+        saved = random.getstate(), numpy_state, torch.default_generator.get_state()
     try:
         sample = SampleRandomness(seed, seed_globals=seed_globals)
         token_sample = _sample.set(sample)
@@ -218,4 +205,10 @@ def sample_scope(seed: int, *, seed_globals: bool = True) -> Iterator[SampleRand
             _sample.reset(token_sample)
     finally:
         if saved is not None:
-            _restore_global_rngs(saved)
+            random.setstate(saved[0])
+            if isinstance(saved[1], bytes):
+                address = np.random.mtrand._rand._bit_generator.ctypes.state_address
+                ctypes.memmove(address, saved[1], _MT19937_STATE_BYTES)
+            else:
+                np.random.set_state(saved[1])
+            torch.default_generator.set_state(saved[2])

@@ -319,9 +319,12 @@ def reads_shape_only(aug: Augmentation) -> bool:
         return True
     if type(aug) is RandomApply:
         return reads_shape_only(aug.aug)
-    mro = type(aug).__mro__
-    owner = next(k for k in mro if "get_transform" in k.__dict__)
-    caller = next(k for k in mro if "__call__" in k.__dict__)
+    owner = caller = None
+    for k in type(aug).__mro__:  # the nearest classes defining get_transform and __call__
+        if owner is None and "get_transform" in k.__dict__:
+            owner = k
+        if caller is None and "__call__" in k.__dict__:
+            caller = k
     return (
         owner.__dict__.get("shape_only") is True
         and caller is Augmentation

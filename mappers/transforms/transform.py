@@ -117,7 +117,7 @@ def _resize_torch(img: np.ndarray, new_h: int, new_w: int, name: str, antialias:
         raise ValueError(
             f"interpolation {name!r} needs OpenCV or Pillow (pip install opencv-python-headless)"
         )
-    x = torch.from_numpy(as_contiguous(img))
+    x = torch.from_numpy(img if img.flags.c_contiguous else as_contiguous(img))
     if not (x.is_floating_point() or (antialias and x.dtype == torch.uint8)):
         x = x.float()
     x = x.reshape(img.shape[0], img.shape[1], -1).permute(2, 0, 1)[None]
@@ -502,9 +502,12 @@ class TransformList(Transform):
 
     def apply_box(self, box: Any) -> np.ndarray:
         """Axis-aligned lists move one copy of the boxes edge by edge and order it once."""
-        if self._axis_aligned():
-            return _apply_box_by_edges(self, box)
-        return self._apply("apply_box", box)
+        if not self._axis_aligned():
+            return self._apply("apply_box", box)
+        moved = _as_float_coords(box, "boxes", 4)  # a copy
+        for t in self.transforms:
+            t.move_box_edges(moved)
+        return order_box_edges(moved)
 
     def _axis_aligned(self) -> bool:
         pixel_only = True
