@@ -34,7 +34,12 @@ from .geometry_checks import (
 from .geometry_checks import where as _where
 from .instances import Instances
 from .structures import BitMasks, Boxes, Keypoints, PolygonMasks, RotatedBoxes
-from .transforms.transform import HFlipTransform, Transform, TransformList
+from .transforms.transform import (
+    GeometryPreservingTransform,
+    HFlipTransform,
+    Transform,
+    TransformList,
+)
 
 __all__ = [
     "InstanceOptions",
@@ -185,6 +190,8 @@ def _transform_polygon_groups(
 ) -> list[list[np.ndarray]]:
     """Transform lists of Nx2 polygons; pointwise transforms see all points in one call."""
     for t in transforms.transforms:
+        if isinstance(t, GeometryPreservingTransform):
+            continue  # polygons unchanged, by definition
         if type(t).apply_polygons is Transform.apply_polygons:
             flat = []
             for group in groups:

@@ -506,7 +506,8 @@ class TransformList(Transform):
             return self._apply("apply_box", box)
         moved = _as_float_coords(box, "boxes", 4)  # a copy
         for t in self.transforms:
-            t.move_box_edges(moved)
+            if not isinstance(t, GeometryPreservingTransform):  # those move nothing
+                t.move_box_edges(moved)
         return order_box_edges(moved)
 
     def _axis_aligned(self) -> bool:
