@@ -635,9 +635,10 @@ class InstanceOptions:
                 anno.pop("keypoints", None)
             kept.append(anno)
         source = f"file {file_name!r}" if file_name is not None else "image"
+        if not isinstance(transforms, TransformList):
+            transforms = _as_transform(transforms)
         _transform_many(  # transform_annotations on ``kept`` itself
-            kept, transforms if isinstance(transforms, TransformList) else _as_transform(transforms),
-            image_size, self.keypoint_hflip_indices,
+            kept, transforms, image_size, self.keypoint_hflip_indices,
             lambda i: _where(f"{source}, annotation {i}", kept[i]),
         )
         instances = annotations_to_instances(

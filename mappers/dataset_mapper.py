@@ -272,7 +272,8 @@ def apply_planned_image(
         (2, 3, 3)
     """
     if not isinstance(transforms, TransformList):
-        transforms = TransformList([transforms] if isinstance(transforms, T.Transform) else transforms)
+        single = isinstance(transforms, T.Transform)
+        transforms = TransformList([transforms] if single else transforms)
     horizontal = vertical = False
     resizes = []
     for tfm in transforms.transforms:

@@ -18,9 +18,8 @@ image to the size the mapper drew for it. Reported:
    and the ratios mapper/bare (target: mapper costs at most 15% more) and mapper/pillow
    (target: at least 2x);
 2. decode only, for every installed JPEG decoder (Pillow and the fast ones);
-3. a small training scale (short edge 200): full decode vs ``reduced_decode=True``;
-4. scaling: 1 vs 2 independent processes running the mapper (one per core), and a
-   DataLoader with 1 vs 2 workers, with PSS/USS summed over the main process and workers.
+3. a small training scale (short edge 200): full decode vs ``reduced_decode=True``.
+(Worker scaling: ``/work/shared/tools/loader_scaling.py`` and ``tools.bench_mapper_threads``.)
 
 0. (``--stages`` / ``--harness``) a per-stage table, microseconds of CPU per image for each
    stage of the mapper (read, decode, the augmentation draws, flip, resize, to-tensor,
@@ -68,15 +67,6 @@ def _limit_threads() -> None:
 
     cv2.setNumThreads(1)
     torch.set_num_threads(1)
-
-
-def _current_affinity() -> list[int]:
-    try:
-        import psutil
-
-        return list(psutil.Process().cpu_affinity())
-    except Exception:  # no affinity support
-        return []
 
 
 def _pin_to_one_core(core: int | None = None) -> int | None:
@@ -322,8 +312,8 @@ def stage_table(
             acc["whole mapper call"][0] - sum(acc[n][0] for n in parts), 0.0]
         for n in names:
             totals[n].append((1e6 * acc[n][0] / len(records), 1e6 * acc[n][1] / len(records)))
-    return {n: (statistics.median(v[0] for v in rows[1:]), statistics.median(v[1] for v in rows[1:]))
-            for n, rows in totals.items()}
+    median = statistics.median
+    return {n: (median(v[0] for v in r[1:]), median(v[1] for v in r[1:])) for n, r in totals.items()}
 
 
 def print_stage_table(table: dict[str, tuple[float, float]], title: str) -> None:
@@ -362,17 +352,14 @@ def _format_table(best: dict[str, float], median: dict[str, float], reference: s
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; print a report and return the figures."""
-    from tools.bench_mapper_scaling import dataloader_rate, independent_processes
-
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--images", type=int, default=64, help="distinct JPEGs generated")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved timing rounds")
-    parser.add_argument("--passes", type=int, default=2, help="passes in the scaling runs")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for development")
-    parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--skip-scaling", action="store_true", help="accepted; no effect")
     parser.add_argument("--stages", action="store_true", help="also print the stage table")
     parser.add_argument(
         "--harness", action="store_true",
@@ -395,7 +382,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.images, args.rounds, args.passes = 12, 3, 1
+        args.images, args.rounds = 12, 3
     if args.harness:
         args.images = 192
 
@@ -407,7 +394,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from tools.bench_photos import image_source
 
     logging.basicConfig(level=logging.WARNING)
-    all_cores = _current_affinity()
     core = _pin_to_one_core()
     _limit_threads()
     fast = default_jpeg_decoder()
@@ -498,42 +484,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["small_scale_best"] = small_rates
         results["small_scale_median"] = small_medians
 
-        if not args.skip_scaling:
-            one = independent_processes(records, 1, args.passes, all_cores)
-            two = independent_processes(records, 2, args.passes, all_cores)
-            print("\n4. scaling of the mapper, one thread per library")
-            print(
-                f"  independent processes, wall clock: 1 -> {one[0]:.1f}, 2 -> {two[0]:.1f} "
-                f"images/s (x{two[0] / one[0]:.2f}); per process, images per CPU-second: "
-                f"{one[1]:.1f} alone, {two[1]:.1f} with two running (x{2 * two[1] / one[1]:.2f} "
-                "in CPU terms)"
-            )
-            # The DataLoader runs use every core: lift the pin of the main process.
-            try:
-                import psutil
-
-                psutil.Process().cpu_affinity(all_cores)
-            except Exception:  # no affinity support: the loaders run as they are
-                pass
-            loader_rows = [dataloader_rate(records, w, args.passes) for w in (1, 2)]
-            for row in loader_rows:
-                print(
-                    f"  DataLoader {row['workers']} worker(s): {row['images_per_s']:.1f} images/s, "
-                    f"PSS {row.get('pss_mib', float('nan')):.0f} MiB / USS "
-                    f"{row.get('uss_mib', float('nan')):.0f} MiB over {row.get('processes', 0)} "
-                    "processes"
-                )
-            ratio = loader_rows[1]["images_per_s"] / loader_rows[0]["images_per_s"]
-            print(f"  DataLoader 2 vs 1 workers: x{ratio:.2f}")
-            results["scaling"] = {
-                "processes_1_wall": one[0],
-                "processes_2_wall": two[0],
-                "processes_ratio_wall": two[0] / one[0],
-                "processes_1_cpu": one[1],
-                "processes_2_cpu_each": two[1],
-                "dataloader": loader_rows,
-                "dataloader_ratio": ratio,
-            }
     load_end = os.getloadavg()[0]
     print(
         f"\nload average (1 min) at start {load_start:.1f}, at end {load_end:.1f}, on "

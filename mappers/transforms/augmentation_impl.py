@@ -157,10 +157,11 @@ class ResizeShortestEdge(Augmentation):
     @torch.jit.unused
     def get_transform(self, image: np.ndarray) -> Any:  # Any: torch.jit resolves this signature
         h, w = image.shape[:2]
+        lengths = self.short_edge_length  # drawn from get_generator(), as self.rng
         if self.sample_style == "range":
-            size = int(get_generator().integers(self.short_edge_length[0], self.short_edge_length[1] + 1))
+            size = int(get_generator().integers(lengths[0], lengths[1] + 1))
         else:
-            size = int(self.short_edge_length[int(get_generator().integers(len(self.short_edge_length)))])
+            size = int(lengths[int(get_generator().integers(len(lengths)))])
         if size == 0:
             return NoOpTransform()
         newh, neww = self.get_output_shape(h, w, size, self.max_size)

@@ -88,7 +88,8 @@ def normalize_interp(
 
 def _nearest_indices(old: int, new: int, torch_rule: bool = False) -> np.ndarray:
     if torch_rule:  # torch's (detectron2's for float images): floor(i * (old / new)), float32
-        return np.minimum((np.arange(new, dtype=np.float32) * np.float32(old / new)).astype(np.intp), old - 1)
+        positions = np.arange(new, dtype=np.float32) * np.float32(old / new)
+        return np.minimum(positions.astype(np.intp), old - 1)
     # Pillow's rule: output pixel i samples input (i + 0.5) * old / new, the position summed
     # step by step in float64 as Pillow does (a closed form differs at exact integers).
     steps = np.full(new, old / new)
@@ -110,7 +111,9 @@ def _resize_pil(img: np.ndarray, new_h: int, new_w: int, name: str) -> np.ndarra
     return out[:, :, None] if squeeze else out
 
 
-def _resize_torch(img: np.ndarray, new_h: int, new_w: int, name: str, antialias: bool) -> np.ndarray:
+def _resize_torch(
+    img: np.ndarray, new_h: int, new_w: int, name: str, antialias: bool
+) -> np.ndarray:
     """torch.interpolate; ``antialias`` on uint8 is Pillow's filter (within 1 level)."""
     modes = {"bilinear": "bilinear", "bicubic": "bicubic", "box": "area"}
     if name not in modes:
@@ -657,7 +660,9 @@ class ResizeTransform(Transform):
                              f"integers, got {(h, w, new_h, new_w)!r}")
         normalize_interp(interp)  # validate early
         if backend not in RESIZE_BACKENDS:
-            raise ValueError(f"ResizeTransform: backend must be one of {RESIZE_BACKENDS}, got {backend!r}")
+            raise ValueError(
+                f"ResizeTransform: backend must be one of {RESIZE_BACKENDS}, got {backend!r}"
+            )
         self.h, self.w, self.new_h, self.new_w = sizes
         self.interp = interp
         self.backend = backend
