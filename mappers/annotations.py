@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -185,34 +186,6 @@ def transform_annotations(
     return annotations
 
 
-def _transform_polygon_groups(
-    groups: list[list[np.ndarray]], transforms: TransformList
-) -> list[list[np.ndarray]]:
-    """Transform lists of Nx2 polygons; pointwise transforms see all points in one call."""
-    for t in transforms.transforms:
-        if isinstance(t, GeometryPreservingTransform):
-            continue  # polygons unchanged, by definition
-        if type(t).apply_polygons is Transform.apply_polygons:
-            flat = []
-            for group in groups:
-                flat.extend(group)
-            if not flat:
-                continue
-            moved = t.apply_coords(np.concatenate(flat, axis=0))
-            pieces, offset = [], 0
-            for p in flat:
-                pieces.append(moved[offset : offset + len(p)])
-                offset += len(p)
-            regrouped, start = [], 0
-            for group in groups:
-                regrouped.append(pieces[start : start + len(group)])
-                start += len(group)
-            groups = regrouped
-        else:  # e.g. crops clip (and may drop) polygons
-            groups = [list(t.apply_polygons(group)) for group in groups]
-    return groups
-
-
 def _transform_many(
     annotations: Sequence[dict[str, Any]],
     transforms: TransformList,
@@ -264,10 +237,27 @@ def _transform_many(
             keypoint_owners.append(i)
             keypoint_arrays.append(_keypoints_as_array(obj["keypoints"], where(i)))
 
-    if polygon_groups:
-        for i, group in zip(
-            polygon_owners, _transform_polygon_groups(polygon_groups, transforms), strict=True
-        ):
+    if polygon_groups:  # pointwise transforms move all points of the image in one call each
+        moving, pointwise = [], True
+        for t in transforms.transforms:
+            if not isinstance(t, GeometryPreservingTransform):  # those move nothing
+                moving.append(t)
+                pointwise = pointwise and type(t).apply_polygons is Transform.apply_polygons
+        if pointwise:
+            flat = list(itertools.chain.from_iterable(polygon_groups))
+            points = np.concatenate(flat) if flat else np.zeros((0, 2))
+            for t in moving:
+                points = t.apply_coords(points)
+            pieces = np.split(points, np.cumsum(list(map(len, flat)))[:-1])
+            regrouped, start = [], 0
+            for group in polygon_groups:
+                regrouped.append(pieces[start : start + len(group)])
+                start += len(group)
+            polygon_groups = regrouped
+        else:  # e.g. crops clip (and may drop) polygons
+            for t in moving:
+                polygon_groups = [list(t.apply_polygons(group)) for group in polygon_groups]
+        for i, group in zip(polygon_owners, polygon_groups, strict=True):
             annotations[i]["segmentation"] = list(map(np.ravel, group))
 
     if keypoint_arrays:
