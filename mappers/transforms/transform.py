@@ -284,22 +284,6 @@ def order_box_edges(moved: np.ndarray) -> np.ndarray:
 _EDGE_MOVERS: dict[type, bool] = {}
 
 
-def moves_box_edges(tfm: Any) -> bool:
-    """Whether ``tfm.apply_box`` is its ``move_box_edges`` plus ordering (cached per class):
-    a subclass overriding ``apply_box`` alone keeps its own rule."""
-    cls = type(tfm)
-    known = _EDGE_MOVERS.get(cls)
-    if known is None:
-        known = False
-        for k in cls.__mro__:  # the nearer definition decides
-            if "move_box_edges" in k.__dict__ or "apply_box" in k.__dict__:
-                known = "move_box_edges" in k.__dict__
-                break
-        if len(_EDGE_MOVERS) < 1024:
-            _EDGE_MOVERS[cls] = known
-    return known
-
-
 def _apply_box_by_edges(tfm: Any, box: Any) -> np.ndarray:
     arr = _as_float_coords(box, "boxes", 4, copy=False)
     if len(arr) == 0:
@@ -514,10 +498,19 @@ class TransformList(Transform):
         return order_box_edges(moved)
 
     def _axis_aligned(self) -> bool:
+        """Whether every ``apply_box`` is its ``move_box_edges`` plus ordering (cached per
+        class: a subclass overriding ``apply_box`` alone keeps its own rule) and some moves."""
         pixel_only = True
         for t in self.transforms:
             known = _EDGE_MOVERS.get(type(t))
-            if not (moves_box_edges(t) if known is None else known):
+            if known is None:
+                for k in type(t).__mro__:  # the nearer definition decides
+                    if "move_box_edges" in k.__dict__ or "apply_box" in k.__dict__:
+                        known = "move_box_edges" in k.__dict__
+                        break
+                if len(_EDGE_MOVERS) < 1024:
+                    _EDGE_MOVERS[type(t)] = bool(known)
+            if not known:
                 return False
             pixel_only = pixel_only and isinstance(t, GeometryPreservingTransform)
         return not pixel_only
