@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 
 from ..random_state import get_generator, use_generator
-from .transform import NoOpTransform, Transform, TransformList, _param_repr
+from .transform import (
+    GeometryPreservingTransform,
+    NoOpTransform,
+    Transform,
+    TransformList,
+    _param_repr,
+)
 
 
 class AugInput:
@@ -245,7 +251,8 @@ class AugmentationList(Augmentation):
                 if not isinstance(tfm, Transform):
                     raise _not_a_transform(aug, tfm)
                 drawn.append(tfm)
-                size = tfm.output_size(*size)
+                if not isinstance(tfm, GeometryPreservingTransform):  # those keep the size
+                    size = tfm.output_size(*size)
             if size is None:
                 return None
         return TransformList(drawn)

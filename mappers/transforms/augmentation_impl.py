@@ -31,6 +31,7 @@ from .augmentation import (
     check_prob,
 )
 from .transform import (
+    INTERP_NAMES,
     RESIZE_BACKENDS,
     BlendTransform,
     CropTransform,
@@ -132,7 +133,8 @@ class ResizeShortestEdge(Augmentation):
         if min(lengths) < 0:
             raise ValueError(f"ResizeShortestEdge: negative length in {short_edge_length!r}")
         check_float(max_size, "max_size", above=0, finite=False, where="ResizeShortestEdge")
-        normalize_interp(interp)
+        if type(interp) is not int or interp not in INTERP_NAMES:
+            normalize_interp(interp)
         self.short_edge_length = lengths
         self.max_size = max_size
         self.sample_style = sample_style

@@ -149,7 +149,8 @@ def resize_array(
     """
     if img.ndim not in (2, 3):
         raise ValueError(f"resize expects an HxW or HxWxC array, got shape {img.shape}")
-    name = normalize_interp(interp)
+    name = INTERP_NAMES.get(interp) if type(interp) is int else None  # the usual Pillow int
+    name = name or normalize_interp(interp)
     if img.shape[0] == new_h and img.shape[1] == new_w:
         return img
     if name == "nearest":
@@ -491,11 +492,16 @@ class TransformList(Transform):
         """Axis-aligned lists move one copy of the boxes edge by edge and order it once."""
         if not self._axis_aligned():
             return self._apply("apply_box", box)
-        moved = _as_float_coords(box, "boxes", 4)  # a copy
+        moved = np.array(box)  # a copy; odd shapes and dtypes through _as_float_coords
+        if moved.dtype.kind != "f" or moved.ndim != 2 or moved.shape[1] != 4:
+            moved = _as_float_coords(box, "boxes", 4)
         for t in self.transforms:
             if not isinstance(t, GeometryPreservingTransform):  # those move nothing
                 t.move_box_edges(moved)
-        return order_box_edges(moved)
+        low = np.minimum(moved[:, :2], moved[:, 2:])  # order_box_edges, inlined
+        np.maximum(moved[:, :2], moved[:, 2:], out=moved[:, 2:])
+        moved[:, :2] = low
+        return moved
 
     def _axis_aligned(self) -> bool:
         """Whether every ``apply_box`` is its ``move_box_edges`` plus ordering (cached per
@@ -651,7 +657,8 @@ class ResizeTransform(Transform):
         if min(sizes) <= 0 or sizes != (h, w, new_h, new_w):
             raise ValueError(f"{type(self).__name__}: (h, w, new_h, new_w) must be 4 positive "
                              f"integers, got {(h, w, new_h, new_w)!r}")
-        normalize_interp(interp)  # validate early
+        if type(interp) is not int or interp not in INTERP_NAMES:
+            normalize_interp(interp)  # validates early
         if backend not in RESIZE_BACKENDS:
             raise ValueError(
                 f"ResizeTransform: backend must be one of {RESIZE_BACKENDS}, got {backend!r}"
