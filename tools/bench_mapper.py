@@ -312,8 +312,8 @@ def stage_table(
             acc["whole mapper call"][0] - sum(acc[n][0] for n in parts), 0.0]
         for n in names:
             totals[n].append((1e6 * acc[n][0] / len(records), 1e6 * acc[n][1] / len(records)))
-    median = statistics.median
-    return {n: (median(v[0] for v in r[1:]), median(v[1] for v in r[1:])) for n, r in totals.items()}
+    med = statistics.median
+    return {n: (med(v[0] for v in r[1:]), med(v[1] for v in r[1:])) for n, r in totals.items()}
 
 
 def print_stage_table(table: dict[str, tuple[float, float]], title: str) -> None:
