@@ -154,7 +154,8 @@ class SampleRandomness:
         self.seed = check_seed(seed, optional=False, where="SampleRandomness")
         self.seed_globals = bool(seed_globals)
         self.attempt = 0  # attempt 0 keeps the sample seed (see attempt_seed)
-        self.generator: np.random.Generator = np.random.default_rng(self.seed)
+        # default_rng(seed) is Generator(PCG64(seed)): the same stream, built without a hop
+        self.generator: np.random.Generator = np.random.Generator(np.random.PCG64(self.seed))
         if self.seed_globals:
             seed_global_rngs(self.seed)
 
@@ -162,7 +163,7 @@ class SampleRandomness:
         """Start the next attempt (new generator, global RNGs reseeded); return its generator."""
         self.attempt += 1
         seed = attempt_seed(self.seed, self.attempt)
-        self.generator = np.random.default_rng(seed)
+        self.generator = np.random.Generator(np.random.PCG64(seed))
         if self.seed_globals:
             seed_global_rngs(seed)
         return self.generator
