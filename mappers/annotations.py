@@ -26,6 +26,7 @@ from .errors import KeypointFlipError
 from .geometry_checks import (
     boxes_xyxy,
     check_keypoints,
+    check_mask_budget,
     coordinate_bound,
     input_size_of,
     polygons_as_arrays,
@@ -423,6 +424,7 @@ def _masks(
                 )
             )
         return PolygonMasks.from_validated(masks)  # checked by _polygons_as_arrays above
+    check_mask_budget(annos, h, w, prefix + "image")  # before any allocation or rasterization
     bitmasks = np.empty((len(annos), h, w), dtype=bool)
     for i, obj in enumerate(annos):
         segm = obj["segmentation"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import pickle
 
-from catalog._common import CatmapError
+from catalog._common import CatmapError, CatmapErrorWithFields, RecordFormatError
 
 __all__ = [
     "ImageNotFoundError",
@@ -17,6 +17,7 @@ __all__ = [
     "MapperArgumentError",
     "PipelineStepError",
     "RefetchExhaustedError",
+    "SampleBudgetError",
     "StructureIndexError",
     "StructureShapeError",
     "UnsupportedImageFormatError",
@@ -83,6 +84,13 @@ class ImageSizeMismatchError(CatmapError, ValueError):
 
 class UnsupportedImageFormatError(CatmapError, ValueError):
     """``read_image`` was asked for a pixel format it does not produce (RGB, BGR, L)."""
+
+
+class SampleBudgetError(CatmapErrorWithFields, RecordFormatError):
+    """A sample's masks would cost more than the ``budget`` field of ``ImageLimits`` allows
+    (``cost`` > ``limit``); raised before any allocation, skipped by ``skip_bad_annotations``."""
+
+    field_names = ("budget", "cost", "limit")
 
 
 class MapFuncPickleError(CatmapError, pickle.PicklingError):

@@ -7,6 +7,7 @@ mask); each check raises :class:`~catalog._common.RecordFormatError` naming anno
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,8 @@ import numpy as np
 from catalog.box_mode import BoxMode
 from catalog._common import RecordFormatError, is_int, missing_dependency
 
-from .image_io import get_image_limits
+from .errors import SampleBudgetError
+from .image_io import ImageLimits, get_image_limits
 from .structure_common import is_flat_polygon
 from .transforms import transform as tf
 
@@ -23,8 +25,8 @@ __all__ = [
     "COORDINATE_BOUND_MARGIN",
     "boxes_xyxy",
     "check_keypoints",
+    "check_mask_budget",
     "check_polygon",
-    "check_polygons",
     "check_rle",
     "coordinate_bound",
     "decode_rle_counts",
@@ -42,6 +44,7 @@ COORDINATE_BOUND_FACTOR, COORDINATE_BOUND_MARGIN = 4, 64
 _MAX_CHARS_PER_COUNT = 6
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _FLOAT64_MAX = float(np.finfo(np.float64).max)
+_BBOX, _BBOX_MODE = itemgetter("bbox"), itemgetter("bbox_mode")
 
 
 def coordinate_bound(height: int, width: int) -> float:
@@ -67,24 +70,6 @@ def check_polygon(polygon: np.ndarray, where: str, index: int, bound: float | No
                 f"beyond {bound:g} (= {COORDINATE_BOUND_FACTOR} x the image's longer side + "
                 f"{COORDINATE_BOUND_MARGIN}); the annotation does not fit the image"
             )
-
-
-def check_polygons(polygons: Sequence[np.ndarray], where: str, bound: float | None) -> None:
-    """:func:`check_polygon` on each polygon, in one vectorized pass when all are fine."""
-    arrays = [
-        p if type(p) is np.ndarray and p.dtype == np.float64 else np.asarray(p, dtype=np.float64)
-        for p in polygons
-    ]
-    arrays = [p for p in arrays if p.size]
-    if not arrays:
-        return
-    flat = arrays[0] if len(arrays) == 1 else np.concatenate([p.reshape(-1) for p in arrays])
-    limit = _FLOAT64_MAX if bound is None else bound
-    # NaN fails both comparisons, inf fails one: the common case costs two reductions
-    if -limit <= flat.min() and flat.max() <= limit:
-        return
-    for j, polygon in enumerate(polygons):
-        check_polygon(np.asarray(polygon, dtype=np.float64).reshape(-1), where, j, bound)
 
 
 def check_keypoints(keypoints: np.ndarray, where: str) -> None:
@@ -259,11 +244,12 @@ def polygons_as_arrays(
                 "needs an even count of at least 6 (x, y pairs)"
             )
         arrays.append(arr)
-    try:
-        check_polygons(arrays, "", bound)
-    except RecordFormatError as exc:
-        label = where() if callable(where) else where
-        raise RecordFormatError(f"{label}{exc}") from None
+    flat = arrays[0] if len(arrays) == 1 else np.concatenate(arrays) if arrays else None
+    limit = _FLOAT64_MAX if bound is None else bound
+    # NaN fails both comparisons, inf fails one: the common case costs two reductions
+    if flat is not None and flat.size and not (-limit <= flat.min() and flat.max() <= limit):
+        for j, polygon in enumerate(arrays):
+            check_polygon(polygon, where() if callable(where) else where, j, bound)
     return arrays
 
 
@@ -271,9 +257,9 @@ def boxes_xyxy(annotations: Sequence[Mapping[str, Any]], where: Callable[[int], 
     """The annotations' boxes as an Nx4 float64 XYXY_ABS array (errors name the annotation)."""
     n = len(annotations)
     try:  # fast path: every box is 4 numbers in XYXY_ABS or XYWH_ABS
-        modes = np.fromiter((obj["bbox_mode"] for obj in annotations), dtype=np.int64, count=n)
+        modes = np.fromiter(map(_BBOX_MODE, annotations), dtype=np.int64, count=n)
         if np.all((modes == BoxMode.XYXY_ABS) | (modes == BoxMode.XYWH_ABS)):
-            boxes = np.array([obj["bbox"] for obj in annotations], dtype=np.float64)
+            boxes = np.array(list(map(_BBOX, annotations)), dtype=np.float64)
             if boxes.shape == (n, 4):
                 xywh = modes == BoxMode.XYWH_ABS
                 boxes[xywh, 2:] += boxes[xywh, :2]
@@ -350,5 +336,52 @@ def polygons_to_bitmask(
     arrays = polygons_as_arrays(
         polygons, context or "polygons_to_bitmask", bound=coordinate_bound(height, width)
     )
+    _polygon_work(arrays, context or "polygons_to_bitmask", get_image_limits())
     rles = mask_utils.frPyObjects([p.tolist() for p in arrays], height, width)
     return np.ascontiguousarray(mask_utils.decode(mask_utils.merge(rles)), dtype=np.uint8)
+
+
+def _over_budget(cost: int | float, limit: int | None, budget: str, what: str, where: str) -> None:
+    if limit is not None and cost > limit:
+        raise SampleBudgetError(
+            f"{where}: {what} = {cost:g}, over the per-sample budget {budget}={limit}; raise it "
+            f"with mappers.set_image_limits({budget}=...)", budget=budget, cost=cost, limit=limit)
+
+
+def _polygon_work(polygons: Sequence[Any], where: str, limits: ImageLimits, vertices: int = 0,
+                  length: float = 0.0) -> tuple[int, float]:
+    """Add ``polygons``' vertices and edge length (each edge's longer axis: what pycocotools
+    upsamples and allocates) to the running sums; refuse them over the budget. Unparsable
+    polygons are left to the validation that follows."""
+    for polygon in polygons:
+        try:
+            xy = np.asarray(polygon, dtype=np.float64).reshape(-1, 2)
+        except (TypeError, ValueError):
+            continue
+        vertices += len(xy)
+        length += float(np.abs(xy - np.roll(xy, 1, axis=0)).max(axis=1, initial=0).sum())
+    _over_budget(vertices, limits.max_polygon_vertices, "max_polygon_vertices",
+                 "key 'segmentation': polygon vertices", where)
+    _over_budget(length, limits.max_polygon_edge_length, "max_polygon_edge_length",
+                 "key 'segmentation': total polygon edge length", where)
+    return vertices, length
+
+
+def check_mask_budget(annotations: Sequence[Mapping[str, Any]], height: int, width: int,
+                      context: str) -> None:
+    """Refuse (SampleBudgetError, a RecordFormatError) a sample whose bitmasks would exceed
+    :class:`~mappers.image_io.ImageLimits`: instances x H x W bytes, polygon vertices, total
+    polygon edge length (named at the annotation that crosses it); run before any mask is
+    allocated or rasterized.
+
+    Example:
+        >>> check_mask_budget([{"segmentation": [[0, 0, 9, 0, 9, 9]]}], 10, 10, "image")
+    """
+    limits = get_image_limits()
+    _over_budget(len(annotations) * height * width, limits.max_mask_bytes, "max_mask_bytes",
+                 f"{len(annotations)} masks x {height} x {width} bytes", context)
+    work = (0, 0.0)
+    for obj in annotations:
+        segm = obj.get("segmentation") if isinstance(obj, Mapping) else None
+        if isinstance(segm, (list, tuple)):
+            work = _polygon_work(segm, where(context, obj), limits, *work)

@@ -16,7 +16,6 @@ import re
 import stat
 import sys
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -41,7 +40,7 @@ from .errors import (
 __all__ = [
     "DEFAULT_MAX_IMAGE_PIXELS", "ImageLimits", "MAX_IMAGE_SIDE", "apply_exif_orientation",
     "available_jpeg_decoders", "check_image_size", "decode_image", "default_jpeg_decoder",
-    "get_cv2", "get_image_limits", "get_max_image_pixels", "image_to_tensor", "is_remote_path",
+    "get_cv2", "get_image_limits", "get_max_image_pixels", "image_to_tensor",
     "limit_opencv_threads", "read_file_bytes", "read_image", "read_record_image",
     "read_segmentation", "read_sized_image", "record_image_size", "record_name",
     "set_image_limits", "set_max_image_pixels",
@@ -69,9 +68,14 @@ _UNSET: Any = object()
 
 @dataclass(frozen=True)
 class ImageLimits:
-    """Every bound on reading one image; None removes one. The defaults are far above COCO,
-    LVIS, Cityscapes and Objects365 photos. ``max_decode_work`` bounds pixels x scans of a
-    progressive JPEG; ``remote_roots``: URL prefixes under which URLs may be read.
+    """The per-sample work budget, in one place; None removes a bound. The defaults are far
+    above COCO, LVIS, Cityscapes and Objects365 samples. Reading: ``max_pixels`` (header),
+    ``max_bytes`` (file), ``max_decode_work`` (pixels x scans of a progressive JPEG);
+    ``remote_roots``: URL prefixes under which URLs may be read. Masks, checked before any
+    allocation or rasterization (``SampleBudgetError``): ``max_mask_bytes`` (instances x H x W
+    of a sample's bitmasks), ``max_polygon_vertices`` and ``max_polygon_edge_length`` (the sum
+    over a sample's polygons of each edge's longer axis, in pixels; pycocotools allocates ~80
+    bytes per pixel of it).
 
     Example:
         >>> set_image_limits(remote_roots=("s3://my-bucket/",))  # doctest: +SKIP
@@ -82,9 +86,13 @@ class ImageLimits:
     max_decode_work: int | None = 1 << 29
     remote_roots: tuple[str, ...] = ()
     remote_timeout_s: float = 30.0
+    max_mask_bytes: int | None = 1 << 30
+    max_polygon_vertices: int | None = 1 << 20
+    max_polygon_edge_length: int | None = 1 << 22
 
     def __post_init__(self) -> None:
-        for name in ("max_pixels", "max_bytes", "max_decode_work"):
+        for name in ("max_pixels", "max_bytes", "max_decode_work", "max_mask_bytes",
+                     "max_polygon_vertices", "max_polygon_edge_length"):
             check_int(getattr(self, name), name, minimum=1, optional=True, error=ValueError,
                       where="ImageLimits")
         roots = self.remote_roots
@@ -128,14 +136,6 @@ def set_max_image_pixels(limit: int | None) -> None:
     set_image_limits(max_pixels=limit)
 
 
-def _check_pixels(height: int, width: int, source: str, limit: int | None) -> None:
-    if limit is not None and height * width > limit:
-        raise ImageTooLargeError(
-            f"image {source} is {height} x {width} = {height * width} pixels, over the limit "
-            f"of {limit} (a decompression bomb?); raise it with set_image_limits(max_pixels=...)"
-            f" or ${_PIXELS_ENV}", source, pixels=height * width, limit=limit)
-
-
 # OpenCV: one thread per process, so N workers use N cores without oversubscription.
 _cv2_configured = False  # inherited by forked children, so a child never reconfigures
 
@@ -168,13 +168,8 @@ def limit_opencv_threads() -> None:
         get_cv2()
 
 
-# Bytes: regular files opened non-blocking; URLs only under a remote root.
-def is_remote_path(path: str) -> bool:
-    """True when ``path`` has a URL scheme other than ``file://`` (``s3://b/a.jpg``)."""
-    match = _SCHEME.match(path)
-    return match is not None and match[1] != "file"
-
-
+# Bytes: regular files opened non-blocking; URLs (a scheme other than file://) only under a
+# remote root.
 def _too_large(path: str, size: int | None, limit: int) -> ImageTooLargeError:
     what = f"{size} bytes" if size is not None else "more bytes"
     return ImageTooLargeError(f"file {path} holds {what} than the {limit}-byte limit "
@@ -231,10 +226,10 @@ def read_file_bytes(file_name: str | os.PathLike[str], max_bytes: Any = _UNSET) 
     limits = get_image_limits()
     if max_bytes is not _UNSET:
         limits = replace(limits, max_bytes=max_bytes)
-    if path.startswith("file://"):
-        path = path[len("file://"):]
-    elif is_remote_path(path):
+    scheme = _SCHEME.match(path)
+    if scheme and scheme[1] != "file":
         return _read_remote(path, limits)
+    path = path[len("file://"):] if scheme else path
     try:  # non-blocking: opening a FIFO must not wait for a writer
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError as exc:
@@ -256,48 +251,56 @@ def read_file_bytes(file_name: str | os.PathLike[str], max_bytes: Any = _UNSET) 
 
 
 # Decoding: the format by content, the limits from the header, then one decoder.
-@lru_cache(maxsize=1)
+_INSTALLED_DECODERS = JPEG_DECODERS if importlib.util.find_spec("simplejpeg") else ("pillow",)
+
+
 def available_jpeg_decoders() -> tuple[str, ...]:
     """The JPEG decoders installed here, fastest first ("simplejpeg", "pillow")."""
-    return JPEG_DECODERS if importlib.util.find_spec("simplejpeg") else ("pillow",)
+    return _INSTALLED_DECODERS
 
 
 def default_jpeg_decoder() -> str:
     """``$CATMAP_JPEG_DECODER``, else the fastest installed JPEG decoder."""
     forced = os.environ.get("CATMAP_JPEG_DECODER")
-    return _check_decoder(forced) if forced else available_jpeg_decoders()[0]
+    return _check_decoder(forced) if forced else _INSTALLED_DECODERS[0]
 
 
 def _check_decoder(name: str) -> str:
     name = name.lower()
     if name not in JPEG_DECODERS:
         raise ValueError(f"unknown JPEG decoder {name!r}; choose one of {', '.join(JPEG_DECODERS)}")
-    if name not in available_jpeg_decoders():
+    if name not in _INSTALLED_DECODERS:
         raise missing_dependency("simplejpeg", "fast", "the JPEG decoder 'simplejpeg'")
     return name
 
 
-def _plugins() -> dict[str, Any]:
-    """Pillow's classes for the allowed formats. Opening one directly runs that plugin only:
-    no probing of the others (EPS, PDF ...), no Pillow bomb check (the limits here rule)."""
+def _open(data: bytes, source: str, max_pixels: int | None) -> Any:
+    """The image opened by the Pillow plugin of its format, sniffed from the first bytes:
+    no other plugin (EPS, PDF ...) is ever probed, and the header's pixels are checked (the
+    limits here rule, not Pillow's bomb check). The caller closes it."""
+    kind = "WEBP" if data[:4] == b"RIFF" and data[8:12] == b"WEBP" else None
+    for magic, name in _SIGNATURES:
+        kind = name if data.startswith(magic) else kind
+    if kind is None:
+        raise ImageReadError(f"cannot decode image {source}: not a JPEG, PNG, BMP, TIFF, WebP "
+                             f"or GIF file (starts with {data[:8]!r})", source)
     try:
         from PIL import BmpImagePlugin, GifImagePlugin, JpegImagePlugin, PngImagePlugin
         from PIL import TiffImagePlugin, WebPImagePlugin
     except ImportError:
         raise missing_dependency("Pillow", "images", "reading images") from None
-    return {"JPEG": JpegImagePlugin.JpegImageFile, "PNG": PngImagePlugin.PngImageFile,
-            "BMP": BmpImagePlugin.BmpImageFile, "GIF": GifImagePlugin.GifImageFile,
-            "TIFF": TiffImagePlugin.TiffImageFile, "WEBP": WebPImagePlugin.WebPImageFile}
-
-
-def _sniff(data: bytes, source: str) -> str:
-    for magic, name in _SIGNATURES:
-        if data.startswith(magic):
-            return name
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "WEBP"
-    raise ImageReadError(f"cannot decode image {source}: not a JPEG, PNG, BMP, TIFF, WebP or "
-                         f"GIF file (starts with {data[:8]!r})", source)
+    plugin = {"JPEG": JpegImagePlugin.JpegImageFile, "PNG": PngImagePlugin.PngImageFile,
+              "BMP": BmpImagePlugin.BmpImageFile, "GIF": GifImagePlugin.GifImageFile,
+              "TIFF": TiffImagePlugin.TiffImageFile, "WEBP": WebPImagePlugin.WebPImageFile}
+    img = plugin[kind](io.BytesIO(data))
+    width, height = img.size
+    if max_pixels is not None and height * width > max_pixels:
+        img.close()
+        raise ImageTooLargeError(
+            f"image {source} is {height} x {width} = {height * width} pixels, over the limit "
+            f"of {max_pixels} (a decompression bomb?); raise it with set_image_limits("
+            f"max_pixels=...) or ${_PIXELS_ENV}", source, pixels=height * width, limit=max_pixels)
+    return img
 
 
 def apply_exif_orientation(image: np.ndarray, orientation: int) -> np.ndarray:
@@ -329,28 +332,10 @@ def _to_format(array: np.ndarray, fmt: str) -> np.ndarray:
     return out
 
 
-def _reduction(height: int, width: int, min_size: tuple[int, int] | None) -> int:
-    """Largest JPEG scale 1/f (f = 8, 4, 2) keeping ``min_size`` that Pillow's draft
-    reproduces too; else 1."""
-    if min_size is None:
-        return 1
-    for factor in (8, 4, 2):
-        draft = min(width // max(1, width // factor), height // max(1, height // factor))
-        if (math.ceil(height / factor) >= min_size[0] and math.ceil(width / factor) >= min_size[1]
-                and draft >= factor and (factor == 8 or draft < 2 * factor)):
-            return factor
-    return 1
-
-
 def _mismatch(source: str, got: tuple[int, ...], expected: tuple[int, int]) -> Exception:
     return ImageSizeMismatchError(
         f"image {source} has size (h={got[0]}, w={got[1]}) but its record says (h={expected[0]}"
         f", w={expected[1]}); fix the annotation file or the image (EXIF orientation is applied)")
-
-
-def _orientation(img: Any) -> int:
-    value = img.getexif().get(0x0112, 1)  # EXIF, else XMP, as exif_transpose reads it
-    return value if is_int(value) and 1 <= value <= 8 else 1
 
 
 def _pillow_pixels(img: Any, data: bytes, fmt: str, reduce: int, keep_16bit: bool,
@@ -379,10 +364,9 @@ def _pillow_pixels(img: Any, data: bytes, fmt: str, reduce: int, keep_16bit: boo
 
 def _decode_jpeg(img: Any, data: bytes, fmt: str, decoder: str, limits: ImageLimits,
                  min_size: tuple[int, int] | None, expected: tuple[int, int] | None,
-                 source: str) -> tuple[np.ndarray, int]:
-    """(pixels in the stored orientation, EXIF orientation); sizes and work checked first."""
+                 orientation: int, source: str) -> np.ndarray:
+    """The pixels in the stored orientation; sizes and work checked first."""
     width, height = img.size
-    orientation = _orientation(img)
     oriented = (width, height) if orientation >= 5 else (height, width)
     if expected is not None and oriented != expected:
         raise _mismatch(source, oriented, expected)
@@ -397,7 +381,13 @@ def _decode_jpeg(img: Any, data: bytes, fmt: str, decoder: str, limits: ImageLim
             limit=limits.max_decode_work)
     if min_size is not None and orientation >= 5:
         min_size = (min_size[1], min_size[0])
-    factor = _reduction(height, width, min_size)
+    factor = 1  # the largest scale 1/f keeping min_size that Pillow's draft reproduces too
+    for f in (8, 4, 2) if min_size is not None else ():
+        draft = min(width // max(1, width // f), height // max(1, height // f))
+        if (math.ceil(height / f) >= min_size[0] and math.ceil(width / f) >= min_size[1]
+                and draft >= f and (f == 8 or draft < 2 * f)):
+            factor = f
+            break
     reduced = (math.ceil(height / factor), math.ceil(width / factor))
     image = None
     if decoder == "simplejpeg":
@@ -415,7 +405,7 @@ def _decode_jpeg(img: Any, data: bytes, fmt: str, decoder: str, limits: ImageLim
     if image.shape[:2] != reduced:
         raise ImageReadError(f"cannot decode image {source}: got size {image.shape[:2]}, the "
                              f"header says {reduced}", source)
-    return image, orientation
+    return image
 
 
 def decode_image(data: bytes, format: str | None = None, *,
@@ -434,29 +424,29 @@ def decode_image(data: bytes, format: str | None = None, *,
     if fmt not in SUPPORTED_FORMATS:
         raise UnsupportedImageFormatError(f"read_image: format {fmt!r} is not supported; "
                                           f"choose one of {', '.join(SUPPORTED_FORMATS)}")
-    decoder = _check_decoder(decoder) if decoder else default_jpeg_decoder()
+    decoder = decoder or os.environ.get("CATMAP_JPEG_DECODER")  # as default_jpeg_decoder
+    decoder = _check_decoder(decoder) if decoder else _INSTALLED_DECODERS[0]
     limits = get_image_limits()
     if max_pixels is not _UNSET:
         limits = replace(limits, max_pixels=max_pixels)
     expected = None if expected_size is None else (int(expected_size[0]), int(expected_size[1]))
-    kind = _sniff(data, source)
     try:
-        with _plugins()[kind](io.BytesIO(data)) as img:
-            _check_pixels(img.size[1], img.size[0], source, limits.max_pixels)
-            if kind == "JPEG":
-                image, orientation = _decode_jpeg(img, data, fmt, decoder, limits, min_size,
-                                                  expected, source)
-            else:
-                image = _pillow_pixels(img, data, fmt, 1, keep_16bit, source)
-                orientation = _orientation(img)
+        with _open(data, source, limits.max_pixels) as img:
+            jpeg = img.format == "JPEG"  # other formats: pixels first, then their EXIF
+            image = None if jpeg else _pillow_pixels(img, data, fmt, 1, keep_16bit, source)
+            value = img.getexif().get(0x0112, 1)  # EXIF, else XMP, as exif_transpose reads it
+            orientation = value if is_int(value) and 1 <= value <= 8 else 1
+            if jpeg:
+                image = _decode_jpeg(img, data, fmt, decoder, limits, min_size, expected,
+                                     orientation, source)
     except (ImageReadError, ImageSizeMismatchError, UnsupportedImageFormatError,
             MissingDependencyError):
         raise
     except Exception as exc:  # whatever a decoder raises for broken data
         raise ImageReadError(f"cannot decode image {source}: {type(exc).__name__}: {exc}",
                              source) from exc
-    image = apply_exif_orientation(image, orientation)
-    if expected is not None and image.shape[:2] != expected and kind != "JPEG":
+    image = apply_exif_orientation(image, orientation) if orientation != 1 else image
+    if expected is not None and image.shape[:2] != expected and not jpeg:
         raise _mismatch(source, image.shape[:2], expected)
     return image
 
@@ -488,8 +478,7 @@ def read_segmentation(file_name: str | os.PathLike[str]) -> np.ndarray:
     path = os.fsdecode(file_name)
     data = read_file_bytes(path)
     try:
-        with _plugins()[_sniff(data, path)](io.BytesIO(data)) as img:
-            _check_pixels(img.size[1], img.size[0], path, get_image_limits().max_pixels)
+        with _open(data, path, get_image_limits().max_pixels) as img:
             img.load()
             if img.mode in ("L", "P"):
                 return np.array(img, dtype=np.uint8)

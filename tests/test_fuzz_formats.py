@@ -348,8 +348,9 @@ def test_cityscapes_rle_from_the_crop_equals_the_whole_image_encoding():
 
 # ---------------------------------------------------------------------- regressions: LVIS
 @pytest.mark.parametrize("url", ["http://h/val2017/x.jpg?v=1", "http://h/val2017/x.jpg#top",
-                                 "http://h/x?p=/val2017/y.jpg"])
-def test_lvis_coco_url_with_a_query_or_fragment_is_refused(tmp_path, url):
+                                 "http://h/x?p=/val2017/y.jpg", "http://h/val2017/..\\x.jpg",
+                                 "http://h/val2017/a\\..\\..\\x.jpg"])
+def test_lvis_coco_url_with_a_query_fragment_or_backslash_is_refused(tmp_path, url):
     from catalog.formats.coco import load_lvis_json
 
     doc = json.loads(seeds("lvis")[0])

@@ -12,9 +12,14 @@ Annotations: random polygons, RLE dicts and keypoints (NaN, inf, 1e300, wrong ty
 past the mask) go through transform_annotations and annotations_to_instances in-process:
 only catmap's typed errors may come out (a native crash would kill the run).
 
-The default run uses ``CATMAP_FUZZ_EXAMPLES`` examples (150); the slow test re-runs this
-file in a child process limited to 3 GiB of address space with thousands, so that a native
-crash or unbounded memory shows up as a failed exit code.
+The mapper: DatasetMapper with bitmask masks under the default per-sample budget, on records
+of COCO to Cityscapes sizes whose image is valid or mutated and whose instances are few or
+4,000, with polygons that are random, huge or corner-to-corner zigzags (the edge-length bomb).
+
+The default run uses ``CATMAP_FUZZ_EXAMPLES`` examples (150) and runs the capped child
+harness once with a few; the slow test re-runs this file in a child process limited to 3 GiB
+of address space with thousands, so that a native crash or unbounded memory shows up as a
+failed exit code.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from hypothesis import strategies as st
 
 from catalog import BoxMode
 from catalog._common import CatmapError
-from mappers import annotations_to_instances
+from mappers import DatasetMapper, annotations_to_instances
+from mappers import transforms as T
 from mappers.annotations import transform_annotations
 from mappers.errors import ImageReadError, UnsupportedImageFormatError
 from mappers.image_io import (
@@ -219,15 +225,73 @@ def test_fuzz_annotations_typed_errors_only(annos, transform, mask_format):
         pass
 
 
+_MAPPER_SIZES = ((48, 64), (480, 640), (1024, 2048))
+
+
+@lru_cache(maxsize=None)
+def _image_file(height: int, width: int, seed: int, ops: tuple) -> str:
+    """A PNG/JPEG of (height, width) (mutated by ``ops``) in a temporary file."""
+    array = photo_like(height, width, seed=seed)
+    data = _mutate((png_bytes if seed % 2 else jpeg_bytes)(array), list(ops)) if ops else (
+        (png_bytes if seed % 2 else jpeg_bytes)(array))
+    path = pathlib.Path(tempfile.mkdtemp()) / f"{height}x{width}-{seed}-{len(ops)}.img"
+    path.write_bytes(data)
+    return str(path)
+
+
+def _mapper_polygon(kind: str, height: int, width: int, vertices: int, rng) -> list:
+    if kind == "zigzag":  # inside the image, every edge corner to corner
+        xy = np.zeros((vertices, 2))
+        xy[1::2] = (width - 1, height - 1)
+        xy[2::4, 0] = 0.5
+    elif kind == "huge":
+        xy = rng.uniform(-1e7, 1e7, (vertices, 2))
+    else:
+        xy = rng.uniform(-5, 1.1 * max(height, width), (vertices, 2))
+    return xy.reshape(-1).tolist()
+
+
+@settings(FUZZ, max_examples=max(3, EXAMPLES // 10))  # ~0.5 s each: images up to 2048 wide
+@given(
+    size=st.sampled_from(_MAPPER_SIZES),
+    image_ops=st.one_of(st.just(()), st.lists(_ops, min_size=1, max_size=2).map(tuple)),
+    seed=st.integers(0, 3),
+    count=st.sampled_from([0, 1, 3, 6, 4000]),
+    kind=st.sampled_from(["random", "zigzag", "huge"]),
+    vertices=st.sampled_from([3, 40, 2000, 30000]),
+    scale=st.sampled_from([0.5, 1.0, 1.5]),
+)
+def test_fuzz_mapper_bitmasks_under_the_budget(size, image_ops, seed, count, kind, vertices,
+                                                scale):
+    height, width = size
+    rng = np.random.default_rng(seed)
+    polygon = _mapper_polygon(kind, height, width, vertices, rng)
+    tiny = [1.0, 1.0, 4.0, 1.0, 4.0, 4.0]
+    annos = [{"bbox": [1.0, 1.0, 9.0, 9.0], "bbox_mode": BoxMode.XYXY_ABS, "category_id": 0,
+              "id": i, "segmentation": [polygon if i == 0 else tiny]} for i in range(count)]
+    record = {"file_name": _image_file(height, width, seed, image_ops), "height": height,
+              "width": width, "image_id": seed, "annotations": annos}
+    out = (int(height * scale), int(width * scale))
+    mapper = DatasetMapper(True, augmentations=[T.Resize(out), T.RandomFlip(prob=1.0)],
+                           use_instance_mask=True, instance_mask_format="bitmask")
+    try:
+        sample = mapper(record)
+    except CatmapError:
+        return
+    masks = sample["instances"].gt_masks.tensor
+    assert masks.shape[1:] == out and masks.shape[0] <= count
+    assert masks.shape[0] * out[0] * out[1] <= 1 << 30
+
+
 def _limit_address_space() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
 
-def _run_file_in_subprocess(examples: int) -> None:
+def _run_file_in_subprocess(examples: int, *select: str) -> None:
     env = {**os.environ, "CATMAP_FUZZ_EXAMPLES": str(examples)}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-m",
-         "not slow"],
+         "not slow", "-k", " or ".join(select) or "fuzz and not harness"],
         env=env,
         capture_output=True,
         text=True,
@@ -235,10 +299,18 @@ def _run_file_in_subprocess(examples: int) -> None:
         preexec_fn=_limit_address_space,  # bounded memory: a bigger allocation fails the run
     )
     assert result.returncode == 0, (result.returncode, result.stdout[-4000:], result.stderr[-2000:])
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss >> 10
+    print(f"{examples} examples per fuzzer ({max(3, examples // 10)} for the mapper): passed; "
+          f"peak resident memory of a child {peak} MiB")
+
+
+def test_fuzz_harness_runs_capped_in_a_child():
+    """The slow run's harness, with a few examples of the mapper and decoder fuzzers."""
+    _run_file_in_subprocess(5, "test_fuzz_mapper", "test_fuzz_decoders")
 
 
 @pytest.mark.slow
 def test_fuzz_thousands_in_a_subprocess():
-    """5000 examples each, in a child process with 3 GiB of address space: a native crash or
-    unbounded memory fails this test."""
+    """5000 examples each for decoders and annotations, 500 for the mapper, in a child process
+    with 3 GiB of address space: a native crash or unbounded memory fails this test."""
     _run_file_in_subprocess(5000)
