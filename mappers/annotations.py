@@ -155,6 +155,7 @@ def transform_instance_annotations(
         image_size,
         keypoint_hflip_indices,
         lambda i: _where(context, annotation),
+        context or "annotation",
     )
     return annotation
 
@@ -182,7 +183,8 @@ def transform_annotations(
         return _where(f"{prefix}annotation {i}", annotations[i])
 
     _transform_many(
-        annotations, _as_transform(transforms), image_size, keypoint_hflip_indices, where
+        annotations, _as_transform(transforms), image_size, keypoint_hflip_indices, where,
+        context or "image",
     )
     return annotations
 
@@ -193,6 +195,7 @@ def _transform_many(
     image_size: tuple[int, int],
     keypoint_hflip_indices: Any,
     where: Callable[[int], str],
+    context: str,
 ) -> None:
     if len(annotations) == 0:
         return
@@ -214,6 +217,8 @@ def _transform_many(
         if "segmentation" in obj:
             input_size = input_size_of(transforms, (h, w))
             bound = None if input_size is None else coordinate_bound(*input_size)
+            rles = [o for o in annotations if isinstance(o.get("segmentation"), Mapping)]
+            check_mask_budget(rles, *(input_size or (h, w)), context)  # before decoding any
             break
     for i, obj in enumerate(annotations):
         if "segmentation" in obj:
@@ -631,7 +636,7 @@ class InstanceOptions:
             transforms = _as_transform(transforms)
         _transform_many(  # transform_annotations on ``kept`` itself
             kept, transforms, image_size, self.keypoint_hflip_indices,
-            lambda i: _where(f"{source}, annotation {i}", kept[i]),
+            lambda i: _where(f"{source}, annotation {i}", kept[i]), source,
         )
         instances = annotations_to_instances(
             kept, image_size, mask_format=self.instance_mask_format, context=source
