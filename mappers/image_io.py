@@ -185,7 +185,7 @@ def _read_bounded(handle: Any, path: str, limit: int | None, size: int | None) -
         raise _too_large(path, size, limit)
     cap = -1 if limit is None else limit + 1
     data = handle.read(cap if size is None else size + 1 if cap < 0 else min(size + 1, cap))
-    if size is not None and len(data) > size and (cap < 0 or len(data) < cap):  # it grew
+    if size is not None and len(data) != size and (cap < 0 or len(data) < cap):  # changed
         data += handle.read(cap if cap < 0 else cap - len(data))
     if limit is not None and len(data) > limit:
         raise _too_large(path, None, limit)
@@ -239,27 +239,18 @@ def read_file_bytes(file_name: str | os.PathLike[str], max_bytes: Any = _UNSET) 
         raise ImageNotFoundError(f"file not found: {path}", path) from exc
     except OSError as exc:
         raise ImageReadError(f"cannot open {path}: {exc}", path) from exc
-    try:
-        info, limit = os.fstat(fd), limits.max_bytes
-        size = info.st_size
-        if not stat.S_ISREG(info.st_mode):
-            raise ImageReadError(f"cannot read {path}: not a regular file (a FIFO, device or "
-                                 "directory is never read)", path)
-        if limit is not None and size > limit:
-            raise _too_large(path, size, limit)
-        data = os.read(fd, size + 1)  # one read, sized by fstat
-        if len(data) != size:  # a short read or a file that changed: the rest, bounded
-            with open(fd, "rb", closefd=False) as handle:
-                data += handle.read(-1 if limit is None else max(0, limit + 1 - len(data)))
-        if limit is not None and len(data) > limit:
-            raise _too_large(path, None, limit)
-        return data
-    except ImageReadError:
-        raise
-    except OSError as exc:
-        raise ImageReadError(f"cannot read {path}: {exc}", path) from exc
-    finally:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
+        raise ImageReadError(f"cannot read {path}: not a regular file (a FIFO, device or "
+                             "directory is never read)", path)
+    with open(fd, "rb", buffering=0) as handle:  # unbuffered: one read, sized by fstat
+        try:
+            return _read_bounded(handle, path, limits.max_bytes, info.st_size)
+        except ImageReadError:
+            raise
+        except OSError as exc:
+            raise ImageReadError(f"cannot read {path}: {exc}", path) from exc
 
 
 # Decoding: the format by content, the limits from the header, then one decoder.
@@ -286,17 +277,6 @@ def _check_decoder(name: str) -> str:
     return name
 
 
-def _sniff(data: bytes, source: str) -> str:
-    """The format by its first bytes, from the allowlist (ImageReadError for any other)."""
-    for magic, name in _SIGNATURES:
-        if data.startswith(magic):
-            return name
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "WEBP"
-    raise ImageReadError(f"cannot decode image {source}: not a JPEG, PNG, BMP, TIFF, WebP "
-                         f"or GIF file (starts with {data[:8]!r})", source)
-
-
 def _check_pixels(height: int, width: int, source: str, max_pixels: int | None) -> None:
     if max_pixels is not None and height * width > max_pixels:
         raise ImageTooLargeError(
@@ -311,10 +291,9 @@ def _exif_orientation(tiff: bytes) -> int | None:
     if order is None or len(tiff) < 8:
         return None
     ifd = struct.unpack_from(order + "I", tiff, 4)[0]
-    if ifd + 2 > len(tiff):
-        return None
-    end = ifd + 2 + 12 * struct.unpack_from(order + "H", tiff, ifd)[0]
-    if end > len(tiff):
+    count = struct.unpack_from(order + "H", tiff, ifd)[0] if ifd + 2 <= len(tiff) else 0
+    end = ifd + 2 + 12 * count
+    if not count or end > len(tiff):  # Pillow decides
         return None
     for pos in range(ifd + 2, end, 12):
         tag, kind = struct.unpack_from(order + "HH", tiff, pos)
@@ -357,7 +336,12 @@ def _open(data: bytes, source: str, max_pixels: int | None) -> Any:
     """The image opened by the Pillow plugin of its format, sniffed from the first bytes:
     no other plugin (EPS, PDF ...) is ever probed, and the header's pixels are checked (the
     limits here rule, not Pillow's bomb check). The caller closes it."""
-    kind = _sniff(data, source)
+    kind = "WEBP" if data[:4] == b"RIFF" and data[8:12] == b"WEBP" else None
+    for magic, name in _SIGNATURES:
+        kind = name if data.startswith(magic) else kind
+    if kind is None:
+        raise ImageReadError(f"cannot decode image {source}: not a JPEG, PNG, BMP, TIFF, WebP "
+                             f"or GIF file (starts with {data[:8]!r})", source)
     try:
         from PIL import BmpImagePlugin, GifImagePlugin, JpegImagePlugin, PngImagePlugin
         from PIL import TiffImagePlugin, WebPImagePlugin
@@ -367,11 +351,9 @@ def _open(data: bytes, source: str, max_pixels: int | None) -> Any:
               "BMP": BmpImagePlugin.BmpImageFile, "GIF": GifImagePlugin.GifImageFile,
               "TIFF": TiffImagePlugin.TiffImageFile, "WEBP": WebPImagePlugin.WebPImageFile}
     img = plugin[kind](io.BytesIO(data))
-    try:
-        _check_pixels(img.size[1], img.size[0], source, max_pixels)
-    except ImageTooLargeError:
+    if max_pixels is not None and img.size[0] * img.size[1] > max_pixels:
         img.close()
-        raise
+        _check_pixels(img.size[1], img.size[0], source, max_pixels)
     return img
 
 
@@ -646,6 +628,6 @@ def image_to_tensor(image: np.ndarray) -> torch.Tensor:
     image = image[:, :, None] if image.ndim == 2 else image
     if not image.flags.writeable:
         image = image.copy()
-    elif not image.flags.c_contiguous and any(s < 0 for s in image.strides):
+    elif not image.flags.c_contiguous and min(image.strides) < 0:
         image = np.ascontiguousarray(image)
     return torch.from_numpy(image.transpose(2, 0, 1))
