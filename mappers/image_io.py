@@ -296,9 +296,10 @@ def _exif_orientation(tiff: bytes) -> int | None:
     if not count or end > len(tiff):  # Pillow decides
         return None
     for pos in range(ifd + 2, end, 12):
-        tag, kind = struct.unpack_from(order + "HH", tiff, pos)
-        if tag == 0x0112:
-            return struct.unpack_from(order + "H", tiff, pos + 8)[0] if kind == 3 else None
+        tag, kind, count = struct.unpack_from(order + "HHI", tiff, pos)
+        if tag == 0x0112:  # one SHORT, else Pillow decides
+            value = struct.unpack_from(order + "H", tiff, pos + 8)[0]
+            return value if kind == 3 and count == 1 else None
     return -1
 
 
