@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -35,7 +36,12 @@ from .geometry_checks import (
 from .geometry_checks import where as _where
 from .instances import Instances
 from .structures import BitMasks, Boxes, Keypoints, PolygonMasks, RotatedBoxes
-from .transforms.transform import HFlipTransform, Transform, TransformList
+from .transforms.transform import (
+    GeometryPreservingTransform,
+    HFlipTransform,
+    Transform,
+    TransformList,
+)
 
 __all__ = [
     "InstanceOptions",
@@ -149,6 +155,7 @@ def transform_instance_annotations(
         image_size,
         keypoint_hflip_indices,
         lambda i: _where(context, annotation),
+        context or "annotation",
     )
     return annotation
 
@@ -176,33 +183,10 @@ def transform_annotations(
         return _where(f"{prefix}annotation {i}", annotations[i])
 
     _transform_many(
-        annotations, _as_transform(transforms), image_size, keypoint_hflip_indices, where
+        annotations, _as_transform(transforms), image_size, keypoint_hflip_indices, where,
+        context or "image",
     )
     return annotations
-
-
-def _transform_polygon_groups(
-    groups: list[list[np.ndarray]], transforms: TransformList
-) -> list[list[np.ndarray]]:
-    """Transform lists of Nx2 polygons; pointwise transforms see all points in one call."""
-    for t in transforms.transforms:
-        if type(t).apply_polygons is Transform.apply_polygons:
-            flat = [p for group in groups for p in group]
-            if not flat:
-                continue
-            moved = t.apply_coords(np.concatenate(flat, axis=0))
-            pieces, offset = [], 0
-            for p in flat:
-                pieces.append(moved[offset : offset + len(p)])
-                offset += len(p)
-            regrouped, start = [], 0
-            for group in groups:
-                regrouped.append(pieces[start : start + len(group)])
-                start += len(group)
-            groups = regrouped
-        else:  # e.g. crops clip (and may drop) polygons
-            groups = [list(t.apply_polygons(group)) for group in groups]
-    return groups
 
 
 def _transform_many(
@@ -211,6 +195,7 @@ def _transform_many(
     image_size: tuple[int, int],
     keypoint_hflip_indices: Any,
     where: Callable[[int], str],
+    context: str,
 ) -> None:
     if len(annotations) == 0:
         return
@@ -228,20 +213,20 @@ def _transform_many(
     # The image size before the transforms (None when a transform hides it): RLE sizes must
     # equal it and polygons must lie near it, checked before pycocotools or a transform runs.
     input_size = bound = None
-    if any("segmentation" in obj for obj in annotations):
-        input_size = input_size_of(transforms, (h, w))
-        bound = None if input_size is None else coordinate_bound(*input_size)
+    for obj in annotations:
+        if "segmentation" in obj:
+            input_size = input_size_of(transforms, (h, w))
+            bound = None if input_size is None else coordinate_bound(*input_size)
+            rles = [o for o in annotations if isinstance(o.get("segmentation"), Mapping)]
+            check_mask_budget(rles, *(input_size or (h, w)), context)  # before decoding any
+            break
     for i, obj in enumerate(annotations):
         if "segmentation" in obj:
             segm = obj["segmentation"]
             if isinstance(segm, (list, tuple)):
                 polygon_owners.append(i)
-                polygon_groups.append(
-                    [
-                        p.reshape(-1, 2)
-                        for p in polygons_as_arrays(segm, functools.partial(where, i), bound)
-                    ]
-                )
+                arrays = polygons_as_arrays(segm, functools.partial(where, i), bound)
+                polygon_groups.append(list(map(np.reshape, arrays, [(-1, 2)] * len(arrays))))
             elif isinstance(segm, Mapping):
                 # bool, so that no transform treats the mask as a semantic map (a pad fills
                 # an instance mask with False, not with seg_pad_value)
@@ -258,11 +243,28 @@ def _transform_many(
             keypoint_owners.append(i)
             keypoint_arrays.append(_keypoints_as_array(obj["keypoints"], where(i)))
 
-    if polygon_groups:
-        for i, group in zip(
-            polygon_owners, _transform_polygon_groups(polygon_groups, transforms), strict=True
-        ):
-            annotations[i]["segmentation"] = [p.reshape(-1) for p in group]
+    if polygon_groups:  # pointwise transforms move all points of the image in one call each
+        moving, pointwise = [], True
+        for t in transforms.transforms:
+            if not isinstance(t, GeometryPreservingTransform):  # those move nothing
+                moving.append(t)
+                pointwise = pointwise and type(t).apply_polygons is Transform.apply_polygons
+        if pointwise:
+            flat = list(itertools.chain.from_iterable(polygon_groups))
+            points = np.concatenate(flat) if flat else np.zeros((0, 2))
+            for t in moving:
+                points = t.apply_coords(points)
+            pieces = np.split(points, np.cumsum(list(map(len, flat)))[:-1])
+            regrouped, start = [], 0
+            for group in polygon_groups:
+                regrouped.append(pieces[start : start + len(group)])
+                start += len(group)
+            polygon_groups = regrouped
+        else:  # e.g. crops clip (and may drop) polygons
+            for t in moving:
+                polygon_groups = [list(t.apply_polygons(group)) for group in polygon_groups]
+        for i, group in zip(polygon_owners, polygon_groups, strict=True):
+            annotations[i]["segmentation"] = list(map(np.ravel, group))
 
     if keypoint_arrays:
         stacked = np.concatenate(keypoint_arrays, axis=0)
@@ -284,11 +286,15 @@ def _all_or_none_have(
     """Whether all annotations have ``key`` (True) or none (False); a mix is a
     RecordFormatError naming the first instance without it.
     """
-    present = [(key in obj) for obj in annos]
-    if not any(present):
+    found, missing = False, None
+    for index, obj in enumerate(annos):
+        if key in obj:
+            found = True
+        elif missing is None:
+            missing = index
+    if not found:
         return False
-    if not all(present):
-        missing = present.index(False)
+    if missing is not None:
         raise RecordFormatError(
             f"{prefix}instance {missing}: missing key {key!r} while other instances of the "
             f"image have {pronoun}"
@@ -626,9 +632,11 @@ class InstanceOptions:
                 anno.pop("keypoints", None)
             kept.append(anno)
         source = f"file {file_name!r}" if file_name is not None else "image"
-        transform_annotations(
-            kept, transforms, image_size,
-            keypoint_hflip_indices=self.keypoint_hflip_indices, context=source,
+        if not isinstance(transforms, TransformList):
+            transforms = _as_transform(transforms)
+        _transform_many(  # transform_annotations on ``kept`` itself
+            kept, transforms, image_size, self.keypoint_hflip_indices,
+            lambda i: _where(f"{source}, annotation {i}", kept[i]), source,
         )
         instances = annotations_to_instances(
             kept, image_size, mask_format=self.instance_mask_format, context=source

@@ -50,7 +50,14 @@ from .image_io import (
     record_name,
 )
 from .structures import Boxes
-from .transforms.owned_image import OwnedImageAugInput, apply_planned_image, reduced_decode_size
+from .transforms.transform import (
+    HFlipTransform,
+    NoOpTransform,
+    ResizeTransform,
+    TransformList,
+    VFlipTransform,
+    get_cv2,
+)
 
 __all__ = [
     "AUGMENTATIONS",
@@ -64,6 +71,7 @@ __all__ = [
     "PlannedLoad",
     "ToTensor",
     "annotations_to_training_instances",
+    "apply_planned_image",
     "check_image_size",
     "image_to_tensor",
     "read_record_image",
@@ -192,21 +200,25 @@ def _from_config(entry: Mapping[str, Any], registry: Registry, where: str) -> An
         raise PipelineStepError(f"{where}: cannot build {name!r} from {kwargs!r}: {exc}") from exc
 
 
+def _build_augmentations(augmentations: Sequence[Any], owner: str) -> T.AugmentationList:
+    built = list(augmentations)
+    for i, entry in enumerate(built):
+        if isinstance(entry, Mapping):
+            where = f"{owner} entry {i}"
+            try:
+                built[i] = _from_config(entry, AUGMENTATIONS, where)
+            except KeyError as exc:
+                raise PipelineStepError(f"{where}: {exc}") from exc
+    return T.AugmentationList(built)
+
+
 @TRANSFORMS.register()
 class ApplyAugmentations:
     """Apply augmentations (objects or ``{"type": "RandomFlip", ...}`` dicts) to ``image`` and
     ``sem_seg``; the transforms drawn are chained into ``results["transforms"]``."""
 
     def __init__(self, augmentations: Sequence[Any]) -> None:
-        built = list(augmentations)
-        for i, entry in enumerate(built):
-            if isinstance(entry, Mapping):
-                where = f"ApplyAugmentations entry {i}"
-                try:
-                    built[i] = _from_config(entry, AUGMENTATIONS, where)
-                except KeyError as exc:
-                    raise PipelineStepError(f"{where}: {exc}") from exc
-        self.augmentations = T.AugmentationList(built)
+        self.augmentations = _build_augmentations(augmentations, "ApplyAugmentations")
 
     def __call__(self, results: dict[str, Any]) -> dict[str, Any]:
         if "image" not in results:
@@ -230,37 +242,108 @@ class ApplyAugmentations:
         return f"ApplyAugmentations({self.augmentations!r})"
 
 
+_FUSABLE = (HFlipTransform, VFlipTransform, ResizeTransform, NoOpTransform)
+
+
+def reduced_decode_size(transforms: TransformList) -> tuple[int, int] | None:
+    """The output size when a plan of flips and one resize shrinks 2x or more on both sides
+    (a JPEG can then be decoded at reduced scale); None for any other plan."""
+    resizes = [t for t in transforms.transforms if type(t) is ResizeTransform]
+    if len(resizes) != 1 or any(type(t) not in _FUSABLE for t in transforms.transforms):
+        return None
+    only = resizes[0]
+    if 2 * only.new_h <= only.h and 2 * only.new_w <= only.w:
+        return only.new_h, only.new_w
+    return None
+
+
+def apply_planned_image(
+    image: np.ndarray, transforms: T.Transform | Sequence[T.Transform], *, owned: bool = False
+) -> np.ndarray:
+    """Apply planned transforms to a decoded image (flipped in place when ``owned``).
+
+    A plan of flips and resizes flips first, with OpenCV (equal up to rounding; the resize
+    then reads a dense array and 2-3x fewer bytes move); an image smaller than the one resize
+    expects (reduced JPEG decode) is resized from its own size.
+
+    Example:
+        >>> plan = TransformList([ResizeTransform(4, 6, 2, 3), HFlipTransform(3)])
+        >>> apply_planned_image(np.zeros((4, 6, 3), np.uint8), plan).shape
+        (2, 3, 3)
+    """
+    if not isinstance(transforms, TransformList):
+        single = isinstance(transforms, T.Transform)
+        transforms = TransformList([transforms] if single else transforms)
+    horizontal = vertical = False
+    resizes = []
+    for tfm in transforms.transforms:
+        if type(tfm) not in _FUSABLE:
+            return transforms.apply_image(image)
+        horizontal ^= type(tfm) is HFlipTransform
+        vertical ^= type(tfm) is VFlipTransform
+        if type(tfm) is ResizeTransform:
+            resizes.append(tfm)
+    cv2 = get_cv2()
+    if (horizontal or vertical) and cv2 is not None and image.flags.c_contiguous and (
+        image.dtype == np.uint8 and image.ndim == 3 and 1 <= image.shape[2] <= 4 and image.size
+    ):
+        code = -1 if horizontal and vertical else 1 if horizontal else 0
+        out = cv2.flip(image, code, dst=image if owned and image.flags.writeable else None)
+        image = out[:, :, None] if out.ndim == 2 else out  # cv2 drops a channel axis of 1
+    else:
+        image = image[:, ::-1] if horizontal else image
+        image = image[::-1] if vertical else image  # views: the resize makes them dense
+    if len(resizes) == 1 and image.shape[:2] != (resizes[0].h, resizes[0].w):
+        only = resizes[0]  # decoded at reduced scale: one resize to the planned output size
+        resizes = [ResizeTransform(*image.shape[:2], only.new_h, only.new_w, only.interp,
+                                   only.backend)]
+    for tfm in resizes:
+        image = tfm.apply_image(image)
+    return image
+
+
+def read_and_augment(
+    results: dict[str, Any], load: LoadImage, augmentations: T.AugmentationList
+) -> tuple[np.ndarray, np.ndarray | None, TransformList] | None:
+    """Read ``results``' image (and ``sem_seg_file_name``, popped) and augment it: (image,
+    sem_seg, transforms), or None for a skipped image. The transforms are drawn from the
+    record's size before decoding when the augmentations read only the shape: the same
+    draws either way, the image equal up to rounding (a flip runs before a resize)."""
+    size = record_image_size(results)  # RecordFormatError for a malformed height/width
+    plan = None
+    if size is not None and "sem_seg_file_name" not in results:
+        plan = augmentations.plan((size[0], size[1], 1 if load.format == "L" else 3))
+    min_size = reduced_decode_size(plan) if plan is not None and load.reduced_decode else None
+    if load.load(results, size, min_size) is None:
+        return None
+    image, sem_seg = results.pop("image"), results.pop("sem_seg", None)
+    if plan is None and size is None and sem_seg is None:
+        plan = augmentations.plan(image.shape)  # known now
+    if plan is not None:
+        return apply_planned_image(image, plan, owned=True), None, plan
+    aug_input = T.AugInput(image, sem_seg=sem_seg)
+    plan = augmentations(aug_input)
+    return aug_input.image, aug_input.sem_seg, plan
+
+
 class PlannedLoad:
-    """LoadImage then ApplyAugmentations, the transforms drawn from the record's size before
-    decoding when the augmentations read only the shape (the same draws either way; the
-    image equal up to rounding, as a flip runs before a resize). Compose and DatasetMapper
-    run the two steps as one of these."""
+    """LoadImage then ApplyAugmentations as one step (:func:`read_and_augment`); Compose runs
+    the two steps as one of these."""
 
     def __init__(self, load: LoadImage, augment: ApplyAugmentations) -> None:
         self.load = load
         self.augment = augment
-        self._channels = 1 if load.format == "L" else 3
 
     def __call__(self, results: dict[str, Any]) -> dict[str, Any] | None:
         results = dict(results)
-        size = record_image_size(results)  # RecordFormatError for a malformed height/width
-        plan = None
-        if size is not None and "sem_seg_file_name" not in results:
-            plan = self.augment.augmentations.plan((size[0], size[1], self._channels))
-        reduce = plan is not None and self.load.reduced_decode
-        min_size = reduced_decode_size(plan) if reduce else None
-        loaded = self.load.load(results, size, min_size)
+        loaded = read_and_augment(results, self.load, self.augment.augmentations)
         if loaded is None:
             return None
-        if plan is None and size is None and "sem_seg" not in loaded:
-            plan = self.augment.augmentations.plan(loaded["image"].shape)  # known now
-        if plan is None:
-            aug_input = OwnedImageAugInput(loaded["image"], sem_seg=loaded.get("sem_seg"))
-            self.augment.augment(loaded, aug_input)
-            return loaded
-        loaded["image"] = apply_planned_image(loaded["image"], plan)
-        _chain(loaded, plan)
-        return loaded
+        results["image"] = loaded[0]
+        if loaded[1] is not None:
+            results["sem_seg"] = loaded[1]
+        _chain(results, loaded[2])
+        return results
 
     def __repr__(self) -> str:
         return f"PlannedLoad({self.load!r}, {self.augment!r})"
@@ -327,7 +410,19 @@ class LoadProposals:
         if "proposal_boxes" not in results:
             return results
         results = dict(results)
-        height, width = _image_size(results, "LoadProposals")
+        transforms = results.get("transforms")
+        transforms = T.NoOpTransform() if transforms is None else transforms
+        results["proposals"] = self.proposals(
+            results, transforms, _image_size(results, "LoadProposals")
+        )
+        return results
+
+    def proposals(
+        self, results: dict[str, Any], transforms: T.Transform, image_size: tuple[int, int]
+    ) -> Instances:
+        """Pop the proposal keys of ``results`` (a copy) into Instances moved with
+        ``transforms`` to an image of ``image_size``."""
+        height, width = image_size
         name = record_name(results)
         try:
             boxes = np.asarray(results.pop("proposal_boxes"), dtype=np.float64).reshape(-1, 4)
@@ -345,8 +440,6 @@ class LoadProposals:
         if mode != BoxMode.XYXY_ABS:
             boxes = np.asarray(BoxMode.convert(boxes, mode, BoxMode.XYXY_ABS), dtype=np.float64)
         if len(boxes):
-            transforms = results.get("transforms")
-            transforms = T.NoOpTransform() if transforms is None else transforms
             boxes = np.asarray(transforms.apply_box(boxes), dtype=np.float64)
             boxes = np.minimum(np.maximum(boxes, 0.0), (width, height, width, height))
         boxes32 = boxes.astype(np.float32)
@@ -355,8 +448,7 @@ class LoadProposals:
         proposals = Instances((height, width))
         proposals.proposal_boxes = Boxes(torch.from_numpy(boxes32[keep][: self.topk].copy()))
         proposals.objectness_logits = torch.from_numpy(logits[keep][: self.topk].copy())
-        results["proposals"] = proposals
-        return results
+        return proposals
 
     def __repr__(self) -> str:
         return f"LoadProposals(topk={self.topk})"
@@ -536,7 +628,7 @@ def _resolve_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[st
             f"got {type(augmentations).__name__}",
             argument="augmentations",
         )
-    resolved = {name: options.get(name, default) for name, default in _OPTION_DEFAULTS.items()}
+    resolved = {**_OPTION_DEFAULTS, **options}  # options holds only known names (checked)
     for name in _FLAGS:
         resolved[name] = _check_flag(resolved[name], name)
     resolved["is_train"] = is_train
@@ -550,8 +642,9 @@ class DatasetMapper:
     ``DatasetMapper(cfg, is_train=True)`` (keywords beside a config override it).
 
     ``skip_bad_images`` / ``skip_bad_annotations`` return None (MapDataset uses another
-    record), counted in :attr:`num_skipped`; ``reduced_decode`` decodes a JPEG at 1/2, 1/4 or
-    1/8 scale when the augmentations shrink it that much (close to, not equal to, full decode).
+    record), counted in ``num_skipped`` (this process); ``reduced_decode`` decodes a JPEG at
+    1/2, 1/4 or 1/8 scale when the augmentations shrink it that much (close to, not equal to,
+    full decode). The steps, top to bottom, are in ``__call__``.
 
     Example:
         >>> DatasetMapper({"INPUT": {"MIN_SIZE_TEST": 600}}, is_train=False).augmentations
@@ -574,37 +667,43 @@ class DatasetMapper:
         augmentations = options["augmentations"]
         if isinstance(augmentations, (T.Augmentation, T.Transform)):
             augmentations = [augmentations]
-        instance_options = {name: options[name] for name in _INSTANCE_OPTIONS}
-        InstanceOptions("DatasetMapper", **instance_options)  # errors name DatasetMapper
+        self.augmentations = _build_augmentations(augmentations, "ApplyAugmentations")
+        self.skip_bad_annotations: bool = options["skip_bad_annotations"]
+        instance_options = dict(zip(_INSTANCE_OPTIONS, map(options.get, _INSTANCE_OPTIONS)))
+        self._options = InstanceOptions("DatasetMapper", **instance_options)
         self._load = LoadImage(self.image_format, skip_bad_images=self.skip_bad_images,
                                decoder=self.decoder, reduced_decode=self.reduced_decode)
-        self._read_and_augment = PlannedLoad(self._load, ApplyAugmentations(list(augmentations)))
-        self._instances = AnnotationsToInstances(
-            **instance_options, skip_bad_annotations=options["skip_bad_annotations"]
-        )
-        self._load.owner = self._instances.owner = "DatasetMapper"
+        self._load.owner = "DatasetMapper"  # it counts and reports every skipped record
         topk = self.precomputed_proposal_topk
         self._proposals = LoadProposals(topk) if topk is not None else None
-        self._to_tensor = ToTensor()
         mode = "training" if self.is_train else "inference"
         logger.info("DatasetMapper in %s mode, augmentations: %s", mode, self.augmentations)
 
     def __call__(self, dataset_dict: dict[str, Any]) -> dict[str, Any] | None:
         """Map one record (left unmodified) to its keys plus ``image`` (CHW uint8), ``sem_seg``,
         ``instances`` (training), ``proposals``; None for a skipped record."""
-        sample = self._read_and_augment(dataset_dict)
-        if sample is None:
+        sample = dict(dataset_dict)
+        loaded = read_and_augment(sample, self._load, self.augmentations)
+        if loaded is None:
             return None
-        if self.is_train:
-            sample = self._instances(sample)
-            if sample is None:
+        image, sem_seg, transforms = loaded
+        sample["image"] = image_to_tensor(image)  # CHW, sharing the image's memory
+        if sem_seg is not None:
+            sample["sem_seg"] = torch.as_tensor(sem_seg.astype(np.int64))
+        annotations = sample.pop("annotations", None)
+        if self.is_train and annotations is not None:
+            try:
+                sample["instances"] = self._options.instances(
+                    list(map(dict, annotations)), transforms, image.shape[:2],
+                    file_name=sample.get("file_name"),
+                )
+            except RecordFormatError as exc:
+                if not self.skip_bad_annotations:
+                    raise
+                self._load._skip(exc, sample.get("file_name"), "annotations")
                 return None
-        else:
-            sample.pop("annotations", None)
-        if self._proposals is not None:
-            sample = self._proposals(sample)
-        sample = self._to_tensor(sample)  # image as a CHW tensor
-        sample.pop("transforms", None)
+        if self._proposals is not None and "proposal_boxes" in sample:
+            sample["proposals"] = self._proposals.proposals(sample, transforms, image.shape[:2])
         return as_detectron2_types(sample)  # detectron2's classes when detectron2 is imported
 
     @classmethod
@@ -664,21 +763,16 @@ class DatasetMapper:
             "precomputed_proposal_topk": topk,
         }
 
-    @property
-    def augmentations(self) -> T.AugmentationList:
-        """The augmentations applied, in order."""
-        return self._read_and_augment.augment.augmentations
-
-    use_instance_mask = property(lambda self: self._instances.options.use_instance_mask)
-    use_keypoint = property(lambda self: self._instances.options.use_keypoint)
-    instance_mask_format = property(lambda self: self._instances.options.instance_mask_format)
-    keypoint_hflip_indices = property(lambda self: self._instances.options.keypoint_hflip_indices)
-    recompute_boxes = property(lambda self: self._instances.options.recompute_boxes)
+    use_instance_mask = property(lambda self: self._options.use_instance_mask)
+    use_keypoint = property(lambda self: self._options.use_keypoint)
+    instance_mask_format = property(lambda self: self._options.instance_mask_format)
+    keypoint_hflip_indices = property(lambda self: self._options.keypoint_hflip_indices)
+    recompute_boxes = property(lambda self: self._options.recompute_boxes)
 
     @property
     def num_skipped(self) -> int:
         """Records skipped so far in this process (unreadable images, bad annotations)."""
-        return self._load.num_skipped + self._instances.num_skipped
+        return self._load.num_skipped
 
     def __repr__(self) -> str:
         return (

@@ -15,6 +15,7 @@ import math
 import os
 import re
 import stat
+import struct
 import sys
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
@@ -60,6 +61,8 @@ _PIXELS_ENV = "CATMAP_MAX_IMAGE_PIXELS"
 _LIMITS_ENV = "CATMAP_IMAGE_LIMITS"  # set_image_limits' JSON, for spawned / forkserver workers
 _OPENCV_THREADS_ENV = "CATMAP_OPENCV_THREADS"
 _SOS = re.compile(rb"\xff\xda")  # start of scan (in scan data 0xFF is followed by 0)
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start of frame: the size
+_PROGRESSIVE = frozenset((0xC2, 0xC6, 0xCA, 0xCE))
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*)://")
 _SIGNATURES = ((b"\xff\xd8\xff", "JPEG"), (b"\x89PNG\r\n\x1a\n", "PNG"), (b"GIF87a", "GIF"),
                (b"GIF89a", "GIF"), (b"II*\x00", "TIFF"), (b"MM\x00*", "TIFF"), (b"BM", "BMP"))
@@ -207,7 +210,7 @@ def _read_bounded(handle: Any, path: str, limit: int | None, size: int | None) -
         raise _too_large(path, size, limit)
     cap = -1 if limit is None else limit + 1
     data = handle.read(cap if size is None else size + 1 if cap < 0 else min(size + 1, cap))
-    if size is not None and len(data) > size and (cap < 0 or len(data) < cap):  # it grew
+    if size is not None and len(data) != size and (cap < 0 or len(data) < cap):  # changed
         data += handle.read(cap if cap < 0 else cap - len(data))
     if limit is not None and len(data) > limit:
         raise _too_large(path, None, limit)
@@ -266,7 +269,7 @@ def read_file_bytes(file_name: str | os.PathLike[str], max_bytes: Any = _UNSET) 
         os.close(fd)
         raise ImageReadError(f"cannot read {path}: not a regular file (a FIFO, device or "
                              "directory is never read)", path)
-    with open(fd, "rb") as handle:
+    with open(fd, "rb", buffering=0) as handle:  # unbuffered: one read, sized by fstat
         try:
             return _read_bounded(handle, path, limits.max_bytes, info.st_size)
         except ImageReadError:
@@ -299,6 +302,62 @@ def _check_decoder(name: str) -> str:
     return name
 
 
+def _check_pixels(height: int, width: int, source: str, max_pixels: int | None) -> None:
+    if max_pixels is not None and height * width > max_pixels:
+        raise ImageTooLargeError(
+            f"image {source} is {height} x {width} = {height * width} pixels, over the limit "
+            f"of {max_pixels} (a decompression bomb?); raise it with set_image_limits("
+            f"max_pixels=...) or ${_PIXELS_ENV}", source, pixels=height * width, limit=max_pixels)
+
+
+def _exif_orientation(tiff: bytes) -> int | None:
+    """Tag 0x0112 of the first IFD of EXIF's TIFF block, -1 if absent, None if malformed."""
+    order = {b"II*\x00": "<", b"MM\x00*": ">"}.get(tiff[:4])
+    if order is None or len(tiff) < 8:
+        return None
+    ifd = struct.unpack_from(order + "I", tiff, 4)[0]
+    count = struct.unpack_from(order + "H", tiff, ifd)[0] if ifd + 2 <= len(tiff) else 0
+    end = ifd + 2 + 12 * count
+    if not count or end > len(tiff):  # Pillow decides
+        return None
+    for pos in range(ifd + 2, end, 12):
+        tag, kind, count = struct.unpack_from(order + "HHI", tiff, pos)
+        if tag == 0x0112:  # one SHORT, else Pillow decides
+            value = struct.unpack_from(order + "H", tiff, pos + 8)[0]
+            return value if kind == 3 and count == 1 else None
+    return -1
+
+
+def _jpeg_header(data: bytes) -> tuple[int, int, bool, int] | None:
+    """(height, width, progressive, EXIF or XMP orientation) from a JPEG's segments up to
+    its first scan, read as Pillow reads them; None for anything unusual (Pillow decides)."""
+    pos, size, exif, xmp = 2, None, None, None
+    while pos + 4 <= len(data) and data[pos] == 0xFF:
+        marker, length = data[pos + 1], (data[pos + 2] << 8) | data[pos + 3]
+        if marker == 0xDA:
+            break
+        if not 0xC0 <= marker <= 0xFE or 0xD0 <= marker <= 0xD9 or length < 2:
+            return None
+        body = data[pos + 4:pos + 2 + length]
+        if marker in _SOF and len(body) >= 5:
+            size = ((body[1] << 8) | body[2], (body[3] << 8) | body[4], marker in _PROGRESSIVE)
+        elif marker in _SOF or marker == 0xE1 and body.startswith(b"Exif\0\0") and exif:
+            return None  # a short SOF, a second EXIF segment (Pillow joins them)
+        elif marker == 0xE1 and body.startswith(b"Exif\0\0"):
+            exif = body[6:]
+        elif marker == 0xE1 and body.startswith(b"http://ns.adobe.com/xap/1.0/\x00"):
+            xmp = body.split(b"\x00", 1)[1]
+        pos += 2 + length
+    else:
+        return None
+    orientation = -1 if exif is None else _exif_orientation(exif)
+    if size is None or not size[0] or not size[1] or orientation is None:
+        return None
+    match = re.search(rb'tiff:Orientation(="|>)([0-9])', xmp) if xmp and orientation < 0 else None
+    orientation = int(match[2]) if match else orientation
+    return (*size, orientation if 1 <= orientation <= 8 else 1)
+
+
 def _open(data: bytes, source: str, max_pixels: int | None) -> Any:
     """The image opened by the Pillow plugin of its format, sniffed from the first bytes:
     no other plugin (EPS, PDF ...) is ever probed, and the header's pixels are checked (the
@@ -318,13 +377,9 @@ def _open(data: bytes, source: str, max_pixels: int | None) -> Any:
               "BMP": BmpImagePlugin.BmpImageFile, "GIF": GifImagePlugin.GifImageFile,
               "TIFF": TiffImagePlugin.TiffImageFile, "WEBP": WebPImagePlugin.WebPImageFile}
     img = plugin[kind](io.BytesIO(data))
-    width, height = img.size
-    if max_pixels is not None and height * width > max_pixels:
+    if max_pixels is not None and img.size[0] * img.size[1] > max_pixels:
         img.close()
-        raise ImageTooLargeError(
-            f"image {source} is {height} x {width} = {height * width} pixels, over the limit "
-            f"of {max_pixels} (a decompression bomb?); raise it with set_image_limits("
-            f"max_pixels=...) or ${_PIXELS_ENV}", source, pixels=height * width, limit=max_pixels)
+        _check_pixels(img.size[1], img.size[0], source, max_pixels)
     return img
 
 
@@ -387,16 +442,16 @@ def _pillow_pixels(img: Any, data: bytes, fmt: str, reduce: int, keep_16bit: boo
     return _to_format(np.asarray(img.convert("L" if fmt == "L" else "RGB")), fmt)
 
 
-def _decode_jpeg(img: Any, data: bytes, fmt: str, decoder: str, limits: ImageLimits,
-                 min_size: tuple[int, int] | None, expected: tuple[int, int] | None,
-                 orientation: int, source: str) -> np.ndarray:
+def _decode_jpeg(header: tuple[int, int, bool, int], data: bytes, fmt: str, decoder: str,
+                 limits: ImageLimits, min_size: tuple[int, int] | None,
+                 expected: tuple[int, int] | None, source: str) -> np.ndarray:
     """The pixels in the stored orientation; sizes and work checked first."""
-    width, height = img.size
+    height, width, progressive, orientation = header
     oriented = (width, height) if orientation >= 5 else (height, width)
     if expected is not None and oriented != expected:
         raise _mismatch(source, oriented, expected)
     # libjpeg refuses a second baseline scan: only progressive JPEGs have many
-    scans = len(_SOS.findall(data)) if img.info.get("progressive") else 1
+    scans = len(_SOS.findall(data)) if progressive else 1
     work = height * width * scans
     if limits.max_decode_work is not None and work > limits.max_decode_work:
         raise ImageTooLargeError(
@@ -426,7 +481,8 @@ def _decode_jpeg(img: Any, data: bytes, fmt: str, decoder: str, limits: ImageLim
         except Exception as exc:  # CMYK, a libjpeg warning ...: Pillow gets a try
             logger.debug("simplejpeg failed on %s (%s); trying Pillow", source, exc)
     if image is None:
-        image = _pillow_pixels(img, data, fmt, factor, False, source, jpeg=True)
+        with _open(data, source, None) as img:
+            image = _pillow_pixels(img, data, fmt, factor, False, source, jpeg=True)
     if image.shape[:2] != reduced:
         raise ImageReadError(f"cannot decode image {source}: got size {image.shape[:2]}, the "
                              f"header says {reduced}", source)
@@ -456,14 +512,21 @@ def decode_image(data: bytes, format: str | None = None, *,
         limits = replace(limits, max_pixels=max_pixels)
     expected = None if expected_size is None else (int(expected_size[0]), int(expected_size[1]))
     try:
-        with _open(data, source, limits.max_pixels) as img:
-            jpeg = img.format == "JPEG"  # other formats: pixels first, then their EXIF
-            image = None if jpeg else _pillow_pixels(img, data, fmt, 1, keep_16bit, source)
-            value = img.getexif().get(0x0112, 1)  # EXIF, else XMP, as exif_transpose reads it
-            orientation = value if is_int(value) and 1 <= value <= 8 else 1
-            if jpeg:
-                image = _decode_jpeg(img, data, fmt, decoder, limits, min_size, expected,
-                                     orientation, source)
+        header = _jpeg_header(data) if data[:3] == b"\xff\xd8\xff" else None
+        jpeg = header is not None
+        if jpeg:  # the usual JPEG: its header read here, Pillow never opened
+            _check_pixels(header[0], header[1], source, limits.max_pixels)
+        else:
+            with _open(data, source, limits.max_pixels) as img:
+                jpeg = img.format == "JPEG"  # other formats: pixels first, then their EXIF
+                image = None if jpeg else _pillow_pixels(img, data, fmt, 1, keep_16bit, source)
+                value = img.getexif().get(0x0112, 1)  # EXIF, else XMP (as exif_transpose)
+                orientation = value if is_int(value) and 1 <= value <= 8 else 1
+                header = (img.size[1], img.size[0], bool(img.info.get("progressive")),
+                          orientation)
+        if jpeg:
+            image = _decode_jpeg(header, data, fmt, decoder, limits, min_size, expected, source)
+        orientation = header[3]
     except (ImageReadError, ImageSizeMismatchError, UnsupportedImageFormatError,
             MissingDependencyError):
         raise
@@ -591,6 +654,6 @@ def image_to_tensor(image: np.ndarray) -> torch.Tensor:
     image = image[:, :, None] if image.ndim == 2 else image
     if not image.flags.writeable:
         image = image.copy()
-    elif not image.flags.c_contiguous and any(s < 0 for s in image.strides):
+    elif not image.flags.c_contiguous and min(image.strides) < 0:
         image = np.ascontiguousarray(image)
     return torch.from_numpy(image.transpose(2, 0, 1))

@@ -120,20 +120,19 @@ def attempt_generator(sample_seed: int, attempt: int) -> np.random.Generator:
     return np.random.default_rng(attempt_seed(sample_seed, attempt))
 
 
-def _mix64(value: int) -> int:
-    """splitmix64's finalizer: a cheap bijective mix of a 64-bit int."""
-    value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
-    value = (value ^ (value >> 27)) * 0x94D049BB133111EB & _MASK64
-    return value ^ (value >> 31)
-
-
 def seed_global_rngs(seed: int, *, all_torch_devices: bool = False) -> None:
     """Seed ``random``, numpy's global state and torch's CPU generator (or, with
     ``all_torch_devices``, every torch device) from one seed in ``[0, 2**64)``."""
     seed = check_seed(seed, optional=False, where="seed_global_rngs")
-    random.seed(_mix64(seed ^ 0x52414E44))
-    np.random.seed(_mix64(seed ^ 0x4E554D50) & 0xFFFFFFFF)
-    torch_seed = _mix64(seed ^ 0x544F5243) & 0x7FFFFFFFFFFFFFFF
+    mixed = []
+    for salt in (0x52414E44, 0x4E554D50, 0x544F5243):  # splitmix64's finalizer of seed ^ salt
+        value = seed ^ salt
+        value = (value ^ (value >> 30)) * 0xBF58476D1CE4E5B9 & _MASK64
+        value = (value ^ (value >> 27)) * 0x94D049BB133111EB & _MASK64
+        mixed.append(value ^ (value >> 31))
+    random.seed(mixed[0])
+    np.random.seed(mixed[1] & 0xFFFFFFFF)
+    torch_seed = mixed[2] & 0x7FFFFFFFFFFFFFFF
     if all_torch_devices:
         torch.manual_seed(torch_seed)
     else:
@@ -154,14 +153,17 @@ class SampleRandomness:
     def __init__(self, seed: int, *, seed_globals: bool = True) -> None:
         self.seed = check_seed(seed, optional=False, where="SampleRandomness")
         self.seed_globals = bool(seed_globals)
-        self.attempt = -1
-        self.generator: np.random.Generator = self.next_attempt()
+        self.attempt = 0  # attempt 0 keeps the sample seed (see attempt_seed)
+        # default_rng(seed) is Generator(PCG64(seed)): the same stream, built without a hop
+        self.generator: np.random.Generator = np.random.Generator(np.random.PCG64(self.seed))
+        if self.seed_globals:
+            seed_global_rngs(self.seed)
 
     def next_attempt(self) -> np.random.Generator:
         """Start the next attempt (new generator, global RNGs reseeded); return its generator."""
         self.attempt += 1
         seed = attempt_seed(self.seed, self.attempt)
-        self.generator = np.random.default_rng(seed)
+        self.generator = np.random.Generator(np.random.PCG64(seed))
         if self.seed_globals:
             seed_global_rngs(seed)
         return self.generator
@@ -181,31 +183,18 @@ def current_sample() -> SampleRandomness | None:
 _MT19937_STATE_BYTES = 624 * 4 + 4
 
 
-def _save_global_rngs() -> tuple[object, bytes | tuple, torch.Tensor]:
-    numpy_state: bytes | tuple
-    bit_generator = np.random.mtrand._rand._bit_generator
-    if type(bit_generator) is np.random.MT19937:
-        numpy_state = ctypes.string_at(bit_generator.ctypes.state_address, _MT19937_STATE_BYTES)
-    else:
-        numpy_state = np.random.get_state()
-    return random.getstate(), numpy_state, torch.default_generator.get_state()
-
-
-def _restore_global_rngs(saved: tuple[object, bytes | tuple, torch.Tensor]) -> None:
-    random.setstate(saved[0])
-    if isinstance(saved[1], bytes):
-        address = np.random.mtrand._rand._bit_generator.ctypes.state_address
-        ctypes.memmove(address, saved[1], _MT19937_STATE_BYTES)
-    else:
-        np.random.set_state(saved[1])
-    torch.default_generator.set_state(saved[2])
-
-
 @contextlib.contextmanager
 def sample_scope(seed: int, *, seed_globals: bool = True) -> Iterator[SampleRandomness]:
     """Map one sample with the randomness of its seed; outside a DataLoader worker the global
     RNG states are restored when the block ends."""
-    saved = _save_global_rngs() if seed_globals and get_worker_info() is None else None
+    saved = None
+    if seed_globals and get_worker_info() is None:  # save the global RNG states
+        bit_generator = np.random.mtrand._rand._bit_generator
+        numpy_state: bytes | tuple = (
+            ctypes.string_at(bit_generator.ctypes.state_address, _MT19937_STATE_BYTES)
+            if type(bit_generator) is np.random.MT19937 else np.random.get_state()
+        )
+        saved = random.getstate(), numpy_state, torch.default_generator.get_state()
     try:
         sample = SampleRandomness(seed, seed_globals=seed_globals)
         token_sample = _sample.set(sample)
@@ -217,4 +206,10 @@ def sample_scope(seed: int, *, seed_globals: bool = True) -> Iterator[SampleRand
             _sample.reset(token_sample)
     finally:
         if saved is not None:
-            _restore_global_rngs(saved)
+            random.setstate(saved[0])
+            if isinstance(saved[1], bytes):
+                address = np.random.mtrand._rand._bit_generator.ctypes.state_address
+                ctypes.memmove(address, saved[1], _MT19937_STATE_BYTES)
+            else:
+                np.random.set_state(saved[1])
+            torch.default_generator.set_state(saved[2])

@@ -26,7 +26,7 @@ from mappers.transforms import (
     Transform,
     VFlipTransform,
 )
-from mappers.transforms import _backend as _warp
+from mappers.transforms import transform_affine as _warp
 
 
 # ---------------------------------------------------------------- helpers

@@ -54,3 +54,13 @@ def test_records_are_deterministic(tmp_path, synthetic):
         with open(a["file_name"], "rb") as fa, open(b["file_name"], "rb") as fb:
             assert fa.read() == fb.read()
     assert np.isfinite([a["bbox"] for a in again[0]["annotations"]]).all()
+
+
+def test_stage_table_puts_each_mapper_stage_beside_the_bare_operation(synthetic):
+    from tools.bench_mapper import stage_table
+
+    table = stage_table(synthetic, rounds=1, image_format="BGR", backend="opencv",
+                        edges=(64, 96))
+    assert list(table)[:2] == ["read file", "decode"]
+    assert table["whole mapper call"][0] > 0 and table["whole mapper call"][1] > 0
+    assert table["decode"][1] > 0 and table["resize"][1] > 0  # bare figures measured

@@ -355,20 +355,20 @@ def test_caller_record_untouched_with_masks_and_keypoints(record):
     assert record == original
 
 
-def test_owned_aug_input_flips_in_place_like_the_transform():
-    from mappers.transforms.owned_image import OwnedImageAugInput
+def test_planned_flip_of_an_owned_image_happens_in_place():
+    from mappers.dataset_mapper import apply_planned_image
 
     image = np.random.default_rng(0).integers(0, 256, (5, 7, 3), dtype=np.uint8)
     expected = T.HFlipTransform(7).apply_image(image.copy())
-    aug_input = OwnedImageAugInput(image, boxes=np.array([[1.0, 1.0, 3.0, 4.0]]))
-    aug_input.transform(T.TransformList([T.HFlipTransform(7)]))
-    assert aug_input.image is image  # flipped in place
-    np.testing.assert_array_equal(image, expected)
-    np.testing.assert_allclose(aug_input.boxes, [[4.0, 1.0, 6.0, 4.0]])
-    view = np.zeros((6, 8, 3), np.uint8)[1:5, 1:6]  # not contiguous: general path
-    aug_input = OwnedImageAugInput(view)
-    aug_input.transform(T.VFlipTransform(4))
-    assert aug_input.image.shape == (4, 5, 3)
+    before = image.copy()
+    out = apply_planned_image(image, [T.HFlipTransform(7)])  # not owned: input untouched
+    np.testing.assert_array_equal(out, expected)
+    np.testing.assert_array_equal(image, before)
+    out = apply_planned_image(image, [T.HFlipTransform(7)], owned=True)
+    assert np.shares_memory(out, image)  # flipped in place
+    np.testing.assert_array_equal(out, expected)
+    view = np.zeros((6, 8, 3), np.uint8)[1:5, 1:6]  # not contiguous: a view
+    assert apply_planned_image(view, [T.VFlipTransform(4)], owned=True).shape == (4, 5, 3)
 
 
 def test_reduced_decode_for_shrinking_augmentations(tmp_path):

@@ -96,6 +96,36 @@ def test_exif_orientation_jpeg(tmp_path, orientation, decoder):
     assert np.abs(got.astype(int) - expected.astype(int)).max() <= 2
 
 
+@pytest.mark.parametrize("exif", [None, 1, 6])
+def test_xmp_orientation_jpeg_as_pillow(tmp_path, exif):
+    """XMP's tiff:Orientation counts where EXIF has no orientation tag, as exif_transpose;
+    an EXIF block without one (here: only a 0x010F tag) falls through to it too."""
+    kwargs = {"xmp": b'<x:xmpmeta><rdf:Description tiff:Orientation="8"/></x:xmpmeta>'}
+    if exif is not None:
+        tags = Image.Exif()
+        tags[0x0112 if exif != 1 else 0x010F] = exif if exif != 1 else "maker"
+        kwargs["exif"] = tags.tobytes()
+    path = _save(tmp_path / "x.jpg", _pattern(), "JPEG", quality=95, **kwargs)
+    expected = _pillow_reference(path)
+    got = read_image(path)
+    assert got.shape == expected.shape == (64, 48, 3)  # 6 or 8: both turn it
+    assert np.abs(got.astype(int) - expected.astype(int)).max() <= 2
+
+
+@pytest.mark.parametrize("kind, count", [(4, 1), (3, 2)])
+def test_unusual_exif_orientation_entries_as_pillow(tmp_path, kind, count):
+    """An orientation stored as a LONG, or as two SHORTs: read exactly as exif_transpose."""
+    import struct
+
+    entry = struct.pack("<HHII", 0x0112, kind, count, 6)
+    exif = b"Exif\0\0II*\x00" + struct.pack("<IH", 8, 1) + entry + b"\0" * 4
+    path = _save(tmp_path / "u.jpg", _pattern(), "JPEG", quality=95, exif=exif)
+    expected = _pillow_reference(path)
+    got = read_image(path)
+    assert got.shape == expected.shape
+    assert np.abs(got.astype(int) - expected.astype(int)).max() <= 2
+
+
 @pytest.mark.parametrize("orientation", [3, 6, 8])
 def test_exif_orientation_png(tmp_path, orientation):
     path = _save(tmp_path / "o.png", _pattern(), "PNG", orientation=orientation)

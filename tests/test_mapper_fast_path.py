@@ -26,7 +26,7 @@ from mappers import (
 from mappers import transforms as T
 from mappers.random_state import use_generator
 from mappers.annotations import annotations_to_training_instances
-from mappers.transforms.owned_image import apply_planned_image as apply_planned
+from mappers.dataset_mapper import apply_planned_image as apply_planned
 
 
 def plan_transforms(augs, shape):

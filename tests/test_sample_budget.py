@@ -290,3 +290,18 @@ def test_limits_environment_round_trips():
     assert image_io._limits_from_env("") is None
     limits = set_image_limits(max_decode_work=None, remote_roots=("s3://a/",))
     assert image_io._limits_from_env(os.environ[image_io._LIMITS_ENV]) == limits
+
+
+def test_rle_masks_are_refused_before_decoding():
+    """The mask budget holds where transforms decode RLE masks (before pycocotools runs),
+    not only later when the masks are stacked."""
+    from pycocotools import mask as mask_util
+
+    from mappers.annotations import transform_annotations
+
+    rle = mask_util.encode(np.asfortranarray(np.ones((10, 10), np.uint8)))
+    annos = [_anno(dict(rle), id=i) for i in range(3)]
+    assert len(transform_annotations([dict(a) for a in annos], [], (10, 10))) == 3
+    set_image_limits(max_mask_bytes=299)
+    with pytest.raises(SampleBudgetError, match="file 'a.jpg': 3 masks x 10 x 10 bytes"):
+        transform_annotations([dict(a) for a in annos], [], (10, 10), context="file 'a.jpg'")

@@ -16,7 +16,7 @@ from mappers.transforms import (
     TransformError,
     TransformList,
     VFlipTransform,
-    _backend,
+    transform as _backend,
 )
 
 

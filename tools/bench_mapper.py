@@ -18,13 +18,20 @@ image to the size the mapper drew for it. Reported:
    and the ratios mapper/bare (target: mapper costs at most 15% more) and mapper/pillow
    (target: at least 2x);
 2. decode only, for every installed JPEG decoder (Pillow and the fast ones);
-3. a small training scale (short edge 200): full decode vs ``reduced_decode=True``;
-4. scaling: 1 vs 2 independent processes running the mapper (one per core), and a
-   DataLoader with 1 vs 2 workers, with PSS/USS summed over the main process and workers.
+3. a small training scale (short edge 200): full decode vs ``reduced_decode=True``.
+(Worker scaling: ``/work/shared/tools/loader_scaling.py`` and ``tools.bench_mapper_threads``.)
+
+0. (``--stages`` / ``--harness``) a per-stage table, microseconds of CPU per image for each
+   stage of the mapper (read, decode, the augmentation draws, flip, resize, to-tensor,
+   instances, the rest of the call) beside the bare operation on the same array, and the
+   whole call against bare decode + resize, for the default (detectron2 pixels, "pil") and
+   the OpenCV resize backend. ``--harness`` runs the outside yardstick's case
+   (``/work/shared/tools/loader_scaling.py``): 192 photo JPEGs, BGR, boxes only.
 
 Usage:
     python -m tools.bench_mapper --images 64 --rounds 15
     python -m tools.bench_mapper --quick            # a few seconds, for development
+    python -m tools.bench_mapper --harness --rounds 3   # the stage table, harness case only
 """
 
 from __future__ import annotations
@@ -60,15 +67,6 @@ def _limit_threads() -> None:
 
     cv2.setNumThreads(1)
     torch.set_num_threads(1)
-
-
-def _current_affinity() -> list[int]:
-    try:
-        import psutil
-
-        return list(psutil.Process().cpu_affinity())
-    except Exception:  # no affinity support
-        return []
 
 
 def _pin_to_one_core(core: int | None = None) -> int | None:
@@ -223,6 +221,110 @@ def _interleaved(
     return best, median
 
 
+# --------------------------------------------------------------------------- stages
+
+
+def stage_table(
+    records: list[dict[str, Any]], rounds: int, image_format: str = "RGB",
+    backend: str = "pil", edges: tuple[int, ...] = SHORT_EDGES,
+) -> dict[str, tuple[float, float]]:
+    """{stage: (mapper us, bare us)} per image, median over ``rounds`` (CPU time of the
+    thread). The stages replay the mapper's own plan for each record, so both columns see
+    the same sizes and flips; "rest of the call" is the whole call minus its stages."""
+    import cv2
+    import simplejpeg
+    import torch
+
+    from mappers import transforms as T
+    from mappers.dataset_mapper import DatasetMapper, apply_planned_image
+    from mappers.image_io import decode_image, image_to_tensor, read_file_bytes
+    from mappers.random_state import seed_generator
+
+    logging.getLogger("mappers.dataset_mapper").setLevel(logging.WARNING)
+    mapper = DatasetMapper(True, image_format=image_format, augmentations=[
+        T.ResizeShortestEdge(edges, MAX_SIZE, "choice", backend=backend), T.RandomFlip()])
+    space = {"RGB": "RGB", "BGR": "BGR"}[image_format]
+    rng = np.random.default_rng(0)
+
+    def bare_boxes(annotations: list[dict[str, Any]], scale: tuple[float, float], flip_w: int,
+                   size: tuple[int, int]) -> Any:
+        boxes = np.array([a["bbox"] for a in annotations], np.float64).reshape(-1, 4)
+        boxes[:, 2:] += boxes[:, :2]  # XYWH -> XYXY
+        boxes *= (scale[1], scale[0], scale[1], scale[0])
+        if flip_w:
+            boxes[:, 0::2] = flip_w - boxes[:, 2::-2]
+        np.clip(boxes, 0, (size[1], size[0], size[1], size[0]), out=boxes)
+        return torch.from_numpy(boxes.astype(np.float32)), torch.tensor(
+            [a["category_id"] for a in annotations])
+
+    names = ["read file", "decode", "draw augmentations", "flip", "resize", "to tensor",
+             "instances (boxes)", "rest of the call", "whole mapper call"]
+    totals: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
+    clock = time.thread_time
+    for _ in range(rounds + 1):  # the first round warms up
+        acc = {n: [0.0, 0.0] for n in names}
+        seed_generator(SEED)
+        for record in records:
+            fn, size = record["file_name"], (record["height"], record["width"])
+            t0 = clock(); data = read_file_bytes(fn); t1 = clock()
+            with open(fn, "rb") as f:
+                f.read()
+            t2 = clock(); acc["read file"][0] += t1 - t0; acc["read file"][1] += t2 - t1
+            t0 = clock(); image = decode_image(data, image_format, source=fn, expected_size=size)
+            t1 = clock(); bare = simplejpeg.decode_jpeg(data, colorspace=space); t2 = clock()
+            acc["decode"][0] += t1 - t0; acc["decode"][1] += t2 - t1
+            t0 = clock(); plan = mapper.augmentations.plan((*size, 3)); t1 = clock()
+            short = edges[int(rng.integers(len(edges)))]; flip = rng.uniform() < 0.5
+            new = T.ResizeShortestEdge.get_output_shape(size[0], size[1], short, MAX_SIZE)
+            t2 = clock()
+            acc["draw augmentations"][0] += t1 - t0; acc["draw augmentations"][1] += t2 - t1
+            resize, flips = plan[0], [t for t in plan if type(t) is T.HFlipTransform]
+            if flips:
+                t0 = clock(); image = apply_planned_image(image, flips, owned=True); t1 = clock()
+                cv2.flip(bare, 1, dst=bare); t2 = clock()
+                acc["flip"][0] += t1 - t0; acc["flip"][1] += t2 - t1
+            new = (resize.new_h, resize.new_w)
+            t0 = clock(); image = resize.apply_image(image); t1 = clock()
+            bare = cv2.resize(bare, new[::-1], interpolation=cv2.INTER_LINEAR); t2 = clock()
+            acc["resize"][0] += t1 - t0; acc["resize"][1] += t2 - t1
+            t0 = clock(); image_to_tensor(image); t1 = clock()
+            torch.from_numpy(bare).permute(2, 0, 1); t2 = clock()
+            acc["to tensor"][0] += t1 - t0; acc["to tensor"][1] += t2 - t1
+            annotations = record["annotations"]
+            t0 = clock()
+            mapper._options.instances(list(map(dict, annotations)), plan, new, file_name=fn)
+            t1 = clock()
+            bare_boxes(annotations, (new[0] / size[0], new[1] / size[1]),
+                       new[1] if flips else 0, new)
+            t2 = clock()
+            acc["instances (boxes)"][0] += t1 - t0; acc["instances (boxes)"][1] += t2 - t1
+        seed_generator(SEED)
+        for record in records:
+            t0 = clock(); mapper(record); t1 = clock()
+            with open(record["file_name"], "rb") as f:
+                bare = simplejpeg.decode_jpeg(f.read(), colorspace=space)
+            short = edges[int(rng.integers(len(edges)))]
+            new = T.ResizeShortestEdge.get_output_shape(*bare.shape[:2], short, MAX_SIZE)
+            cv2.resize(bare, new[::-1], interpolation=cv2.INTER_LINEAR); t2 = clock()
+            acc["whole mapper call"][0] += t1 - t0; acc["whole mapper call"][1] += t2 - t1
+        parts = [n for n in names if n not in ("rest of the call", "whole mapper call")]
+        acc["rest of the call"] = [
+            acc["whole mapper call"][0] - sum(acc[n][0] for n in parts), 0.0]
+        for n in names:
+            totals[n].append((1e6 * acc[n][0] / len(records), 1e6 * acc[n][1] / len(records)))
+    med = statistics.median
+    return {n: (med(v[0] for v in r[1:]), med(v[1] for v in r[1:])) for n, r in totals.items()}
+
+
+def print_stage_table(table: dict[str, tuple[float, float]], title: str) -> None:
+    print(f"\n0. {title}: CPU us per image, mapper stage | bare operation on the same array")
+    for name, (ours, bare) in table.items():
+        ratio = f"x{ours / bare:5.2f}" if bare > 0 else ""
+        print(f"  {name:<22} {ours:8.1f} | {bare:8.1f}  {ratio}")
+    whole, floor = table["whole mapper call"]
+    print(f"  DatasetMapper / bare decode+resize images/s: {floor / whole:.3f}  [target >= 0.9]")
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -250,17 +352,19 @@ def _format_table(best: dict[str, float], median: dict[str, float], reference: s
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; print a report and return the figures."""
-    from tools.bench_mapper_scaling import dataloader_rate, independent_processes
-
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0],
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--images", type=int, default=64, help="distinct JPEGs generated")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved timing rounds")
-    parser.add_argument("--passes", type=int, default=2, help="passes in the scaling runs")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for development")
-    parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--skip-scaling", action="store_true", help="accepted; no effect")
+    parser.add_argument("--stages", action="store_true", help="also print the stage table")
+    parser.add_argument(
+        "--harness", action="store_true",
+        help="only the stage table on loader_scaling.py's case: 192 JPEGs, BGR, boxes only",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write figures here")
     parser.add_argument(
         "--short-edges",
@@ -278,7 +382,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     args = parser.parse_args(argv)
     if args.quick:
-        args.images, args.rounds, args.passes = 12, 3, 1
+        args.images, args.rounds = 12, 3
+    if args.harness:
+        args.images = 192
 
     import cv2
     import PIL
@@ -288,7 +394,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from tools.bench_photos import image_source
 
     logging.basicConfig(level=logging.WARNING)
-    all_cores = _current_affinity()
     core = _pin_to_one_core()
     _limit_threads()
     fast = default_jpeg_decoder()
@@ -315,6 +420,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "mean_file_kib": kib,
             "short_edges": list(edges),
         }
+        if args.stages or args.harness:
+            fmt = "BGR" if args.harness else "RGB"
+            for backend in ("pil", "opencv"):
+                table = stage_table(records, args.rounds, fmt, backend, edges)
+                results[f"stages_{backend}"] = table
+                print_stage_table(table, f"{fmt}, ResizeShortestEdge(backend={backend!r})")
+            if args.harness:
+                return results
         mapper = mapper_pipeline(short_edges=edges)
         sizes = planned_sizes(mapper, records)
         pipelines = {
@@ -371,42 +484,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results["small_scale_best"] = small_rates
         results["small_scale_median"] = small_medians
 
-        if not args.skip_scaling:
-            one = independent_processes(records, 1, args.passes, all_cores)
-            two = independent_processes(records, 2, args.passes, all_cores)
-            print("\n4. scaling of the mapper, one thread per library")
-            print(
-                f"  independent processes, wall clock: 1 -> {one[0]:.1f}, 2 -> {two[0]:.1f} "
-                f"images/s (x{two[0] / one[0]:.2f}); per process, images per CPU-second: "
-                f"{one[1]:.1f} alone, {two[1]:.1f} with two running (x{2 * two[1] / one[1]:.2f} "
-                "in CPU terms)"
-            )
-            # The DataLoader runs use every core: lift the pin of the main process.
-            try:
-                import psutil
-
-                psutil.Process().cpu_affinity(all_cores)
-            except Exception:  # no affinity support: the loaders run as they are
-                pass
-            loader_rows = [dataloader_rate(records, w, args.passes) for w in (1, 2)]
-            for row in loader_rows:
-                print(
-                    f"  DataLoader {row['workers']} worker(s): {row['images_per_s']:.1f} images/s, "
-                    f"PSS {row.get('pss_mib', float('nan')):.0f} MiB / USS "
-                    f"{row.get('uss_mib', float('nan')):.0f} MiB over {row.get('processes', 0)} "
-                    "processes"
-                )
-            ratio = loader_rows[1]["images_per_s"] / loader_rows[0]["images_per_s"]
-            print(f"  DataLoader 2 vs 1 workers: x{ratio:.2f}")
-            results["scaling"] = {
-                "processes_1_wall": one[0],
-                "processes_2_wall": two[0],
-                "processes_ratio_wall": two[0] / one[0],
-                "processes_1_cpu": one[1],
-                "processes_2_cpu_each": two[1],
-                "dataloader": loader_rows,
-                "dataloader_ratio": ratio,
-            }
     load_end = os.getloadavg()[0]
     print(
         f"\nload average (1 min) at start {load_start:.1f}, at end {load_end:.1f}, on "

@@ -37,7 +37,7 @@ from mappers.transforms import (
     HFlipTransform,
     ResizeShortestEdge,
     TransformList,
-    _backend,
+    transform as _backend,
 )
 from tools._bench_common import HelpFormatter
 

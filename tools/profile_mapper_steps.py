@@ -50,7 +50,7 @@ def _steps(mapper: Any, serialized: Any) -> dict[str, Callable[[int, dict[str, A
     """Step name -> fn(index, state); each step reads and writes ``state``."""
     from mappers.annotations import annotations_to_training_instances
     from mappers.image_io import decode_image, image_to_tensor, record_image_size
-    from mappers.transforms.owned_image import apply_planned_image
+    from mappers.dataset_mapper import apply_planned_image
 
     def unpickle(i: int, s: dict[str, Any]) -> None:
         s["raw"] = serialized[i]

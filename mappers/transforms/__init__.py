@@ -13,7 +13,6 @@ Example:
     (800, 1067, 3)
 """
 
-from . import _backend
 from .augmentation import (
     AugInput,
     Augmentation,

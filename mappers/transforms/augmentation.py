@@ -16,12 +16,19 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
 from ..random_state import get_generator, use_generator
-from .transform import NoOpTransform, Transform, TransformList, _param_repr
+from .transform import (
+    GeometryPreservingTransform,
+    NoOpTransform,
+    Transform,
+    TransformList,
+    _param_repr,
+)
 
 
 class AugInput:
@@ -201,7 +208,9 @@ class AugmentationList(Augmentation):
     def __init__(self, augs: Sequence[Any]) -> None:
         if isinstance(augs, (Augmentation, Transform)):
             augs = [augs]
-        self.augs: list[Augmentation] = [_as_augmentation(a, i) for i, a in enumerate(augs)]
+        self.augs: list[Augmentation] = []
+        for index, aug in enumerate(augs):
+            self.augs.append(aug if isinstance(aug, Augmentation) else _as_augmentation(aug, index))
         self._shape_only_for: tuple[Augmentation, ...] | None = None
         self._shape_only = False
 
@@ -232,9 +241,20 @@ class AugmentationList(Augmentation):
             with use_generator(rng):
                 return self.plan(image_shape)
         drawn: list[Transform] = []
-        size = (int(image_shape[0]), int(image_shape[1]))
-        if _plan_into(self, size, tuple(image_shape[2:]), drawn) is None:
-            return None
+        size: tuple[int, int] | None = (int(image_shape[0]), int(image_shape[1]))
+        rest = tuple(image_shape[2:])
+        for aug in self.augs:
+            if type(aug) is AugmentationList or type(aug) is RandomApply:
+                size = _plan_into(aug, size, rest, drawn)
+            else:  # inlined for the common flat list
+                tfm = aug.get_transform(SimpleNamespace(shape=(*size, *rest)))
+                if not isinstance(tfm, Transform):
+                    raise _not_a_transform(aug, tfm)
+                drawn.append(tfm)
+                if not isinstance(tfm, GeometryPreservingTransform):  # those keep the size
+                    size = tfm.output_size(*size)
+            if size is None:
+                return None
         return TransformList(drawn)
 
     def __len__(self) -> int:
@@ -292,15 +312,6 @@ def apply_augmentations(
     return inputs, inputs.apply_augmentations(augmentations)
 
 
-class _ShapeOnly:
-    """Stands in for the image in ``get_transform`` of shape-only augmentations."""
-
-    __slots__ = ("shape",)
-
-    def __init__(self, shape: tuple[int, ...]) -> None:
-        self.shape = shape
-
-
 def reads_shape_only(aug: Augmentation) -> bool:
     """Whether ``aug``'s transforms can be drawn from the image size alone: fixed transforms,
     lists and RandomApply of such, and ``get_transform(image)`` on a class declaring
@@ -309,12 +320,18 @@ def reads_shape_only(aug: Augmentation) -> bool:
     if isinstance(aug, _TransformToAug):
         return True
     if isinstance(aug, AugmentationList):
-        return all(reads_shape_only(a) for a in aug.augs)
+        for inner in aug.augs:
+            if not reads_shape_only(inner):
+                return False
+        return True
     if type(aug) is RandomApply:
         return reads_shape_only(aug.aug)
-    mro = type(aug).__mro__
-    owner = next(k for k in mro if "get_transform" in k.__dict__)
-    caller = next(k for k in mro if "__call__" in k.__dict__)
+    owner = caller = None
+    for k in type(aug).__mro__:  # the nearest classes defining get_transform and __call__
+        if owner is None and "get_transform" in k.__dict__:
+            owner = k
+        if caller is None and "__call__" in k.__dict__:
+            caller = k
     return (
         owner.__dict__.get("shape_only") is True
         and caller is Augmentation
@@ -338,7 +355,7 @@ def _plan_into(
             return _plan_into(aug.aug, size, rest, out)
         out.append(NoOpTransform())
         return size
-    tfm = aug.get_transform(_ShapeOnly((*size, *rest)))
+    tfm = aug.get_transform(SimpleNamespace(shape=(*size, *rest)))  # stands in for the image
     if not isinstance(tfm, Transform):
         raise _not_a_transform(aug, tfm)
     out.append(tfm)

@@ -22,7 +22,6 @@ from catalog.box_mode import BoxMode
 from catalog._common import check_float
 
 from ..random_state import get_generator
-from ._backend import TransformError, normalize_interp
 from .augmentation import (
     COLOR_FORMATS,
     SAMPLE_STYLES,
@@ -32,6 +31,8 @@ from .augmentation import (
     check_prob,
 )
 from .transform import (
+    INTERP_NAMES,
+    RESIZE_BACKENDS,
     BlendTransform,
     CropTransform,
     HFlipTransform,
@@ -39,9 +40,11 @@ from .transform import (
     PadTransform,
     ResizeTransform,
     Transform,
+    TransformError,
     TransformList,
     VFlipTransform,
     finite_floats,
+    normalize_interp,
     positive_ints,
 )
 from .transform_affine import ExtentTransform, RotationTransform
@@ -72,7 +75,7 @@ class RandomFlip(Augmentation):
 
     def get_transform(self, image: np.ndarray) -> Transform:
         h, w = image.shape[:2]
-        if self._rand_range() < self.prob:
+        if get_generator().uniform(0.0, 1.0) < self.prob:  # self._rand_range(), one call less
             return HFlipTransform(w) if self.horizontal else VFlipTransform(h)
         return NoOpTransform()
 
@@ -82,19 +85,23 @@ class Resize(Augmentation):
 
     shape_only = True
 
-    def __init__(self, shape: int | Sequence[int], interp: int | str = _BILINEAR) -> None:
+    def __init__(
+        self, shape: int | Sequence[int], interp: int | str = _BILINEAR, backend: str = "pil"
+    ) -> None:
         self.shape = positive_ints("Resize", "shape", shape)
-        normalize_interp(interp)
+        ResizeTransform(1, 1, 1, 1, interp, backend)  # checks interp and backend
         self.interp = interp
+        self.backend = backend
 
     def get_transform(self, image: np.ndarray) -> Transform:
         h, w = image.shape[:2]
-        return ResizeTransform(h, w, self.shape[0], self.shape[1], self.interp)
+        return ResizeTransform(h, w, self.shape[0], self.shape[1], self.interp, self.backend)
 
 
 class ResizeShortestEdge(Augmentation):
     """Resize so the shorter edge has a drawn length (0: no resize), the longer edge capped at
-    ``max_size``.
+    ``max_size``. ``backend="opencv"``: faster resizing, not detectron2's pixels (see
+    :class:`ResizeTransform`).
     """
 
     shape_only = True
@@ -106,11 +113,13 @@ class ResizeShortestEdge(Augmentation):
         max_size: int = sys.maxsize,
         sample_style: str = "range",
         interp: int | str = _BILINEAR,
+        backend: str = "pil",
     ) -> None:
         check_one_of(sample_style, SAMPLE_STYLES, "sample_style", "ResizeShortestEdge")
+        check_one_of(backend, RESIZE_BACKENDS, "backend", "ResizeShortestEdge")
         if isinstance(short_edge_length, (int, np.integer)):
             short_edge_length = (int(short_edge_length), int(short_edge_length))
-        lengths = tuple(int(v) for v in short_edge_length)
+        lengths = tuple(map(int, short_edge_length))
         if not lengths:
             raise ValueError("ResizeShortestEdge: short_edge_length is empty")
         if sample_style == "range":
@@ -124,11 +133,13 @@ class ResizeShortestEdge(Augmentation):
         if min(lengths) < 0:
             raise ValueError(f"ResizeShortestEdge: negative length in {short_edge_length!r}")
         check_float(max_size, "max_size", above=0, finite=False, where="ResizeShortestEdge")
-        normalize_interp(interp)
+        if type(interp) is not int or interp not in INTERP_NAMES:
+            normalize_interp(interp)
         self.short_edge_length = lengths
         self.max_size = max_size
         self.sample_style = sample_style
         self.interp = interp
+        self.backend = backend
 
     @staticmethod
     def get_output_shape(
@@ -148,14 +159,15 @@ class ResizeShortestEdge(Augmentation):
     @torch.jit.unused
     def get_transform(self, image: np.ndarray) -> Any:  # Any: torch.jit resolves this signature
         h, w = image.shape[:2]
+        lengths = self.short_edge_length  # drawn from get_generator(), as self.rng
         if self.sample_style == "range":
-            size = int(self.rng.integers(self.short_edge_length[0], self.short_edge_length[1] + 1))
+            size = int(get_generator().integers(lengths[0], lengths[1] + 1))
         else:
-            size = int(self.short_edge_length[int(self.rng.integers(len(self.short_edge_length)))])
+            size = int(lengths[int(get_generator().integers(len(lengths)))])
         if size == 0:
             return NoOpTransform()
         newh, neww = self.get_output_shape(h, w, size, self.max_size)
-        return ResizeTransform(h, w, max(newh, 1), max(neww, 1), self.interp)
+        return ResizeTransform(h, w, max(newh, 1), max(neww, 1), self.interp, self.backend)
 
 
 _CROP_TYPES = ("relative", "relative_range", "absolute", "absolute_range")
