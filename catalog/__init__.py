@@ -93,6 +93,7 @@ from .storage.records import (
     concat_records,
 )
 from .storage.sharing import this_rank_only
+from .shards import ShardIndex, ShardWriteError, register_shards, verify_shards, write_shards
 from .version import __version__
 
 __all__ = [
@@ -157,4 +158,5 @@ __all__ = [
     "register_annotation_file",
     "register_coco_instances",
     "this_rank_only",
+    "ShardIndex", "ShardWriteError", "register_shards", "verify_shards", "write_shards",
 ]

@@ -1,0 +1,299 @@
+"""Shards (issue 24): a COCO dataset written as WebDataset tar shards and read back through
+``register_shards`` from a directory and from an S3 server on 127.0.0.1 (moto in server
+mode, the real boto3 client) gives the same records and the same mapped samples."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from catalog import (
+    DatasetCatalog,
+    MetadataCatalog,
+    register_coco_instances,
+    register_shards,
+    verify_shards,
+    write_shards,
+)
+from catalog.shards import INDEX_NAME, ShardWriteError, load_shard_index
+from catalog.storage.shard_cache import ShardCache, ShardCorruptError, ShardError
+from mappers import DatasetMapper
+from mappers import transforms as T
+from mappers.errors import ImageReadError
+from samplers import build_detection_train_loader
+from tests.image_bytes import jpeg_bytes, photo_like
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+
+N_IMAGES = 10
+SHARD_SIZE = 4  # 3 shards: 4 + 4 + 2
+
+
+@pytest.fixture(scope="module")
+def coco_dir(tmp_path_factory) -> Path:
+    """A COCO instances file with 10 JPEG photos of two sizes and a few boxes each."""
+    root = tmp_path_factory.mktemp("coco_shards")
+    images, annotations = [], []
+    for i in range(N_IMAGES):
+        height, width = (48, 64) if i % 2 else (64, 40)
+        (root / f"img{i}.jpg").write_bytes(jpeg_bytes(photo_like(height, width, seed=i)))
+        images.append({"id": i + 1, "file_name": f"img{i}.jpg", "height": height, "width": width})
+        for j in range(1 + i % 3):
+            annotations.append({"id": len(annotations) + 1, "image_id": i + 1,
+                                "category_id": 1 + (i + j) % 2, "iscrowd": 0,
+                                "bbox": [2.0 + j, 3.0, 10.0, 12.0], "area": 120.0,
+                                "segmentation": [[2, 3, 12, 3, 12, 15, 2, 15]]})
+    categories = [{"id": 1, "name": "cat"}, {"id": 2, "name": "dog"}]
+    (root / "instances.json").write_text(json.dumps(
+        {"images": images, "annotations": annotations, "categories": categories}))
+    return root
+
+
+@pytest.fixture
+def coco(coco_dir) -> str:
+    register_coco_instances("shard_coco", {}, str(coco_dir / "instances.json"), str(coco_dir))
+    return "shard_coco"
+
+
+@pytest.fixture
+def shards(coco, tmp_path) -> Path:
+    out = tmp_path / "shards"
+    write_shards(coco, out, shard_size=SHARD_SIZE)
+    return out
+
+
+def _without_file_name(records) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "file_name"} for r in records]
+
+
+def _mapper(is_train: bool, **options) -> DatasetMapper:
+    augmentations = [T.ResizeShortestEdge((32, 40), max_size=80, sample_style="choice"),
+                     T.RandomFlip(prob=0.5)] if is_train else []
+    return DatasetMapper(is_train, augmentations=augmentations, image_format="BGR",
+                         use_instance_mask=True, **options)
+
+
+def _sample_key(sample: dict) -> tuple:
+    instances = sample.get("instances")
+    boxes = b"" if instances is None else instances.gt_boxes.tensor.numpy().tobytes()
+    return (sample["image_id"], tuple(sample["image"].shape), sample["image"].numpy().tobytes(),
+            boxes)
+
+
+def _batches(name: str, count: int = 4, workers: int = 0) -> list[list[tuple]]:
+    loader = build_detection_train_loader(DatasetCatalog.get(name), mapper=_mapper(True),
+                                          total_batch_size=2, num_workers=workers, seed=5,
+                                          aspect_ratio_grouping=True)
+    return [[_sample_key(s) for s in batch] for batch in itertools.islice(loader, count)]
+
+
+def _assert_same_as_original(original: str, sharded: str, workers: int = 0) -> None:
+    records, back = DatasetCatalog.get(original), DatasetCatalog.get(sharded)
+    assert _without_file_name(back) == _without_file_name(records)
+    assert MetadataCatalog.get(sharded).thing_classes == ["cat", "dog"]
+    assert (MetadataCatalog.get(sharded).thing_dataset_id_to_contiguous_id
+            == MetadataCatalog.get(original).thing_dataset_id_to_contiguous_id)
+    test_mapper = _mapper(False)
+    for a, b in zip(records, back):
+        assert _sample_key(test_mapper(dict(b))) == _sample_key(test_mapper(dict(a)))
+    assert _batches(sharded, workers=workers) == _batches(original)
+
+
+# ------------------------------------------------------------------------------ format
+def test_shards_are_tar_files_that_tarfile_and_webdataset_read(coco, shards):
+    names = sorted(p.name for p in shards.glob("*.tar"))
+    assert names == ["shard-000000.tar", "shard-000001.tar", "shard-000002.tar"]
+    records = DatasetCatalog.get(coco)
+    with tarfile.open(shards / names[0]) as tar:
+        members = tar.getmembers()
+        assert [m.name for m in members[:4]] == ["000000000.jpg", "000000000.json",
+                                                 "000000001.jpg", "000000001.json"]
+        assert {(m.mtime, m.uid, m.gid, m.mode) for m in members} == {(0, 0, 0, 0o444)}
+        image = tar.extractfile(members[0]).read()
+        assert image == Path(records[0]["file_name"]).read_bytes()
+        assert json.loads(tar.extractfile(members[1]).read()) == json.loads(
+            json.dumps(records[0]))
+
+    import webdataset as wds
+
+    urls = [str(shards / n) for n in names]
+    samples = list(wds.WebDataset(urls, shardshuffle=False, empty_check=False))
+    assert [s["__key__"] for s in samples] == [f"{i:09d}" for i in range(N_IMAGES)]
+    for sample, record in zip(samples, records):
+        assert sample["jpg"] == Path(record["file_name"]).read_bytes()
+        assert json.loads(sample["json"])["image_id"] == record["image_id"]
+    decoded = next(iter(wds.WebDataset(urls[:1], shardshuffle=False).decode("rgb8")))
+    assert decoded["jpg"].shape == (64, 40, 3)
+
+
+def test_sidecar_index_holds_columns_records_and_shard_hashes(coco, shards):
+    index = load_shard_index(shards)
+    records = DatasetCatalog.get(coco)
+    assert index.records == [json.loads(json.dumps(r)) for r in records]
+    assert index.metadata["thing_classes"] == ["cat", "dog"]
+    assert list(index.columns["height"]) == [r["height"] for r in records]
+    assert list(index.columns["width"]) == [r["width"] for r in records]
+    for i, record in enumerate(records):
+        assert list(index.category_ids(i)) == [a["category_id"] for a in record["annotations"]]
+        image = Path(record["file_name"]).read_bytes()
+        assert bytes(index.columns["sha256"][i]) == hashlib.sha256(image).digest()
+        shard = index.shards[int(index.columns["shard"][i])]
+        with open(shards / shard.name, "rb") as handle:
+            handle.seek(int(index.columns["offset"][i]))
+            assert handle.read(int(index.columns["size"][i])) == image
+    for shard in index.shards:
+        assert hashlib.sha256((shards / shard.name).read_bytes()).hexdigest() == shard.sha256
+    assert b"pickle" not in (shards / INDEX_NAME).read_bytes()[:2]  # msgpack, first byte a map
+    assert verify_shards(shards)["samples"] == N_IMAGES
+
+
+def test_output_is_identical_and_an_interrupted_write_resumes(coco, coco_dir, shards,
+                                                                tmp_path):
+    again = tmp_path / "again"
+    write_shards(coco, again, shard_size=SHARD_SIZE, workers=1)
+    for path in shards.iterdir():
+        if path.is_file():
+            assert (again / path.name).read_bytes() == path.read_bytes(), path.name
+    # interrupt: the last shard's image is missing, the first two shards finish
+    resumed = tmp_path / "resumed"
+    last = coco_dir / "img9.jpg"
+    saved = last.read_bytes()
+    last.unlink()
+    try:
+        with pytest.raises(ShardWriteError, match="record 9"):
+            write_shards(coco, resumed, shard_size=SHARD_SIZE, workers=1)
+    finally:
+        last.write_bytes(saved)
+        os.utime(last, ns=(0, 0))
+    assert not (resumed / INDEX_NAME).exists()
+    inodes = {n: (resumed / n).stat().st_ino for n in ("shard-000000.tar", "shard-000001.tar")}
+    write_shards(coco, resumed, shard_size=SHARD_SIZE, workers=1)
+    assert {n: (resumed / n).stat().st_ino for n in inodes} == inodes  # kept, not rewritten
+    assert sorted(p.name for p in resumed.iterdir()) == sorted(
+        p.name for p in shards.iterdir())
+    assert verify_shards(resumed)["shards"] == 3
+    # a finished shard whose bytes changed is written again
+    (resumed / "shard-000001.tar").unlink()
+    (resumed / INDEX_NAME).unlink()
+    write_shards(coco, resumed, shard_size=SHARD_SIZE)
+    assert verify_shards(resumed)["samples"] == N_IMAGES
+
+
+# ------------------------------------------------------------------------------ reading
+def test_directory_shards_give_the_same_records_and_mapped_samples(coco, shards):
+    index = register_shards("shard_coco_dir", shards)
+    assert len(index.records) == N_IMAGES
+    assert DatasetCatalog.get("shard_coco_dir")[3]["file_name"] == (
+        f"{shards}/shard-000000.tar#000000003.jpg")
+    _assert_same_as_original(coco, "shard_coco_dir", workers=2)
+
+
+def test_corrupt_sample_is_a_typed_error_or_skipped_and_verify_names_it(coco, shards):
+    register_shards("shard_coco_bad", shards)
+    index = load_shard_index(shards)
+    offset = int(index.columns["offset"][5])
+    path = shards / index.shards[int(index.columns["shard"][5])].name
+    data = bytearray(path.read_bytes())
+    data[offset + 100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    record = DatasetCatalog.get("shard_coco_bad")[5]
+    with pytest.raises(ImageReadError, match="sample 000000005") as info:
+        _mapper(False)(dict(record))
+    assert isinstance(info.value.__cause__, ShardCorruptError)
+    assert info.value.__cause__.key == "000000005"
+    assert _mapper(False, skip_bad_images=True)(dict(record)) is None  # refetch replaces it
+    assert _mapper(False)(dict(DatasetCatalog.get("shard_coco_bad")[4]))["image_id"] == 5
+    with pytest.raises(ShardCorruptError, match="shard-000001.tar"):
+        verify_shards(shards)
+
+
+def test_corrupt_or_foreign_index_is_a_typed_error(shards, tmp_path):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / INDEX_NAME).write_bytes(b"\x80\x03cos\nsystem\n.")  # a pickle
+    with pytest.raises(ShardCorruptError, match="not a catmap shard index"):
+        register_shards("shard_bad_index", bad)
+    data = (shards / INDEX_NAME).read_bytes()
+    (bad / INDEX_NAME).write_bytes(data[: len(data) // 2])
+    with pytest.raises(ShardCorruptError):
+        load_shard_index(bad)
+    with pytest.raises(ShardError):
+        load_shard_index(tmp_path / "nowhere")
+    assert "shard_bad_index" not in DatasetCatalog
+
+
+# ------------------------------------------------------------------------------ S3
+@pytest.fixture
+def s3_shards(shards, monkeypatch):
+    """The shards uploaded to a moto S3 server on 127.0.0.1; the AWS variables point at it."""
+    boto3 = pytest.importorskip("boto3")
+    server_module = pytest.importorskip("moto.server")
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    for key, value in {"AWS_ENDPOINT_URL": f"http://{host}:{port}",
+                       "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(key, value)
+    client = boto3.client("s3")
+    client.create_bucket(Bucket="data")
+    for path in shards.iterdir():
+        client.upload_file(str(path), "data", f"coco/{path.name}")
+    yield client, "s3://data/coco"
+    server.stop()
+
+
+def test_s3_shards_give_the_same_records_and_mapped_samples(coco, s3_shards, tmp_path):
+    client, url = s3_shards
+    cache_dir = tmp_path / "cache"
+    register_shards("shard_coco_s3", url, cache_dir=cache_dir)
+    assert not list(cache_dir.glob("*.tar")) if cache_dir.exists() else True  # index only
+    assert DatasetCatalog.get("shard_coco_s3")[0]["file_name"] == (
+        "s3://data/coco/shard-000000.tar#000000000.jpg")
+    _assert_same_as_original(coco, "shard_coco_s3")
+    index = load_shard_index(url)
+    assert sorted(p.name for p in cache_dir.glob("*.tar")) == sorted(
+        f"{s.sha256}.tar" for s in index.shards)
+    assert not [p for p in cache_dir.iterdir() if ".tmp-" in p.name]
+    assert verify_shards(url)["shards"] == 3
+
+
+def test_s3_corrupt_shard_is_refused_on_download(coco, s3_shards, tmp_path):
+    client, url = s3_shards
+    register_shards("shard_coco_s3_bad", url, cache_dir=tmp_path / "cache")
+    body = bytearray(client.get_object(Bucket="data", Key="coco/shard-000000.tar")["Body"].read())
+    body[-1] ^= 1  # the tar's zero padding: the sample is intact, the shard hash is not
+    client.put_object(Bucket="data", Key="coco/shard-000000.tar", Body=bytes(body))
+    record = DatasetCatalog.get("shard_coco_s3_bad")[0]
+    with pytest.raises(ImageReadError, match="SHA-256") as info:
+        _mapper(False)(dict(record))
+    assert isinstance(info.value.__cause__, ShardCorruptError)
+    assert not list((tmp_path / "cache").glob("*.tar"))  # nothing half-written kept
+
+
+def test_shard_cache_evicts_least_recently_used_within_its_cap(shards, tmp_path):
+    index = load_shard_index(shards)
+    sizes = [s.size for s in index.shards]
+    cache = ShardCache(tmp_path / "lru", max_bytes=sizes[0] + sizes[1])
+    urls = [(str(shards / s.name), s.sha256) for s in index.shards]
+    first = cache.get(*urls[0])
+    cache.get(*urls[1])
+    os.utime(first, (1, 1))  # least recently used
+    cache.get(*urls[2])
+    kept = sorted(p.name for p in (tmp_path / "lru").glob("*.tar"))
+    assert kept == sorted(f"{sha}.tar" for _, sha in urls[1:])
+    assert cache.downloads == 3
+    assert cache.get(*urls[2]) and cache.downloads == 3  # a hit downloads nothing
+    (tmp_path / "lru" / f".{urls[0][1]}.tmp-999999999").write_bytes(b"half")  # a killed download
+    cache.get(*urls[0])
+    assert not list((tmp_path / "lru").glob(".*.tmp-*"))
+    with pytest.raises(ShardError, match="exceeds"):
+        ShardCache(tmp_path / "tiny", max_bytes=100).get(*urls[0])
+    assert np.all(index.columns["size"] > 0)
