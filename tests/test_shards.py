@@ -297,3 +297,27 @@ def test_shard_cache_evicts_least_recently_used_within_its_cap(shards, tmp_path)
     with pytest.raises(ShardError, match="exceeds"):
         ShardCache(tmp_path / "tiny", max_bytes=100).get(*urls[0])
     assert np.all(index.columns["size"] > 0)
+
+
+# ------------------------------------------------------------------------------ console script
+def test_catmap_shards_write_and_verify(coco_dir, tmp_path, capsys):
+    from tools.shards import main
+
+    out = tmp_path / "cli"
+    args = ["write", "cli_coco", str(out), "--shard-size", "6", "--no-progress",
+            "--coco-json", str(coco_dir / "instances.json"), "--image-root", str(coco_dir)]
+    assert main(args) == 0
+    assert sorted(p.name for p in out.glob("*.tar")) == ["shard-000000.tar", "shard-000001.tar"]
+    assert main(["verify", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1]) == {
+        "shards": 2, "samples": N_IMAGES, "bytes": sum(p.stat().st_size for p in out.glob("*.tar"))}
+    index = load_shard_index(out)
+    path, offset = out / "shard-000001.tar", int(index.columns["offset"][7])
+    data = bytearray(path.read_bytes())
+    data[offset: offset + 2] = b"\x00\x00"  # not a JPEG any more
+    path.write_bytes(bytes(data))
+    assert main(["verify", str(out)]) == 1
+    error = capsys.readouterr().err
+    assert "ShardCorruptError" in error and "shard-000001.tar" in error
+    assert main(["write", "not_registered", str(out)]) == 1
+    assert "not registered" in capsys.readouterr().err
