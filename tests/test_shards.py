@@ -321,3 +321,23 @@ def test_catmap_shards_write_and_verify(coco_dir, tmp_path, capsys):
     assert "ShardCorruptError" in error and "shard-000001.tar" in error
     assert main(["write", "not_registered", str(out)]) == 1
     assert "not registered" in capsys.readouterr().err
+
+
+def test_corrupt_sample_is_replaced_deterministically_by_the_loader(coco, shards):
+    register_shards("shard_coco_replaced", shards)
+    index = load_shard_index(shards)
+    path = shards / index.shards[0].name
+    data = bytearray(path.read_bytes())
+    data[int(index.columns["offset"][2]) + 50] ^= 0xFF  # image_id 3 is corrupt
+    path.write_bytes(bytes(data))
+
+    def batches(workers: int) -> list[list[tuple]]:
+        loader = build_detection_train_loader(
+            DatasetCatalog.get("shard_coco_replaced"),
+            mapper=_mapper(True, skip_bad_images=True), total_batch_size=2,
+            num_workers=workers, seed=5, aspect_ratio_grouping=False)
+        return [[_sample_key(s) for s in b] for b in itertools.islice(loader, 10)]
+
+    reference = batches(0)
+    assert 3 not in {key[0] for batch in reference for key in batch}  # 10 batches > a pass
+    assert batches(2) == reference  # the same replacement on every run and any workers
