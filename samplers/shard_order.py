@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from catalog._common import check_int
+from catalog._common import check_int, short_repr
 
 from .errors import SamplerConfigError
 from .order import KeyedPermutation, PassOrder
@@ -40,7 +40,8 @@ class ShardWindowOrder(PassOrder):
         True
     """
 
-    __slots__ = ("_firsts", "_ends", "_starts", "_window_starts", "_window_perms", "_size")
+    __slots__ = ("_firsts", "_ends", "_starts", "_window_starts", "_window_perms", "_size",
+                 "_key")
 
     def __init__(self, firsts: np.ndarray, sizes: np.ndarray, window: int, seed: int,
                  pass_index: int, shuffle: bool = True) -> None:
@@ -55,12 +56,18 @@ class ShardWindowOrder(PassOrder):
         bounds = np.concatenate([[0], self._ends])[::window]
         self._window_starts = bounds if bounds[-1] == self._size else np.append(bounds,
                                                                                 self._size)
-        lengths = np.diff(self._window_starts)
-        self._window_perms = [KeyedPermutation(int(n), "window", seed, pass_index, k)
-                              if shuffle and n > 1 else None for k, n in enumerate(lengths)]
+        self._key = (seed, pass_index) if shuffle else None
+        self._window_perms: dict[int, KeyedPermutation | None] = {}  # made on first use
 
     def __len__(self) -> int:
         return self._size
+
+    def _window(self, k: int) -> KeyedPermutation | None:
+        if k not in self._window_perms:
+            length = int(self._window_starts[k + 1] - self._window_starts[k])
+            self._window_perms[k] = (KeyedPermutation(length, "window", *self._key, k)
+                                     if self._key is not None and length > 1 else None)
+        return self._window_perms[k]
 
     def at(self, positions: Any) -> np.ndarray:
         pos = np.asarray(positions, dtype=np.int64)
@@ -68,8 +75,8 @@ class ShardWindowOrder(PassOrder):
             raise IndexError(f"ShardWindowOrder: positions must lie in [0, {self._size})")
         windows = np.searchsorted(self._window_starts, pos, side="right") - 1
         virtual = pos.copy()
-        for k in np.unique(windows):
-            perm = self._window_perms[int(k)]
+        for k in np.unique(windows).tolist():
+            perm = self._window(k)
             if perm is not None:
                 chosen = windows == k
                 start = self._window_starts[k]
@@ -117,13 +124,13 @@ class ShardOrderSampler(StreamSampler):
     def __init__(self, shard_sizes: Sequence[int], *, window: int = 4, shuffle: bool = True,
                  seed: int | None = None, rank: int | None = None,
                  world_size: int | None = None) -> None:
-        sizes = [check_int(s, "shard size", minimum=1, error=SamplerConfigError,
-                           where="ShardOrderSampler") for s in shard_sizes]
-        if not sizes:
-            raise SamplerConfigError("ShardOrderSampler: shard_sizes is empty")
+        sizes = np.asarray(shard_sizes)
+        if sizes.ndim != 1 or not len(sizes) or sizes.dtype.kind not in "iu" or sizes.min() < 1:
+            raise SamplerConfigError("ShardOrderSampler: shard_sizes must be a non-empty "
+                                     f"sequence of positive ints, got {short_repr(shard_sizes)}")
         self._window = check_int(window, "window", minimum=1, error=SamplerConfigError,
                                  where="ShardOrderSampler")
-        self._sizes = np.asarray(sizes, dtype=np.int64)
+        self._sizes = sizes.astype(np.int64)
         self._firsts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
         self._shuffle = bool(shuffle)
         self.constant_length = int(self._sizes.sum())
