@@ -308,8 +308,6 @@ def _write_shard(records: list[dict[str, Any]], first: int, name: str, out: Path
                 shas.append(hashlib.sha256(image).digest())
                 exts.append(ext)
                 _member(tar, f"{key}.json", data)
-        with open(tmp, "rb+") as handle:
-            os.fsync(handle.fileno())
         sha, size = _file_sha256(tmp), tmp.stat().st_size
         os.replace(tmp, shard_path)
     finally:
@@ -334,9 +332,7 @@ def _write_shard(records: list[dict[str, Any]], first: int, name: str, out: Path
 def _atomic_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            os.fsync(handle.fileno())
+        tmp.write_bytes(data)  # no fsync: a rerun checks every kept shard's SHA-256
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -458,7 +454,9 @@ def register_shards(name: str, url: str | os.PathLike[str], *, metadata: bool = 
     columns = {k: index.columns[k] for k in ("shard", "offset", "size", "sha256")}
     reader = ShardReader(name, prefix, [s.name for s in index.shards],
                          [s.sha256 for s in index.shards], columns, cache)
-    DatasetCatalog.register(name, functools.partial(_shard_records, location, name, prefix))
+    local = [f"{location}/{INDEX_NAME}"] if cache is None else None  # records cached on disk
+    DatasetCatalog.register(name, functools.partial(_shard_records, location, name, prefix),
+                            source_files=local, cache_key={"format": FORMAT, "prefix": prefix})
     if metadata and index.metadata:
         MetadataCatalog.get(name).set(**index.metadata)
     SHARD_SOURCES[prefix] = reader

@@ -20,13 +20,17 @@ import numpy as np
 from catalog._common import check_int, short_repr
 
 from .errors import SamplerConfigError
-from .order import KeyedPermutation, PassOrder
+from .order import KeyedPermutation, PassOrder, keyed_bits53
 from .state import array_digest
 from .stream import StreamSampler
 
 __all__ = ["ShardWindowOrder", "ShardOrderSampler", "shard_sizes_of_records"]
 
 SHARD_ORDER = "shard-window-1"
+#: Windows shorter than this are shuffled by sorting keyed bits, all touched ones at once (a
+#: keyed permutation each would cost a blake2b key schedule per window); longer ones by a
+#: keyed permutation, any position in O(1).
+SORTED_WINDOW = 4096
 
 
 class ShardWindowOrder(PassOrder):
@@ -57,30 +61,50 @@ class ShardWindowOrder(PassOrder):
         self._window_starts = bounds if bounds[-1] == self._size else np.append(bounds,
                                                                                 self._size)
         self._key = (seed, pass_index) if shuffle else None
-        self._window_perms: dict[int, KeyedPermutation | None] = {}  # made on first use
+        self._window_perms: dict[int, KeyedPermutation] = {}  # made on first use
 
     def __len__(self) -> int:
         return self._size
 
-    def _window(self, k: int) -> KeyedPermutation | None:
+    def _window(self, k: int) -> KeyedPermutation:
         if k not in self._window_perms:
             length = int(self._window_starts[k + 1] - self._window_starts[k])
-            self._window_perms[k] = (KeyedPermutation(length, "window", *self._key, k)
-                                     if self._key is not None and length > 1 else None)
+            self._window_perms[k] = KeyedPermutation(length, "window", *self._key, k)
         return self._window_perms[k]
 
     def at(self, positions: Any) -> np.ndarray:
         pos = np.asarray(positions, dtype=np.int64)
         if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= self._size):
             raise IndexError(f"ShardWindowOrder: positions must lie in [0, {self._size})")
-        windows = np.searchsorted(self._window_starts, pos, side="right") - 1
+        starts = self._window_starts
+        windows = np.searchsorted(starts, pos, side="right") - 1
         virtual = pos.copy()
-        for k in np.unique(windows).tolist():
-            perm = self._window(k)
-            if perm is not None:
-                chosen = windows == k
-                start = self._window_starts[k]
-                virtual[chosen] = start + perm.at(pos[chosen] - start)
+        if self._key is None:
+            return self._index(virtual)
+        touched = np.unique(windows)
+        small = touched[starts[touched + 1] - starts[touched] < SORTED_WINDOW]
+        for k in touched[starts[touched + 1] - starts[touched] >= SORTED_WINDOW].tolist():
+            chosen = windows == k
+            virtual[chosen] = starts[k] + self._window(k).at(pos[chosen] - starts[k])
+        if small.size:
+            chosen = np.isin(windows, small)
+            virtual[chosen] = self._sorted_windows(small, pos[chosen], windows[chosen])
+        return self._index(virtual)
+
+    def _sorted_windows(self, small: np.ndarray, pos: np.ndarray,
+                        windows: np.ndarray) -> np.ndarray:
+        """Small windows shuffled together: each window's positions sorted by keyed bits."""
+        starts = self._window_starts[small]
+        lengths = self._window_starts[small + 1] - starts
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        members = np.arange(int(lengths.sum()), dtype=np.int64) + np.repeat(starts - offsets,
+                                                                             lengths)
+        bits = keyed_bits53(members, "window", *self._key)
+        shuffled = members[np.lexsort((bits, np.repeat(np.arange(len(small)), lengths)))]
+        which = np.searchsorted(small, windows)
+        return shuffled[offsets[which] + pos - self._window_starts[windows]]
+
+    def _index(self, virtual: np.ndarray) -> np.ndarray:
         shard = np.searchsorted(self._ends, virtual, side="right")
         return self._firsts[shard] + virtual - self._starts[shard]
 

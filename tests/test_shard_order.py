@@ -47,6 +47,13 @@ def test_each_pass_is_a_permutation_that_keeps_a_window_of_shards_open():
     assert len({tuple(p) for p in passes}) == 4  # every pass differs
     again = ShardWindowOrder(firsts, np.array(SIZES), 2, 7, 3)
     assert again.at(np.arange(10, 20)).tolist() == passes[3][10:20].tolist()  # O(1) positions
+    big = np.array(SIZES) * 1000  # windows over SORTED_WINDOW samples: keyed permutations
+    big_order = ShardWindowOrder(np.concatenate([[0], np.cumsum(big)[:-1]]), big, 2, 7, 0)
+    whole = big_order.to_array()
+    assert np.array_equal(np.sort(whole), np.arange(big.sum()))
+    assert big_order.at(np.arange(6000, 6100)).tolist() == whole[6000:6100].tolist()
+    assert set(np.searchsorted(np.cumsum(big), whole[:big[:2].sum()], side="right")) != set(
+        range(len(big)))
     plain = ShardWindowOrder(firsts, np.array(SIZES), 2, 7, 0, shuffle=False)
     assert plain.to_array().tolist() == list(range(sum(SIZES)))
 

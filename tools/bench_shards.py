@@ -35,10 +35,9 @@ from typing import Any
 import numpy as np
 
 from catalog import DatasetCatalog, register_shards, write_shards
-from catalog.shards import load_shard_index
 from mappers.image_io import image_to_tensor, read_image
 from samplers import build_detection_train_loader
-from samplers.shard_order import ShardOrderSampler, ShardWindowOrder, shard_sizes_of_records
+from samplers.shard_order import ShardOrderSampler, ShardWindowOrder
 from ._bench_common import HelpFormatter, add_json_argument, write_json_results
 from .shapes_dataset import generate_shapes_dataset, register_shapes_dataset
 
@@ -65,9 +64,10 @@ def _timed_batches(batches: Any, count: int, batch_size: int) -> dict[str, float
     return {"first_batch_s": round(first, 3), "img_per_s": round(count * batch_size / elapsed, 1)}
 
 
-def _catmap_loader(name: str, workers: int, batch_size: int, window: int) -> Any:
+def _catmap_loader(name: str, sizes: list[int], workers: int, batch_size: int,
+                   window: int) -> Any:
     records = DatasetCatalog.get(name)
-    sampler = ShardOrderSampler(shard_sizes_of_records(records), window=window, seed=0)
+    sampler = ShardOrderSampler(sizes, window=window, seed=0)
     return build_detection_train_loader(records, mapper=_decode, sampler=sampler,
                                         total_batch_size=batch_size, num_workers=workers,
                                         aspect_ratio_grouping=False, seed=0)
@@ -91,6 +91,7 @@ def shuffle_quality(order: np.ndarray, shard_of: np.ndarray, run: int = 64) -> d
         1.0
     """
     order = np.asarray(order)
+    run = max(1, min(run, len(order)))
     positions = np.arange(len(order))
     corr = float(np.corrcoef(positions, order)[0, 1]) if len(order) > 1 else 0.0
     runs = [len(np.unique(shard_of[order[i:i + run]])) for i in range(0, len(order) - run + 1, run)]
@@ -123,8 +124,9 @@ def _stage_first_batch(source: str, counts: list[int], out: Path, batch_size: in
         directory = out / f"ttfb_{count}"
         write_shards(name, directory, shard_size=1, workers=4)
         start = time.perf_counter()
-        register_shards(f"{name}_read", directory)
-        next(iter(_catmap_loader(f"{name}_read", 0, min(batch_size, count), 4)))
+        index = register_shards(f"{name}_read", directory)
+        sizes = [s.count for s in index.shards]
+        next(iter(_catmap_loader(f"{name}_read", sizes, 0, min(batch_size, count), 4)))
         results[f"{count}_shards"] = round(time.perf_counter() - start, 3)
     return results
 
@@ -171,21 +173,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     start = time.perf_counter()
     write_shards(source, work / "shards", shard_size=args.shard_size)
     results["write"] = {"images": args.images, "seconds": round(time.perf_counter() - start, 2)}
-    register_shards("bench_shards", work / "shards")
-    index = load_shard_index(work / "shards")
+    index = register_shards("bench_shards", work / "shards")
+    sizes = [s.count for s in index.shards]
     urls = [str(work / "shards" / s.name) for s in index.shards]
     results["throughput"] = {}
     for workers in args.workers:
         buffer = args.window * args.shard_size
         results["throughput"][f"{workers}_workers"] = {
-            "catmap": _timed_batches(_catmap_loader("bench_shards", workers, args.batch_size,
+            "catmap": _timed_batches(_catmap_loader("bench_shards", sizes, workers,
+                                                    args.batch_size,
                                                     args.window), args.batches, args.batch_size),
             "webdataset": _timed_batches(_webdataset_loader(urls, workers, args.batch_size,
                                                             buffer), args.batches,
                                          args.batch_size)}
     results["first_batch"] = _stage_first_batch(source, args.shards, work, args.batch_size)
     results["resume"] = _stage_resume(args.resume_samples, args.resume_shards)
-    results["shuffle"] = _stage_shuffle(urls, [s.count for s in index.shards], args.window)
+    results["shuffle"] = _stage_shuffle(urls, sizes, args.window)
     print(json.dumps(results, indent=2))
     write_json_results(args.json_out, results)
     return results
