@@ -102,7 +102,7 @@ class _Index(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     metadata: dict[str, Any]
     shards: list[_Shard]
     columns: _Columns
-    records: list[dict[str, Any]]
+    records: msgspec.Raw  # list[dict]: decoded only when the records are asked for
 
 
 class _Part(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -127,9 +127,20 @@ class ShardIndex:
     dataset: str
     metadata: dict[str, Any]
     shards: list[_Shard]
-    records: list[dict[str, Any]]
+    raw_records: msgspec.Raw
     columns: dict[str, np.ndarray]
     ext: list[str]
+
+    @functools.cached_property
+    def records(self) -> list[dict[str, Any]]:
+        """The records (decoded on first use: registering needs only the columns)."""
+        try:
+            records = msgspec.msgpack.decode(self.raw_records, type=list[dict[str, Any]])
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise _corrupt(self.url, f"bad records ({exc})") from exc
+        if len(records) != len(self.ext):
+            raise _corrupt(self.url, f"{len(records)} records for {len(self.ext)} samples")
+        return records
 
     def category_ids(self, index: int) -> np.ndarray:
         """The category ids of sample ``index``'s annotations."""
@@ -153,7 +164,7 @@ def _decode_index(data: bytes, url: str) -> ShardIndex:
         raise _corrupt(url, f"not a catmap shard index ({exc})") from exc
     if raw.format != FORMAT:
         raise _corrupt(url, f"format {raw.format!r}, expected {FORMAT!r}")
-    n, cols = len(raw.records), raw.columns
+    n, cols = len(raw.columns.ext), raw.columns
     arrays: dict[str, np.ndarray] = {}
     for name, dtype in _COLUMN_TYPES.items():
         blob = getattr(cols, name)
@@ -163,8 +174,8 @@ def _decode_index(data: bytes, url: str) -> ShardIndex:
         arrays[name] = np.frombuffer(blob, dtype).astype(dtype.newbyteorder("="))
         if name != "category_ids" and len(arrays[name]) != (expected or n):
             raise _corrupt(url, f"column {name!r} has {len(arrays[name])} items for {n} samples")
-    if len(cols.sha256) != 32 * n or len(cols.ext) != n:
-        raise _corrupt(url, "columns 'sha256'/'ext' do not match the number of samples")
+    if len(cols.sha256) != 32 * n:
+        raise _corrupt(url, "column 'sha256' does not match the number of samples")
     arrays["sha256"] = np.frombuffer(cols.sha256, np.uint8).reshape(n, 32)
     offsets = arrays["category_offsets"]
     if n and (offsets[0] != 0 or np.any(np.diff(offsets) < 0)
@@ -180,7 +191,7 @@ def _decode_index(data: bytes, url: str) -> ShardIndex:
         first += shard.count
         counts.append(shard.count)
     if first != n:
-        raise _corrupt(url, f"the shards hold {first} samples, the records {n}")
+        raise _corrupt(url, f"the shards hold {first} samples, the columns {n}")
     bad = next((e for e in cols.ext if not _EXT.fullmatch(e)), None)
     if bad is not None:
         raise _corrupt(url, f"bad image extension {bad!r}")
@@ -338,7 +349,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _join(parts: list[_Part], records: list[dict[str, Any]]) -> tuple[_Columns, list[Any]]:
+def _join(parts: list[_Part]) -> _Columns:
     """The dataset's columns from its shards' parts."""
     def cat(name: str) -> bytes:
         return b"".join(getattr(p.columns, name) for p in parts)
@@ -347,12 +358,11 @@ def _join(parts: list[_Part], records: list[dict[str, Any]]) -> tuple[_Columns, 
         offsets = np.frombuffer(part.columns.category_offsets, _INT64)
         cat_offsets.append(offsets[1:] + base)
         base += int(offsets[-1])
-    columns = _Columns(
+    return _Columns(
         ext=[e for p in parts for e in p.columns.ext], offset=cat("offset"), size=cat("size"),
         height=cat("height"), width=cat("width"),
         category_offsets=np.concatenate(cat_offsets).astype(_INT64).tobytes(),
         category_ids=cat("category_ids"), sha256=cat("sha256"))
-    return columns, records
 
 
 def _plain_metadata(dataset: str) -> dict[str, Any]:
@@ -402,8 +412,9 @@ def write_shards(dataset_name: str, out_dir: str | os.PathLike[str], *, shard_si
             parts.append(future.result())
             bar(1)
     bar(0, close=True)
-    columns, _ = _join(parts, records)
-    index = _Index(FORMAT, dataset_name, metadata, [p.shard for p in parts], columns, records)
+    columns = _join(parts)
+    index = _Index(FORMAT, dataset_name, metadata, [p.shard for p in parts], columns,
+                   msgspec.Raw(msgspec.msgpack.encode(records)))
     _atomic_write(out / INDEX_NAME, msgspec.msgpack.encode(index))
     shutil.rmtree(out / _PARTS, ignore_errors=True)
     return out / INDEX_NAME
@@ -523,4 +534,4 @@ def verify_shards(url: str | os.PathLike[str],
         except (tarfile.TarError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise bad(f"not a readable tar shard ({exc})") from exc
         total += shard.size
-    return {"shards": len(index.shards), "samples": len(index.records), "bytes": total}
+    return {"shards": len(index.shards), "samples": len(index.ext), "bytes": total}
