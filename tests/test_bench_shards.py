@@ -24,7 +24,7 @@ def test_bench_shards_reports_every_stage(tmp_path):
     for loader in ("catmap", "webdataset"):
         figures = results["throughput"]["0_workers"][loader]
         assert figures["img_per_s"] > 0 and figures["first_batch_s"] > 0
-    assert set(results["first_batch"]) == {"5_shards"}
+    assert set(results["first_batch"]) == {"5_shards_cold", "5_shards_warm", "5_shards_write_s"}
     assert results["resume"]["samples"] == 10000 and results["resume"]["resume_ms"] > 0
     shuffle = results["shuffle"]
     assert shuffle["buffer_samples"] == 4 * 10
