@@ -504,8 +504,8 @@ def verify_shards(url: str | os.PathLike[str],
     total = 0
     for shard, path in _local_shards(index):
         def bad(message: str, key: str = "", shard: _Shard = shard) -> ShardCorruptError:
-            return ShardCorruptError(f"shard {index.url}/{shard.name}{' sample ' + key if key else ''}:"
-                                     f" {message}", url=f"{index.url}/{shard.name}",
+            where = f"{index.url}/{shard.name}" + (f" sample {key}" if key else "")
+            return ShardCorruptError(f"shard {where}: {message}", url=f"{index.url}/{shard.name}",
                                      shard=shard.name, key=key, dataset=index.dataset)
         if _file_sha256(path) != shard.sha256:
             raise bad("SHA-256 differs from the index's")

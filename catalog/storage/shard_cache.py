@@ -372,7 +372,8 @@ class ShardReader:
             finally:
                 os.close(fd)
             break
-        if len(data) != size or hashlib.sha256(data).digest() != bytes(self.columns["sha256"][index]):
+        expected = bytes(self.columns["sha256"][index])
+        if len(data) != size or hashlib.sha256(data).digest() != expected:
             raise self._error(ShardCorruptError, "image bytes do not match the index's "
                               "SHA-256 (a corrupt or changed shard)", shard, key)
         return data
