@@ -341,3 +341,37 @@ def test_corrupt_sample_is_replaced_deterministically_by_the_loader(coco, shards
     reference = batches(0)
     assert 3 not in {key[0] for batch in reference for key in batch}  # 10 batches > a pass
     assert batches(2) == reference  # the same replacement on every run and any workers
+
+
+def test_kill_9_during_a_download_leaves_no_cache_file_that_is_used(shards, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    index = load_shard_index(shards)
+    shard = index.shards[0]
+    fifo = tmp_path / "slow-source.tar"
+    os.mkfifo(fifo)
+    cache_root = tmp_path / "killed"
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from catalog.storage.shard_cache import ShardCache;"
+         f"ShardCache({str(cache_root)!r}).get({str(fifo)!r}, {shard.sha256!r})"],
+        env={**os.environ, "PYTHONPATH": os.getcwd()})
+    data = (shards / shard.name).read_bytes()
+    with open(fifo, "wb") as writer:  # the child reads half the shard, then waits for more
+        writer.write(data[: len(data) // 2])
+        writer.flush()
+        deadline = time.monotonic() + 60
+        while not list(cache_root.glob(".*.tmp-*")):
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.05)
+        time.sleep(0.5)  # it writes what it has read
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert not list(cache_root.glob("*.tar"))  # only the temporary name was written
+    (partial,) = cache_root.glob(".*.tmp-*")
+    assert 0 < partial.stat().st_size < len(data)  # half-written, under a name never read
+    cache = ShardCache(cache_root)  # the lock died with the child; its leftover is removed
+    path = cache.get(str(shards / shard.name), shard.sha256)
+    assert path.read_bytes() == data and not list(cache_root.glob(".*.tmp-*"))

@@ -122,7 +122,7 @@ def _stream(url: str, sink: Callable[[bytes], Any]) -> None:
         path = url[len("file://"):] if url.startswith("file://") else url
         try:
             with open(path, "rb") as handle:
-                while chunk := handle.read(_CHUNK):
+                while chunk := handle.read1(_CHUNK):  # what a pipe or file has now
                     sink(chunk)
         except FileNotFoundError as exc:
             raise ShardNotFoundError(f"{path}: no such file", url=url) from exc
