@@ -375,3 +375,27 @@ def test_kill_9_during_a_download_leaves_no_cache_file_that_is_used(shards, tmp_
     cache = ShardCache(cache_root)  # the lock died with the child; its leftover is removed
     path = cache.get(str(shards / shard.name), shard.sha256)
     assert path.read_bytes() == data and not list(cache_root.glob(".*.tmp-*"))
+
+
+def test_https_style_shards_from_an_http_server_on_loopback(coco, shards, tmp_path):
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(shards))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        register_shards("shard_coco_http", url, cache_dir=tmp_path / "cache")
+        records = DatasetCatalog.get(coco)
+        back = DatasetCatalog.get("shard_coco_http")
+        assert _without_file_name(back) == _without_file_name(records)
+        mapper = _mapper(False)
+        assert _sample_key(mapper(dict(back[6]))) == _sample_key(mapper(dict(records[6])))
+        with pytest.raises(ShardError, match="HTTP 404"):
+            load_shard_index(f"{url}/missing")
+    finally:
+        server.shutdown()
+        thread.join()

@@ -1,7 +1,7 @@
 """Shard storage: fetching tar shards (local directory or ``s3://``), a node-local shard cache
 and the byte source that serves one sample's image from a shard.
 
-- **Fetching**: ``s3://`` through boto3, which reads ``AWS_ENDPOINT_URL``,
+- **Fetching**: ``http(s)://`` through urllib; ``s3://`` through boto3, which reads ``AWS_ENDPOINT_URL``,
   ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` and ``AWS_DEFAULT_REGION`` as every AWS
   client does (MinIO or another S3-compatible store needs no code). botocore's adaptive retry
   handles throttling (SlowDown); on top, a whole download is retried with exponential backoff
@@ -25,6 +25,8 @@ import os
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -78,8 +80,8 @@ def is_url(location: str) -> bool:
 
 def _split_s3(url: str) -> tuple[str, str]:
     if not url.startswith(("s3://", "s3a://")):
-        raise ShardFetchError(f"{url}: only s3:// URLs and local directories are supported",
-                              url=url)
+        raise ShardFetchError(f"{url}: only s3://, http(s):// and local directories are "
+                              "supported", url=url)
     bucket, _, key = url.partition("://")[2].partition("/")
     return bucket, key
 
@@ -107,6 +109,10 @@ def _s3_client() -> Any:
 
 
 def _retryable(exc: BaseException) -> bool:
+    if isinstance(exc, urllib.error.HTTPError):
+        return exc.code in (408, 429, 500, 502, 503, 504)
+    if isinstance(exc, (urllib.error.URLError, ConnectionError, TimeoutError)):
+        return True
     try:
         from botocore.exceptions import BotoCoreError, ClientError
     except ImportError:
@@ -126,6 +132,16 @@ def _stream(url: str, sink: Callable[[bytes], Any]) -> None:
                     sink(chunk)
         except FileNotFoundError as exc:
             raise ShardNotFoundError(f"{path}: no such file", url=url) from exc
+        return
+    if url.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                while chunk := response.read(_CHUNK):
+                    sink(chunk)
+        except urllib.error.HTTPError as exc:
+            if exc.code in (403, 404, 410):
+                raise ShardNotFoundError(f"{url}: HTTP {exc.code}", url=url) from exc
+            raise
         return
     bucket, key = _split_s3(url)
     try:
