@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import multiprocessing
 import os
 import tarfile
 from pathlib import Path
@@ -27,6 +28,7 @@ from catalog.storage.shard_cache import ShardCache, ShardCorruptError, ShardErro
 from mappers import DatasetMapper
 from mappers import transforms as T
 from mappers.errors import ImageReadError
+from mappers.image_io import read_file_bytes
 from samplers import build_detection_train_loader
 from tests.image_bytes import jpeg_bytes, photo_like
 
@@ -377,12 +379,26 @@ def test_kill_9_during_a_download_leaves_no_cache_file_that_is_used(shards, tmp_
     assert path.read_bytes() == data and not list(cache_root.glob(".*.tmp-*"))
 
 
+def _read_image_bytes(file_name: str) -> bytes:
+    return read_file_bytes(file_name)
+
+
 def test_https_style_shards_from_an_http_server_on_loopback(coco, shards, tmp_path):
     import functools
     import http.server
     import threading
 
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(shards))
+    requests: list[str] = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self) -> None:
+            requests.append(self.path)
+            super().do_GET()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    handler = functools.partial(Handler, directory=str(shards))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -396,6 +412,13 @@ def test_https_style_shards_from_an_http_server_on_loopback(coco, shards, tmp_pa
         assert _sample_key(mapper(dict(back[6]))) == _sample_key(mapper(dict(records[6])))
         with pytest.raises(ShardError, match="HTTP 404"):
             load_shard_index(f"{url}/missing")
+        # two local ranks at once (forked processes): the shard is downloaded once
+        context = multiprocessing.get_context("fork")
+        with context.Pool(2) as pool:
+            names = pool.map(_read_image_bytes, [back[8]["file_name"], back[9]["file_name"]])
+        assert names == [Path(records[8]["file_name"]).read_bytes(),
+                         Path(records[9]["file_name"]).read_bytes()]
+        assert requests.count("/shard-000002.tar") == 1
     finally:
         server.shutdown()
         thread.join()
