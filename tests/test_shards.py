@@ -24,7 +24,12 @@ from catalog import (
     write_shards,
 )
 from catalog.shards import INDEX_NAME, ShardWriteError, load_shard_index
-from catalog.storage.shard_cache import ShardCache, ShardCorruptError, ShardError
+from catalog.storage.shard_cache import (
+    ShardCache,
+    ShardCorruptError,
+    ShardError,
+    ShardNotFoundError,
+)
 from mappers import DatasetMapper
 from mappers import transforms as T
 from mappers.errors import ImageReadError
@@ -214,6 +219,11 @@ def test_corrupt_sample_is_a_typed_error_or_skipped_and_verify_names_it(coco, sh
     assert _mapper(False)(dict(DatasetCatalog.get("shard_coco_bad")[4]))["image_id"] == 5
     with pytest.raises(ShardCorruptError, match="shard-000001.tar"):
         verify_shards(shards)
+    (shards / "shard-000002.tar").unlink()  # a missing shard: typed, skippable the same way
+    with pytest.raises(ImageReadError, match="shard file missing") as info:
+        _mapper(False)(dict(DatasetCatalog.get("shard_coco_bad")[9]))
+    assert isinstance(info.value.__cause__, ShardNotFoundError)
+    assert _mapper(False, skip_bad_images=True)(dict(DatasetCatalog.get("shard_coco_bad")[9])) is None
 
 
 def test_corrupt_or_foreign_index_is_a_typed_error(shards, tmp_path):
