@@ -432,7 +432,7 @@ def _progress(enabled: bool, total: int, name: str) -> Callable[..., None]:
 
 
 # ------------------------------------------------------------------------------ reading
-def _shard_records(url: str, name: str, prefix: str) -> list[dict[str, Any]]:
+def _shard_records(url: str, prefix: str) -> list[dict[str, Any]]:
     """The loader of a registered shard dataset: records from the sidecar alone."""
     index = load_shard_index(url)
     records = []
@@ -466,7 +466,7 @@ def register_shards(name: str, url: str | os.PathLike[str], *, metadata: bool = 
     reader = ShardReader(name, prefix, [s.name for s in index.shards],
                          [s.sha256 for s in index.shards], columns, cache)
     local = [f"{location}/{INDEX_NAME}"] if cache is None else None  # records cached on disk
-    DatasetCatalog.register(name, functools.partial(_shard_records, location, name, prefix),
+    DatasetCatalog.register(name, functools.partial(_shard_records, location, prefix),
                             source_files=local, cache_key={"format": FORMAT, "prefix": prefix})
     if metadata and index.metadata:
         MetadataCatalog.get(name).set(**index.metadata)

@@ -223,7 +223,8 @@ def test_corrupt_sample_is_a_typed_error_or_skipped_and_verify_names_it(coco, sh
     with pytest.raises(ImageReadError, match="shard file missing") as info:
         _mapper(False)(dict(DatasetCatalog.get("shard_coco_bad")[9]))
     assert isinstance(info.value.__cause__, ShardNotFoundError)
-    assert _mapper(False, skip_bad_images=True)(dict(DatasetCatalog.get("shard_coco_bad")[9])) is None
+    missing = dict(DatasetCatalog.get("shard_coco_bad")[9])
+    assert _mapper(False, skip_bad_images=True)(missing) is None
 
 
 def test_corrupt_or_foreign_index_is_a_typed_error(shards, tmp_path):

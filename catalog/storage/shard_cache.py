@@ -1,9 +1,10 @@
-"""Shard storage: fetching tar shards (local directory or ``s3://``), a node-local shard cache
-and the byte source that serves one sample's image from a shard.
+"""Shard storage: fetching tar shards (local directory, ``s3://``, ``http(s)://``), a
+node-local shard cache and the byte source that serves one sample's image from a shard.
 
-- **Fetching**: ``http(s)://`` through urllib; ``s3://`` through boto3, which reads ``AWS_ENDPOINT_URL``,
-  ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` and ``AWS_DEFAULT_REGION`` as every AWS
-  client does (MinIO or another S3-compatible store needs no code). botocore's adaptive retry
+- **Fetching**: ``http(s)://`` through urllib; ``s3://`` through boto3, which reads
+  ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` and
+  ``AWS_DEFAULT_REGION`` as every AWS client does (MinIO or another S3-compatible store
+  needs no code). botocore's adaptive retry
   handles throttling (SlowDown); on top, a whole download is retried with exponential backoff
   when the connection breaks or the bytes do not hash to the shard's SHA-256. At most
   ``max_concurrency`` downloads run at once in a process.
