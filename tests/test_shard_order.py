@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from catalog import DatasetCatalog, register_shards, write_shards
+from catalog.shards import load_shard_index
 from catalog.formats import register_coco_instances
 from mappers import DatasetMapper
 from mappers import transforms as T
@@ -111,6 +112,11 @@ def _make_shards(root: Path) -> Path:
                                                "categories": [{"id": 1, "name": "x"}]}))
     register_coco_instances("order_coco", {}, str(root / "ann.json"), str(root))
     write_shards("order_coco", root / "shards", shard_size=3)
+    index = load_shard_index(root / "shards")  # image_id 6 (sample 5) is corrupt
+    path = root / "shards" / index.shards[1].name
+    data = bytearray(path.read_bytes())
+    data[int(index.columns["offset"][5]) + 40] ^= 0xFF
+    path.write_bytes(bytes(data))
     return root / "shards"
 
 
@@ -120,7 +126,7 @@ def _shard_loader(shards: str, total_batch_size: int):
     records = DatasetCatalog.get("gloo_shards")
     mapper = DatasetMapper(True, augmentations=[T.RandomFlip(prob=0.5),
                                                 T.ResizeShortestEdge((24, 32), max_size=64)],
-                           image_format="RGB")
+                           image_format="RGB", skip_bad_images=True)
     return build_detection_train_loader(
         records, mapper=mapper, total_batch_size=total_batch_size, aspect_ratio_grouping=False,
         sampler=ShardOrderSampler(shard_sizes_of_records(records), window=2, seed=3), seed=3)
@@ -140,12 +146,17 @@ def _gloo_rank(rank: int, world_size: int, shards: str) -> tuple[list, dict, lis
 
 
 @pytest.mark.distributed
-def test_two_gloo_ranks_resume_on_one_rank_with_the_same_mapped_samples(tmp_path):
+def test_two_gloo_ranks_resume_on_one_rank_with_the_same_mapped_samples_and_replacements(tmp_path):
     shards = _make_shards(tmp_path)
     results = run_distributed(_gloo_rank, 2, str(shards), deadline=240)
-    (_, state0, after0), (_, state1, after1) = results
+    (before0, state0, after0), (before1, state1, after1) = results
+    assert state0 == state1
     resumed = _shard_loader(str(shards), 4)
     resumed.load_state_dict(state0)
     got = [[_key(s) for s in batch] for batch in itertools.islice(resumed, 3)]
     for b in range(3):
         assert sorted(got[b]) == sorted(after0[b] + after1[b])
+    # the corrupt sample is replaced on every rank, the same way in the resumed run
+    seen = {key[0] for batches in (before0, before1, after0, after1, got)
+            for batch in batches for key in batch}
+    assert 6 not in seen and len(seen) > 8
