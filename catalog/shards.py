@@ -136,7 +136,7 @@ class ShardIndex:
         """The records (decoded on first use: registering needs only the columns)."""
         try:
             records = msgspec.msgpack.decode(self.raw_records, type=list[dict[str, Any]])
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
             raise _corrupt(self.url, f"bad records ({exc})") from exc
         if len(records) != len(self.ext):
             raise _corrupt(self.url, f"{len(records)} records for {len(self.ext)} samples")
@@ -160,7 +160,7 @@ def _corrupt(url: str, message: str) -> ShardCorruptError:
 def _decode_index(data: bytes, url: str) -> ShardIndex:
     try:
         raw = msgspec.msgpack.decode(data, type=_Index)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
         raise _corrupt(url, f"not a catmap shard index ({exc})") from exc
     if raw.format != FORMAT:
         raise _corrupt(url, f"format {raw.format!r}, expected {FORMAT!r}")
@@ -301,7 +301,7 @@ def _write_shard(records: list[dict[str, Any]], first: int, name: str, out: Path
     if part_path.exists() and shard_path.exists():
         try:
             part = msgspec.msgpack.decode(part_path.read_bytes(), type=_Part)
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError):
             part = None
         if (part is not None and part.fingerprint == fingerprint
                 and _file_sha256(shard_path) == part.shard.sha256):

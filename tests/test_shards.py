@@ -433,3 +433,26 @@ def test_https_style_shards_from_an_http_server_on_loopback(coco, shards, tmp_pa
     finally:
         server.shutdown()
         thread.join()
+
+
+def test_mutated_indexes_decode_or_raise_a_typed_error(shards, tmp_path):
+    data = (shards / INDEX_NAME).read_bytes()
+    rng = np.random.default_rng(0)
+    target = tmp_path / "fuzz"
+    target.mkdir()
+    outcomes = {"decoded": 0, "refused": 0}
+    for trial in range(300):
+        mutated = bytearray(data)
+        if trial % 3 == 0:
+            mutated = mutated[: int(rng.integers(len(mutated)))]
+        else:
+            for _ in range(int(rng.integers(1, 8))):
+                mutated[int(rng.integers(len(mutated)))] = int(rng.integers(256))
+        (target / INDEX_NAME).write_bytes(bytes(mutated))
+        try:
+            index = load_shard_index(target)
+            assert len(index.records) == len(index.ext)
+            outcomes["decoded"] += 1
+        except ShardCorruptError:
+            outcomes["refused"] += 1
+    assert outcomes["refused"] > 100 and sum(outcomes.values()) == 300
