@@ -519,6 +519,7 @@ def verify_shards(url: str | os.PathLike[str],
                     key = f"{i:09d}"
                     image, meta = members[2 * j], members[2 * j + 1]
                     if (image.name != f"{key}.{index.ext[i]}" or meta.name != f"{key}.json"
+                            or not image.isfile() or not meta.isfile()
                             or image.offset_data != index.columns["offset"][i]
                             or image.size != index.columns["size"][i]):
                         raise bad(f"members {image.name}, {meta.name} do not match the index",
