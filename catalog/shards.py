@@ -432,15 +432,44 @@ def _progress(enabled: bool, total: int, name: str) -> Callable[..., None]:
 
 
 # ------------------------------------------------------------------------------ reading
-def _shard_records(url: str, prefix: str) -> list[dict[str, Any]]:
+def _registered_index(location: str, sha256: str, cache: ShardCache | None) -> tuple[Path, bytes]:
+    """The local file and bytes of the index registered with SHA-256 ``sha256``: in place for a
+    directory, else the copy in the shard cache (fetched again if it is gone)."""
+    url = f"{location}/{INDEX_NAME}"
+    path = Path(url) if cache is None else cache.path_of(sha256).with_suffix(".index")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        if cache is None:
+            raise ShardNotFoundError(f"shard index {url} is missing", url=url) from None
+        data = fetch_bytes(url)
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise _corrupt(location, "the index changed since register_shards; register it again")
+    if cache is not None:
+        path = cache.put(data, sha256, ".index")
+    return path, data
+
+
+def _shard_records(location: str, prefix: str, sha256: str,
+                   cache: ShardCache | None) -> list[dict[str, Any]]:
     """The loader of a registered shard dataset: records from the sidecar alone."""
-    index = load_shard_index(url)
+    index = _decode_index(_registered_index(location, sha256, cache)[1], location)
     records = []
     for i, record in enumerate(index.records):
         record = dict(record)
         record["file_name"] = index.file_name(prefix, i)
         records.append(record)
     return records
+
+
+def _reader_columns(index: ShardIndex) -> tuple[list[str], list[str], dict[str, np.ndarray]]:
+    return ([s.name for s in index.shards], [s.sha256 for s in index.shards],
+            {k: index.columns[k] for k in ("shard", "offset", "size", "sha256")})
+
+
+def _load_reader_columns(location: str, sha256: str, cache: ShardCache | None) -> tuple:
+    """What a :class:`ShardReader` shipped to a spawned worker loads on first use."""
+    return _reader_columns(_decode_index(_registered_index(location, sha256, cache)[1], location))
 
 
 def register_shards(name: str, url: str | os.PathLike[str], *, metadata: bool = True,
@@ -450,7 +479,8 @@ def register_shards(name: str, url: str | os.PathLike[str], *, metadata: bool = 
     and credentials from the AWS environment variables) as dataset ``name``; its metadata is
     set from the index. Remote shards are read through a node-local cache under
     ``cache_dir`` (default ``$CATMAP_CACHE_DIR/shards``) of at most ``max_cache_bytes``.
-    Register before the DataLoader starts its workers (they inherit the shard source).
+    DataLoader workers (fork, spawn or forkserver) read the images; the records are cached on
+    disk keyed by the index's SHA-256. ``DatasetCatalog.remove(name)`` forgets the shards.
 
     Example:
         >>> register_shards("coco_train_s3", "s3://bucket/coco-train")  # doctest: +SKIP
@@ -458,19 +488,20 @@ def register_shards(name: str, url: str | os.PathLike[str], *, metadata: bool = 
         's3://bucket/coco-train/shard-000000.tar#000000000.jpg'
     """
     location = _location(url)
-    index = load_shard_index(location)
+    data = fetch_bytes(f"{location}/{INDEX_NAME}")
+    index, sha256 = _decode_index(data, location), hashlib.sha256(data).hexdigest()
     prefix = location + "/"
     cache = (ShardCache(cache_dir, max_bytes=max_cache_bytes, max_concurrency=max_concurrency)
              if is_url(location) else None)
-    columns = {k: index.columns[k] for k in ("shard", "offset", "size", "sha256")}
-    reader = ShardReader(name, prefix, [s.name for s in index.shards],
-                         [s.sha256 for s in index.shards], columns, cache)
-    local = [f"{location}/{INDEX_NAME}"] if cache is None else None  # records cached on disk
-    DatasetCatalog.register(name, functools.partial(_shard_records, location, prefix),
-                            source_files=local, cache_key={"format": FORMAT, "prefix": prefix})
+    index_file = Path(f"{location}/{INDEX_NAME}") if cache is None else cache.put(
+        data, sha256, ".index")
+    DatasetCatalog.register(name, functools.partial(_shard_records, location, prefix, sha256,
+                                                    cache), source_files=[str(index_file)],
+                            cache_key={"format": FORMAT, "prefix": prefix, "sha256": sha256})
     if metadata and index.metadata:
         MetadataCatalog.get(name).set(**index.metadata)
-    SHARD_SOURCES[prefix] = reader
+    load = functools.partial(_load_reader_columns, location, sha256, cache)
+    SHARD_SOURCES[prefix] = ShardReader(name, prefix, load, cache, loaded=_reader_columns(index))
     return index
 
 

@@ -41,8 +41,8 @@ from .records_file import foreign
 
 __all__ = [
     "SHARD_SOURCES", "ShardCache", "ShardCorruptError", "ShardError", "ShardFetchError",
-    "ShardNotFoundError", "ShardReader", "fetch_bytes", "fetch_to_file", "is_url",
-    "shard_cache_dir",
+    "ShardNotFoundError", "ShardReader", "drop_shard_sources", "fetch_bytes", "fetch_to_file",
+    "install_shard_sources", "is_url", "shard_cache_dir",
 ]
 
 _CHUNK = 1 << 20
@@ -286,6 +286,19 @@ class ShardCache:
                     tmp.unlink()
         return path
 
+    def put(self, data: bytes, sha256: str, suffix: str) -> Path:
+        """Store ``data`` (e.g. a shard index) as ``<sha256><suffix>``; never evicted."""
+        path = self.path_of(sha256).with_suffix(suffix)
+        if not path.exists():
+            self._ensure_root()
+            tmp = self.root / f".{sha256}.tmp-{os.getpid()}"
+            try:
+                tmp.write_bytes(data)
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+        return path
+
     def _touch(self, path: Path) -> None:
         now = time.time()
         if now - self._touched.get(path.name, 0.0) > 1.0:  # LRU order: one utime a second
@@ -327,23 +340,48 @@ def _alive(pid: int) -> bool:
     return True
 
 
-#: URL prefix -> reader of the images under it; filled only by ``catalog.register_shards``.
+#: URL prefix -> reader of the images under it; filled only by ``catalog.register_shards``
+#: (and, in a spawned worker, by :func:`install_shard_sources` from the pickled dataset).
 SHARD_SOURCES: dict[str, ShardReader] = {}
+
+
+def install_shard_sources(sources: dict[str, ShardReader] | None) -> None:
+    """Add readers shipped to a worker (``mappers.MapDataset`` pickles ``SHARD_SOURCES``)."""
+    for prefix, reader in (sources or {}).items():
+        SHARD_SOURCES.setdefault(prefix, reader)
+
+
+def drop_shard_sources(dataset: str | None = None) -> None:
+    """Forget the readers of ``dataset`` (all with None): its catalog entry was removed."""
+    for prefix, reader in list(SHARD_SOURCES.items()):
+        if dataset is None or reader.dataset == dataset:
+            del SHARD_SOURCES[prefix]
 
 
 class ShardReader:
     """Serves ``<prefix><shard>#<key>.<ext>`` from the shards of one registered dataset.
 
-    ``columns`` are the index's per-sample arrays (``shard``, ``offset``, ``size``,
-    ``sha256``); ``cache`` is None for a local directory (read in place).
+    ``load()`` gives the index's shard names, shard SHA-256s and per-sample arrays (``shard``,
+    ``offset``, ``size``, ``sha256``); it runs on first use, so a reader pickled to a spawned
+    worker travels as ``(dataset, prefix, load, cache)`` and loads there. ``cache`` is None
+    for a local directory (read in place).
     """
 
-    def __init__(self, dataset: str, prefix: str, shard_names: list[str], shard_sha: list[str],
-                 columns: dict[str, np.ndarray], cache: ShardCache | None) -> None:
-        self.dataset, self.prefix, self.cache = dataset, prefix, cache
-        self.shard_names, self.shard_sha = shard_names, shard_sha
-        self._shard_of_name = {name: i for i, name in enumerate(shard_names)}
-        self.columns = columns
+    def __init__(self, dataset: str, prefix: str, load: Callable[[], tuple[Any, ...]],
+                 cache: ShardCache | None, loaded: tuple[Any, ...] | None = None) -> None:
+        self.dataset, self.prefix, self.cache, self.load = dataset, prefix, cache, load
+        self._loaded = None
+        if loaded is not None:
+            self._loaded = (*loaded, {n: i for i, n in enumerate(loaded[0])})
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_loaded": None}
+
+    def _index(self) -> tuple[list[str], list[str], dict[str, np.ndarray], dict[str, int]]:
+        if self._loaded is None:
+            names, shas, columns = self.load()
+            self._loaded = (names, shas, columns, {n: i for i, n in enumerate(names)})
+        return self._loaded
 
     def _error(self, cls: type[ShardError], message: str, shard: str, key: str) -> ShardError:
         return cls(f"dataset {self.dataset!r}, shard {shard}, sample {key}: {message}",
@@ -353,26 +391,29 @@ class ShardReader:
         """(shard number, sample number) of a file name under this source's prefix."""
         shard, _, member = path[len(self.prefix):].partition("#")
         key = member.partition(".")[0]
-        number = self._shard_of_name.get(shard)
-        if number is None or not key.isdigit() or int(key) >= len(self.columns["shard"]):
+        _, _, columns, numbers = self._index()
+        number = numbers.get(shard)
+        if number is None or not key.isdigit() or int(key) >= len(columns["shard"]):
             raise self._error(ShardNotFoundError, f"no such sample in the index ({path})",
                               shard, key)
-        if int(self.columns["shard"][int(key)]) != number:
+        if int(columns["shard"][int(key)]) != number:
             raise self._error(ShardNotFoundError, "the index puts this sample in another "
                               "shard", shard, key)
         return number, int(key)
 
     def shard_path(self, number: int) -> str:
         """A local file holding shard ``number`` (downloaded into the cache if remote)."""
-        url = self.prefix + self.shard_names[number]
+        names, shas = self._index()[:2]
+        url = self.prefix + names[number]
         if self.cache is None:
             return url[len("file://"):] if url.startswith("file://") else url
-        return str(self.cache.get(url, self.shard_sha[number]))
+        return str(self.cache.get(url, shas[number]))
 
     def __call__(self, path: str, max_bytes: int | None = None) -> bytes:
         number, index = self.locate(path)
-        shard, key = self.shard_names[number], f"{index:09d}"
-        offset, size = int(self.columns["offset"][index]), int(self.columns["size"][index])
+        names, _, columns, _ = self._index()
+        shard, key = names[number], f"{index:09d}"
+        offset, size = int(columns["offset"][index]), int(columns["size"][index])
         if max_bytes is not None and size > max_bytes:
             raise self._error(ShardCorruptError, f"{size} bytes, over the {max_bytes}-byte "
                               "limit (max_bytes)", shard, key)
@@ -389,7 +430,7 @@ class ShardReader:
             finally:
                 os.close(fd)
             break
-        expected = bytes(self.columns["sha256"][index])
+        expected = bytes(columns["sha256"][index])
         if len(data) != size or hashlib.sha256(data).digest() != expected:
             raise self._error(ShardCorruptError, "image bytes do not match the index's "
                               "SHA-256 (a corrupt or changed shard)", shard, key)
