@@ -456,3 +456,128 @@ def test_mutated_indexes_decode_or_raise_a_typed_error(shards, tmp_path):
         except ShardCorruptError:
             outcomes["refused"] += 1
     assert outcomes["refused"] > 100 and sum(outcomes.values()) == 300
+
+
+# ------------------------------------------------------------------------------ follow-ups
+@pytest.mark.parametrize("where", ["directory", "s3"])
+def test_spawned_worker_reads_shard_images(coco, shards, where, request, tmp_path):
+    """A spawn worker starts with an empty SHARD_SOURCES: the reader travels with the
+    MapDataset the loader pickles and loads the index there (from the cache's copy for s3)."""
+    url = str(shards) if where == "directory" else request.getfixturevalue("s3_shards")[1]
+    register_shards("shard_coco_spawn", url, cache_dir=tmp_path / "cache")
+    loader = build_detection_train_loader(
+        DatasetCatalog.get("shard_coco_spawn"), mapper=_mapper(True), total_batch_size=2,
+        num_workers=1, multiprocessing_context="spawn", seed=5, aspect_ratio_grouping=True)
+    spawned = [[_sample_key(s) for s in batch] for batch in itertools.islice(loader, 3)]
+    assert spawned == _batches(coco, count=3)
+
+
+def test_catalog_remove_and_clear_forget_the_shards(coco, shards):
+    from catalog.storage.shard_cache import SHARD_SOURCES
+
+    register_shards("shard_coco_removed", shards)
+    file_name = DatasetCatalog.get("shard_coco_removed")[3]["file_name"]
+    assert read_file_bytes(file_name) == Path(DatasetCatalog.get(coco)[3]["file_name"]).read_bytes()
+    DatasetCatalog.remove("shard_coco_removed")
+    assert not [r for r in SHARD_SOURCES.values() if r.dataset == "shard_coco_removed"]
+    with pytest.raises(ImageReadError):  # now a plain path, which does not exist
+        read_file_bytes(file_name)
+    register_shards("shard_coco_removed", shards)
+    DatasetCatalog.clear()
+    assert not SHARD_SOURCES
+
+
+def test_s3_records_are_cached_on_disk_by_the_index_sha256(coco, s3_shards, tmp_path,
+                                                             monkeypatch):
+    import catalog.shards as shards_module
+
+    client, url = s3_shards
+    register_shards("shard_coco_s3_cached", url, cache_dir=tmp_path / "cache")
+    first = list(DatasetCatalog.get("shard_coco_s3_cached"))
+    DatasetCatalog.remove("shard_coco_s3_cached")
+
+    def not_called(*args):
+        raise AssertionError("the records were decoded again")
+    with monkeypatch.context() as patch:
+        patch.setattr(shards_module, "_shard_records", not_called)
+        register_shards("shard_coco_s3_cached", url, cache_dir=tmp_path / "cache")
+        assert list(DatasetCatalog.get("shard_coco_s3_cached")) == first  # the disk cache
+    DatasetCatalog.remove("shard_coco_s3_cached")
+    # a changed index (other shard size) is a miss: the new records, the new shard names
+    out = tmp_path / "resharded"
+    write_shards(coco, out, shard_size=6)
+    client.upload_file(str(out / INDEX_NAME), "data", f"coco/{INDEX_NAME}")
+    register_shards("shard_coco_s3_cached", url, cache_dir=tmp_path / "cache")
+    names = [r["file_name"] for r in DatasetCatalog.get("shard_coco_s3_cached")]
+    assert names[4] == "s3://data/coco/shard-000000.tar#000000004.jpg" != first[4]["file_name"]
+
+
+@pytest.fixture
+def throttling_server(shards, tmp_path):
+    """A loopback server serving ``shards`` over HTTP and as S3 bucket ``data`` (path-style
+    GET ``/data/coco/<name>``), answering ``fail[name]`` requests for ``name`` with 503
+    SlowDown first; ``seen`` counts the requests per file name."""
+    import functools
+    import http.server
+    import threading
+
+    (tmp_path / "root" / "data").mkdir(parents=True)
+    (tmp_path / "root" / "data" / "coco").symlink_to(shards)
+    fail: dict[str, float] = {}
+    seen: dict[str, int] = {}
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def do_GET(self) -> None:
+            name = self.path.rsplit("/", 1)[-1].partition("?")[0]
+            seen[name] = seen.get(name, 0) + 1
+            if fail.get(name, 0) > 0:
+                fail[name] -= 1
+                body = (b"<?xml version='1.0' encoding='UTF-8'?><Error><Code>SlowDown</Code>"
+                        b"<Message>Please reduce your request rate.</Message></Error>")
+                self.send_response(503)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            super().do_GET()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(Handler, directory=str(tmp_path / "root")))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", fail, seen
+    server.shutdown()
+    thread.join()
+
+
+@pytest.mark.parametrize("scheme", ["http", "s3"])
+def test_throttled_reads_back_off_then_succeed_or_fail_typed(coco, throttling_server, scheme,
+                                                              tmp_path, monkeypatch):
+    from catalog.storage.shard_cache import ShardFetchError
+
+    endpoint, fail, seen = throttling_server
+    if scheme == "s3":
+        pytest.importorskip("boto3")
+        for key, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing",
+                           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+                           "AWS_MAX_ATTEMPTS": "2", "AWS_RETRY_MODE": "standard"}.items():
+            monkeypatch.setenv(key, value)
+    url = f"{endpoint}/data/coco" if scheme == "http" else "s3://data/coco"
+    fail[INDEX_NAME] = 2
+    register_shards("shard_coco_throttled", url, cache_dir=tmp_path / "cache")
+    assert seen[INDEX_NAME] == 3  # two 503 SlowDown, then the index
+    back, records = DatasetCatalog.get("shard_coco_throttled"), DatasetCatalog.get(coco)
+    fail["shard-000000.tar"] = 3
+    assert read_file_bytes(back[1]["file_name"]) == Path(records[1]["file_name"]).read_bytes()
+    assert seen["shard-000000.tar"] == 4
+    # a store that keeps throttling: a typed error after a bounded number of requests
+    fail["shard-000001.tar"] = 1000
+    with pytest.raises(ImageReadError, match="SlowDown|503") as info:
+        read_file_bytes(back[5]["file_name"])
+    assert isinstance(info.value.__cause__, ShardFetchError)
+    assert info.value.__cause__.url.endswith("shard-000001.tar")
+    assert seen["shard-000001.tar"] == (4 if scheme == "http" else 4 * 2)  # attempts (x boto's)

@@ -4,10 +4,11 @@ node-local shard cache and the byte source that serves one sample's image from a
 - **Fetching**: ``http(s)://`` through urllib; ``s3://`` through boto3, which reads
   ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` and
   ``AWS_DEFAULT_REGION`` as every AWS client does (MinIO or another S3-compatible store
-  needs no code). botocore's adaptive retry
-  handles throttling (SlowDown); on top, a whole download is retried with exponential backoff
-  when the connection breaks or the bytes do not hash to the shard's SHA-256. At most
-  ``max_concurrency`` downloads run at once in a process.
+  needs no code). botocore's retries (``AWS_RETRY_MODE``, default adaptive, and
+  ``AWS_MAX_ATTEMPTS``, default 8) handle throttling (SlowDown); on top, a whole download is
+  retried with exponential backoff when the connection breaks, the server still throttles or
+  the bytes do not hash to the shard's SHA-256. At most ``max_concurrency`` downloads run at
+  once in a process.
 - **Cache**: one file per shard named by its SHA-256 under ``$CATMAP_CACHE_DIR/shards``
   (0700, owned by this user), capped in bytes, least recently used shard evicted first. A
   per-shard file lock makes the local ranks of a machine download each shard once; a download
@@ -88,7 +89,8 @@ def _split_s3(url: str) -> tuple[str, str]:
 
 
 _clients: dict[tuple[Any, ...], Any] = {}
-_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_DEFAULT_REGION", "AWS_PROFILE")
+_ENV = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_DEFAULT_REGION", "AWS_PROFILE",
+        "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE")
 _client_lock = threading.Lock()
 
 
@@ -102,7 +104,9 @@ def _s3_client() -> Any:
                 from botocore.config import Config
             except ImportError:
                 raise missing_dependency("boto3", "shards", "reading s3:// shards") from None
-            config = Config(retries={"max_attempts": 8, "mode": "adaptive"},
+            retries = {"total_max_attempts": int(os.environ.get("AWS_MAX_ATTEMPTS") or 8),
+                       "mode": os.environ.get("AWS_RETRY_MODE") or "adaptive"}
+            config = Config(retries=retries,  # type: ignore[arg-type]
                             max_pool_connections=32, connect_timeout=30, read_timeout=60)
             _clients.clear()
             _clients[pid] = boto3.session.Session().client("s3", config=config)
@@ -115,8 +119,15 @@ def _retryable(exc: BaseException) -> bool:
     if isinstance(exc, (urllib.error.URLError, ConnectionError, TimeoutError)):
         return True
     try:
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import (
+            BotoCoreError,
+            ClientError,
+            NoCredentialsError,
+            ParamValidationError,
+        )
     except ImportError:
+        return False
+    if isinstance(exc, (NoCredentialsError, ParamValidationError)):
         return False
     if isinstance(exc, ClientError):
         return str(exc.response.get("Error", {}).get("Code")) in _RETRYABLE_CODES
