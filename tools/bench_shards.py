@@ -35,11 +35,15 @@ from typing import Any
 
 import numpy as np
 
+import msgspec
+
 from catalog import DatasetCatalog, register_shards, write_shards
+from catalog.shards import FORMAT, INDEX_NAME, _Columns, _Index, _Shard, load_shard_index
 from mappers.image_io import image_to_tensor, read_image
 from samplers import build_detection_train_loader
 from samplers.shard_order import ShardOrderSampler, ShardWindowOrder
 from ._bench_common import HelpFormatter, add_json_argument, write_json_results
+from ._memory_pss import process_tree_pss
 from .shapes_dataset import generate_shapes_dataset, register_shapes_dataset
 
 __all__ = ["main", "shuffle_quality"]
@@ -137,6 +141,71 @@ def _stage_first_batch(source: str, counts: list[int], out: Path, batch_size: in
     return results
 
 
+def _synthetic_shards(source: str, out: Path, samples: int, shards: int) -> None:
+    """A big index (``samples`` records in ``shards`` shards) over one real shard of tiny
+    samples hard-linked ``shards`` times: the sample columns and records are tiled from it."""
+    per = -(-samples // shards)
+    image = DatasetCatalog.get(source)[0]
+    DatasetCatalog.register("bench_shards_tile", lambda: [{**image, "image_id": i}
+                                                          for i in range(per)])
+    write_shards("bench_shards_tile", out / "tile", shard_size=per)
+    tile = load_shard_index(out / "tile")
+    counts = [min(per, samples - s * per) for s in range(shards)]
+    for s in range(shards):
+        os.link(out / "tile" / tile.shards[0].name, out / f"shard-{s:06d}.tar")
+    first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    take = np.concatenate([np.arange(c) for c in counts])
+    cols = tile.columns
+    cats_per = np.diff(cols["category_offsets"])[take]
+    columns = _Columns(
+        ext=["jpg"] * samples, offset=cols["offset"][take].astype("<i8").tobytes(),
+        size=cols["size"][take].astype("<i8").tobytes(),
+        height=cols["height"][take].astype("<i4").tobytes(),
+        width=cols["width"][take].astype("<i4").tobytes(),
+        category_offsets=np.concatenate([[0], np.cumsum(cats_per)]).astype("<i8").tobytes(),
+        category_ids=np.concatenate([np.tile(cols["category_ids"], shards - 1), cols[
+            "category_ids"][:cols["category_offsets"][counts[-1]]]]).astype("<i4").tobytes(),
+        sha256=cols["sha256"][take].tobytes())
+    chunks = [b"\xdd" + samples.to_bytes(4, "big")]
+    base = tile.records
+    for start in range(0, samples, 100_000):
+        encoded = msgspec.msgpack.encode([{**base[i % per], "image_id": i}
+                                          for i in range(start, min(samples, start + 100_000))])
+        chunks.append(encoded[{0xdd: 5, 0xdc: 3}.get(encoded[0], 1):])
+    index = _Index(FORMAT, "bench_shards_big", tile.metadata,
+                   [_Shard(f"shard-{s:06d}.tar", tile.shards[0].sha256, tile.shards[0].size,
+                           int(first[s]), counts[s]) for s in range(shards)],
+                   columns, msgspec.Raw(b"".join(chunks)))
+    (out / INDEX_NAME).write_bytes(msgspec.msgpack.encode(index))
+
+
+def _stage_big_index(source: str, out: Path, samples: int, shards: int, batch_size: int,
+                     workers: int) -> dict[str, Any]:
+    start = time.perf_counter()
+    _synthetic_shards(source, out, samples, shards)
+    results: dict[str, Any] = {"samples": samples, "shards": shards,
+                               "index_mb": round((out / INDEX_NAME).stat().st_size / 2**20, 1),
+                               "make_s": round(time.perf_counter() - start, 1)}
+    age = time.time() - (out / INDEX_NAME).stat().st_ctime
+    time.sleep(max(0.0, 11 - age))  # the catalog's disk cache hashes files younger than 10 s
+    for run in ("cold", "warm"):  # warm: the records from the catalog's disk cache
+        DatasetCatalog.remove("bench_shards_big") if run == "warm" else None
+        start = time.perf_counter()
+        index = register_shards("bench_shards_big", out)
+        sizes = [s.count for s in index.shards]
+        registered = time.perf_counter() - start
+        loader = _catmap_loader("bench_shards_big", sizes, workers, batch_size, 4)
+        records = time.perf_counter() - start
+        iterator = iter(loader)
+        next(iterator)
+        results[run] = {"register_s": round(registered, 2), "records_s": round(records, 2),
+                        "first_batch_s": round(time.perf_counter() - start, 2)}
+        (own, _), (children, _) = process_tree_pss(os.getpid())
+        results[run]["pss_mb"] = {"main": round(own / 2**20), "workers": round(children / 2**20)}
+        del iterator, loader, index
+    return results
+
+
 def _stage_resume(samples: int, shards: int) -> dict[str, float]:
     sizes = np.full(shards, samples // shards, dtype=np.int64)
     sizes[: samples % shards] += 1
@@ -167,6 +236,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--window", type=int, default=4, help="open shards (catmap order)")
     parser.add_argument("--shards", type=int, nargs="+", default=[100, 10000],
                         help="shard counts of the first-batch stage")
+    parser.add_argument("--index-samples", type=int, default=10_000_000,
+                        help="samples of the big-index first-batch stage (0: skip it)")
+    parser.add_argument("--index-shards", type=int, default=10_000)
+    parser.add_argument("--index-workers", type=int, default=2)
     parser.add_argument("--resume-samples", type=int, default=10_000_000)
     parser.add_argument("--resume-shards", type=int, default=10_000)
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: tmp)")
@@ -193,6 +266,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                             buffer), args.batches,
                                          args.batch_size)}
     results["first_batch"] = _stage_first_batch(source, args.shards, work, args.batch_size)
+    if args.index_samples:
+        results["big_index"] = _stage_big_index(source, work / "big", args.index_samples,
+                                                args.index_shards, args.batch_size,
+                                                args.index_workers)
     results["resume"] = _stage_resume(args.resume_samples, args.resume_shards)
     results["shuffle"] = _stage_shuffle(urls, sizes, args.window)
     print(json.dumps(results, indent=2))
