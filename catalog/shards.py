@@ -85,9 +85,10 @@ class _Shard(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 class _Columns(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Per-sample columns, little-endian arrays as bytes (``offset``/``size``/
     ``category_offsets`` int64, ``height``/``width``/``category_ids`` int32, ``sha256`` 32
-    bytes a sample)."""
+    bytes a sample, ``ext_codes`` uint8: the sample's image extension is ``ext[code]``)."""
 
     ext: list[str]
+    ext_codes: bytes
     offset: bytes
     size: bytes
     height: bytes
@@ -121,7 +122,8 @@ _COLUMN_TYPES = {"offset": _INT64, "size": _INT64, "height": _INT32, "width": _I
 class ShardIndex:
     """A decoded, validated sidecar index: ``shards``, ``records``, ``metadata`` and the
     per-sample arrays in ``columns`` (``shard``, ``offset``, ``size``, ``height``, ``width``,
-    ``category_offsets``, ``category_ids``, ``sha256`` as an (n, 32) uint8 array) and ``ext``.
+    ``category_offsets``, ``category_ids``, ``sha256`` as an (n, 32) uint8 array, ``ext``
+    uint8 codes into ``ext_names``).
     """
 
     url: str
@@ -130,7 +132,14 @@ class ShardIndex:
     shards: list[_Shard]
     raw_records: msgspec.Raw
     columns: dict[str, np.ndarray]
-    ext: list[str]
+    ext_names: list[str]
+
+    def __len__(self) -> int:
+        return len(self.columns["shard"])
+
+    def ext(self, index: int) -> str:
+        """The image extension of sample ``index``."""
+        return self.ext_names[int(self.columns["ext"][index])]
 
     @functools.cached_property
     def records(self) -> list[dict[str, Any]]:
@@ -139,8 +148,8 @@ class ShardIndex:
             records = msgspec.msgpack.decode(self.raw_records, type=list[dict[str, Any]])
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
             raise _corrupt(self.url, f"bad records ({exc})") from exc
-        if len(records) != len(self.ext):
-            raise _corrupt(self.url, f"{len(records)} records for {len(self.ext)} samples")
+        if len(records) != len(self):
+            raise _corrupt(self.url, f"{len(records)} records for {len(self)} samples")
         return records
 
     def category_ids(self, index: int) -> np.ndarray:
@@ -160,7 +169,7 @@ def _decode_index(data: bytes, url: str) -> ShardIndex:
         raise _corrupt(url, f"not a catmap shard index ({exc})") from exc
     if raw.format != FORMAT:
         raise _corrupt(url, f"format {raw.format!r}, expected {FORMAT!r}")
-    n, cols = len(raw.columns.ext), raw.columns
+    n, cols = len(raw.columns.ext_codes), raw.columns
     arrays: dict[str, np.ndarray] = {}
     for name, dtype in _COLUMN_TYPES.items():
         blob = getattr(cols, name)
@@ -189,14 +198,14 @@ def _decode_index(data: bytes, url: str) -> ShardIndex:
     if first != n:
         raise _corrupt(url, f"the shards hold {first} samples, the columns {n}")
     bad = next((e for e in cols.ext if not _EXT.fullmatch(e)), None)
-    if bad is not None:
-        raise _corrupt(url, f"bad image extension {bad!r}")
+    arrays["ext"] = np.frombuffer(cols.ext_codes, np.uint8)
+    if bad is not None or len(cols.ext) > 256 or (n and arrays["ext"].max() >= len(cols.ext)):
+        raise _corrupt(url, f"bad image extensions {cols.ext[:5]!r}")
     arrays["shard"] = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
     sizes = np.array([s.size for s in raw.shards], np.int64)[arrays["shard"]]
     if np.any(arrays["offset"] + arrays["size"] > sizes):
         raise _corrupt(url, "a sample lies beyond the end of its shard")
-    return ShardIndex(url, raw.dataset, raw.metadata, raw.shards, raw.records, arrays,
-                      list(cols.ext))
+    return ShardIndex(url, raw.dataset, raw.metadata, raw.shards, raw.records, arrays, cols.ext)
 
 
 def _location(url: str | os.PathLike[str]) -> str:
@@ -322,8 +331,10 @@ def _write_shard(records: list[dict[str, Any]], first: int, name: str, out: Path
     hw = [_height_width(r) for r in records]
     cats = [[a.get("category_id", -1) for a in r.get("annotations", ()) if isinstance(a, dict)]
             for r in records]
+    names = sorted(set(exts))
     columns = _Columns(
-        ext=exts, offset=np.array(offsets, _INT64).tobytes(),
+        ext=names, ext_codes=bytes(names.index(e) for e in exts),
+        offset=np.array(offsets, _INT64).tobytes(),
         size=np.array(sizes, _INT64).tobytes(),
         height=np.array([h for h, _ in hw], _INT32).tobytes(),
         width=np.array([w for _, w in hw], _INT32).tobytes(),
@@ -350,12 +361,15 @@ def _join(parts: list[_Part]) -> _Columns:
     def cat(name: str) -> bytes:
         return b"".join(getattr(p.columns, name) for p in parts)
     cat_offsets, base = [np.zeros(1, _INT64)], 0
+    names = sorted({e for p in parts for e in p.columns.ext})
     for part in parts:
         offsets = np.frombuffer(part.columns.category_offsets, _INT64)
         cat_offsets.append(offsets[1:] + base)
         base += int(offsets[-1])
     return _Columns(
-        ext=[e for p in parts for e in p.columns.ext], offset=cat("offset"), size=cat("size"),
+        ext=names, ext_codes=b"".join(p.columns.ext_codes.translate(bytes(
+            names.index(e) for e in p.columns.ext).ljust(256, b"\0")) for p in parts),
+        offset=cat("offset"), size=cat("size"),
         height=cat("height"), width=cat("width"),
         category_offsets=np.concatenate(cat_offsets).astype(_INT64).tobytes(),
         category_ids=cat("category_ids"), sha256=cat("sha256"))
@@ -452,8 +466,9 @@ def _shard_records(location: str, prefix: str, sha256: str,
     index = _decode_index(_registered_index(location, sha256, cache)[1], location)
     with gc_paused(promote=True):  # millions of small objects: no collection passes
         records, names = index.records, [s.name for s in index.shards]
+        exts = [index.ext_names[c] for c in index.columns["ext"].tolist()]
         for i, (record, shard, ext) in enumerate(zip(records, index.columns["shard"].tolist(),
-                                                     index.ext)):
+                                                     exts)):
             record["file_name"] = f"{prefix}{names[shard]}#{i:09d}.{ext}"  # <shard>#<key>.<ext>
     return records
 
@@ -545,7 +560,7 @@ def verify_shards(url: str | os.PathLike[str],
                     i = shard.first + j
                     key = f"{i:09d}"
                     image, meta = members[2 * j], members[2 * j + 1]
-                    if (image.name != f"{key}.{index.ext[i]}" or meta.name != f"{key}.json"
+                    if (image.name != f"{key}.{index.ext(i)}" or meta.name != f"{key}.json"
                             or not image.isfile() or not meta.isfile()
                             or image.offset_data != index.columns["offset"][i]
                             or image.size != index.columns["size"][i]):
@@ -562,4 +577,4 @@ def verify_shards(url: str | os.PathLike[str],
         except (tarfile.TarError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise bad(f"not a readable tar shard ({exc})") from exc
         total += shard.size
-    return {"shards": len(index.shards), "samples": len(index.ext), "bytes": total}
+    return {"shards": len(index.shards), "samples": len(index), "bytes": total}

@@ -451,7 +451,7 @@ def test_mutated_indexes_decode_or_raise_a_typed_error(shards, tmp_path):
         (target / INDEX_NAME).write_bytes(bytes(mutated))
         try:
             index = load_shard_index(target)
-            assert len(index.records) == len(index.ext)
+            assert len(index.records) == len(index)
             outcomes["decoded"] += 1
         except ShardCorruptError:
             outcomes["refused"] += 1

@@ -158,7 +158,7 @@ def _synthetic_shards(source: str, out: Path, samples: int, shards: int) -> None
     cols = tile.columns
     cats_per = np.diff(cols["category_offsets"])[take]
     columns = _Columns(
-        ext=["jpg"] * samples, offset=cols["offset"][take].astype("<i8").tobytes(),
+        ext=tile.ext_names, ext_codes=cols["ext"][take].tobytes(), offset=cols["offset"][take].astype("<i8").tobytes(),
         size=cols["size"][take].astype("<i8").tobytes(),
         height=cols["height"][take].astype("<i4").tobytes(),
         width=cols["width"][take].astype("<i4").tobytes(),
