@@ -27,6 +27,7 @@ import functools
 import hashlib
 import json
 import logging
+import mmap
 import os
 import re
 import shutil
@@ -88,14 +89,14 @@ class _Columns(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     bytes a sample, ``ext_codes`` uint8: the sample's image extension is ``ext[code]``)."""
 
     ext: list[str]
-    ext_codes: bytes
-    offset: bytes
-    size: bytes
-    height: bytes
-    width: bytes
-    category_offsets: bytes
-    category_ids: bytes
-    sha256: bytes
+    ext_codes: memoryview  # memoryview: decoded from a mapped index without a copy
+    offset: memoryview
+    size: memoryview
+    height: memoryview
+    width: memoryview
+    category_offsets: memoryview
+    category_ids: memoryview
+    sha256: memoryview
 
 
 class _Index(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -104,7 +105,7 @@ class _Index(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     metadata: dict[str, Any]
     shards: list[_Shard]
     columns: _Columns
-    records: msgspec.Raw  # list[dict]: decoded only when the records are asked for
+    records: memoryview  # msgpack list[dict]: decoded only when the records are asked for
 
 
 class _Part(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -130,7 +131,7 @@ class ShardIndex:
     dataset: str
     metadata: dict[str, Any]
     shards: list[_Shard]
-    raw_records: msgspec.Raw
+    raw_records: memoryview
     columns: dict[str, np.ndarray]
     ext_names: list[str]
 
@@ -176,7 +177,7 @@ def _decode_index(data: bytes, url: str) -> ShardIndex:
         expected = n + 1 if name == "category_offsets" else None
         if len(blob) % dtype.itemsize:
             raise _corrupt(url, f"column {name!r} is {len(blob)} bytes, not whole items")
-        arrays[name] = np.frombuffer(blob, dtype).astype(dtype.newbyteorder("="))
+        arrays[name] = np.frombuffer(blob, dtype).astype(dtype.newbyteorder("="), copy=False)
         if name != "category_ids" and len(arrays[name]) != (expected or n):
             raise _corrupt(url, f"column {name!r} has {len(arrays[name])} items for {n} samples")
     if len(cols.sha256) != 32 * n:
@@ -367,7 +368,7 @@ def _join(parts: list[_Part]) -> _Columns:
         cat_offsets.append(offsets[1:] + base)
         base += int(offsets[-1])
     return _Columns(
-        ext=names, ext_codes=b"".join(p.columns.ext_codes.translate(bytes(
+        ext=names, ext_codes=b"".join(bytes(p.columns.ext_codes).translate(bytes(
             names.index(e) for e in p.columns.ext).ljust(256, b"\0")) for p in parts),
         offset=cat("offset"), size=cat("size"),
         height=cat("height"), width=cat("width"),
@@ -424,7 +425,7 @@ def write_shards(dataset_name: str, out_dir: str | os.PathLike[str], *, shard_si
     bar(0, close=True)
     columns = _join(parts)
     index = _Index(FORMAT, dataset_name, metadata, [p.shard for p in parts], columns,
-                   msgspec.Raw(msgspec.msgpack.encode(records)))
+                   memoryview(msgspec.msgpack.encode(records)))
     _atomic_write(out / INDEX_NAME, msgspec.msgpack.encode(index))
     shutil.rmtree(out / _PARTS, ignore_errors=True)
     return out / INDEX_NAME
@@ -442,28 +443,39 @@ def _progress(enabled: bool, total: int, name: str) -> Callable[..., None]:
 
 
 # ------------------------------------------------------------------------------ reading
-def _registered_index(location: str, sha256: str, cache: ShardCache | None) -> tuple[Path, bytes]:
-    """The local file and bytes of the index registered with SHA-256 ``sha256``: in place for a
-    directory, else the copy in the shard cache (fetched again if it is gone)."""
+def _map_file(path: str | Path) -> tuple[str, Any]:
+    """``(stamp, content)`` of a local file: size, mtime and inode, and a read-only map of it
+    (its pages are shared by every process of the machine that maps it)."""
+    with open(path, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        data = (mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) if info.st_size
+                else b"")
+    return f"{info.st_size}-{info.st_mtime_ns}-{info.st_ino}", data
+
+
+def _registered_index(location: str, identity: str, cache: ShardCache | None) -> tuple[Path, Any]:
+    """The local file and content of the index registered as ``identity`` (a directory's
+    index: its stamp, read in place; a remote index: its SHA-256, the shard cache's copy,
+    fetched again if it is gone)."""
     url = f"{location}/{INDEX_NAME}"
-    path = Path(url) if cache is None else cache.path_of(sha256).with_suffix(".index")
+    path = Path(url) if cache is None else cache.path_of(identity).with_suffix(".index")
     try:
-        data = path.read_bytes()
+        stamp, data = _map_file(path)
     except FileNotFoundError:
         if cache is None:
             raise ShardNotFoundError(f"shard index {url} is missing", url=url) from None
         data = fetch_bytes(url)
-    if hashlib.sha256(data).hexdigest() != sha256:
+    if identity != (stamp if cache is None else hashlib.sha256(data).hexdigest()):
         raise _corrupt(location, "the index changed since register_shards; register it again")
     if cache is not None:
-        path = cache.put(data, sha256, ".index")
+        path = cache.put(data, identity, ".index")
     return path, data
 
 
-def _shard_records(location: str, prefix: str, sha256: str,
+def _shard_records(location: str, prefix: str, identity: str,
                    cache: ShardCache | None) -> list[dict[str, Any]]:
     """The loader of a registered shard dataset: records from the sidecar alone."""
-    index = _decode_index(_registered_index(location, sha256, cache)[1], location)
+    index = _decode_index(_registered_index(location, identity, cache)[1], location)
     with gc_paused(promote=True):  # millions of small objects: no collection passes
         records, names = index.records, [s.name for s in index.shards]
         exts = [index.ext_names[c] for c in index.columns["ext"].tolist()]
@@ -478,9 +490,10 @@ def _reader_columns(index: ShardIndex) -> tuple[list[str], list[str], dict[str, 
             {k: index.columns[k] for k in ("shard", "offset", "size", "sha256")})
 
 
-def _load_reader_columns(location: str, sha256: str, cache: ShardCache | None) -> tuple:
+def _load_reader_columns(location: str, identity: str, cache: ShardCache | None) -> tuple:
     """What a :class:`ShardReader` shipped to a spawned worker loads on first use."""
-    return _reader_columns(_decode_index(_registered_index(location, sha256, cache)[1], location))
+    return _reader_columns(_decode_index(_registered_index(location, identity, cache)[1],
+                                         location))
 
 
 def register_shards(name: str, url: str | os.PathLike[str], *, metadata: bool = True,
@@ -498,20 +511,25 @@ def register_shards(name: str, url: str | os.PathLike[str], *, metadata: bool = 
         >>> DatasetCatalog.get("coco_train_s3")[0]["file_name"]  # doctest: +SKIP
         's3://bucket/coco-train/shard-000000.tar#000000000.jpg'
     """
-    location = _location(url)
-    data = fetch_bytes(f"{location}/{INDEX_NAME}")
-    index, sha256 = _decode_index(data, location), hashlib.sha256(data).hexdigest()
-    prefix = location + "/"
-    cache = (ShardCache(cache_dir, max_bytes=max_cache_bytes, max_concurrency=max_concurrency)
-             if is_url(location) else None)
-    index_file = Path(f"{location}/{INDEX_NAME}") if cache is None else cache.put(
-        data, sha256, ".index")
-    DatasetCatalog.register(name, functools.partial(_shard_records, location, prefix, sha256,
-                                                    cache), source_files=[str(index_file)],
-                            cache_key={"format": FORMAT, "prefix": prefix, "sha256": sha256})
+    location, cache = _location(url), None
+    index_file = f"{location}/{INDEX_NAME}"
+    if is_url(location):
+        cache = ShardCache(cache_dir, max_bytes=max_cache_bytes, max_concurrency=max_concurrency)
+        data = fetch_bytes(index_file)
+        identity = hashlib.sha256(data).hexdigest()
+        index_file = str(cache.put(data, identity, ".index"))
+    else:
+        try:
+            identity, data = _map_file(index_file)
+        except OSError as exc:
+            raise ShardNotFoundError(f"shard index {index_file}: {exc}", url=location) from exc
+    index, prefix = _decode_index(data, location), location + "/"
+    DatasetCatalog.register(name, functools.partial(_shard_records, location, prefix, identity,
+                                                    cache), source_files=[index_file],
+                            cache_key={"format": FORMAT, "prefix": prefix, "index": identity})
     if metadata and index.metadata:
         MetadataCatalog.get(name).set(**index.metadata)
-    load = functools.partial(_load_reader_columns, location, sha256, cache)
+    load = functools.partial(_load_reader_columns, location, identity, cache)
     SHARD_SOURCES[prefix] = ShardReader(name, prefix, load, cache, loaded=_reader_columns(index))
     return index
 

@@ -175,7 +175,7 @@ def _synthetic_shards(source: str, out: Path, samples: int, shards: int) -> None
     index = _Index(FORMAT, "bench_shards_big", tile.metadata,
                    [_Shard(f"shard-{s:06d}.tar", tile.shards[0].sha256, tile.shards[0].size,
                            int(first[s]), counts[s]) for s in range(shards)],
-                   columns, msgspec.Raw(b"".join(chunks)))
+                   columns, memoryview(b"".join(chunks)))
     (out / INDEX_NAME).write_bytes(msgspec.msgpack.encode(index))
 
 
