@@ -10,9 +10,12 @@ Measured side by side in one run:
 3. ``first-batch``: time from ``register_shards`` to the first batch for each of ``--shards``
    shard counts (one sample a shard; the records reuse the images), cold (the index decoded)
    and warm (records from the catalog's disk cache, as in a restarted job), and the write time;
-4. ``resume``: ``ShardOrderSampler.load_state_dict`` at 0.9 of a pass over ``--resume-samples``
+4. ``big_index``: the same from a big index, ``--index-samples`` records in ``--index-shards``
+   shards (one real shard of tiny samples hard-linked; columns and records tiled), cold and
+   warm, with the PSS of the process and of its ``--index-workers`` loader workers;
+5. ``resume``: ``ShardOrderSampler.load_state_dict`` at 0.9 of a pass over ``--resume-samples``
    samples in ``--resume-shards`` shards, plus the first index;
-5. ``shuffle``: shuffle quality of one pass, catmap's window order against webdataset's
+6. ``shuffle``: shuffle quality of one pass, catmap's window order against webdataset's
    buffer shuffle with the same number of samples in memory: Pearson correlation between
    position and original index (0 is ideal) and distinct shards among 64 consecutive samples.
 
