@@ -69,6 +69,7 @@ _PARTS = ".parts"
 _SHARD_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,200}\.tar")
 _EXT = re.compile(r"[a-z0-9]{1,10}")
 _MAX_IMAGE_BYTES = 1 << 30
+_RECORDS_CHUNK = 100_000  # records a msgpack chunk of the index (a bin holds < 4 GiB)
 
 
 class ShardWriteError(ShardError):
@@ -105,7 +106,8 @@ class _Index(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     metadata: dict[str, Any]
     shards: list[_Shard]
     columns: _Columns
-    records: memoryview  # msgpack list[dict]: decoded only when the records are asked for
+    records: list[memoryview]  # msgpack list[dict] chunks (a bin holds < 4 GiB): decoded
+    # only when the records are asked for
 
 
 class _Part(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -131,7 +133,7 @@ class ShardIndex:
     dataset: str
     metadata: dict[str, Any]
     shards: list[_Shard]
-    raw_records: memoryview
+    raw_records: list[memoryview]
     columns: dict[str, np.ndarray]
     ext_names: list[str]
 
@@ -146,7 +148,8 @@ class ShardIndex:
     def records(self) -> list[dict[str, Any]]:
         """The records (decoded on first use: registering needs only the columns)."""
         try:
-            records = msgspec.msgpack.decode(self.raw_records, type=list[dict[str, Any]])
+            decoder = msgspec.msgpack.Decoder(list[dict[str, Any]])
+            records = [r for chunk in self.raw_records for r in decoder.decode(chunk)]
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
             raise _corrupt(self.url, f"bad records ({exc})") from exc
         if len(records) != len(self):
@@ -425,7 +428,8 @@ def write_shards(dataset_name: str, out_dir: str | os.PathLike[str], *, shard_si
     bar(0, close=True)
     columns = _join(parts)
     index = _Index(FORMAT, dataset_name, metadata, [p.shard for p in parts], columns,
-                   memoryview(msgspec.msgpack.encode(records)))
+                   [memoryview(msgspec.msgpack.encode(records[i:i + _RECORDS_CHUNK]))
+                    for i in range(0, len(records), _RECORDS_CHUNK)])
     _atomic_write(out / INDEX_NAME, msgspec.msgpack.encode(index))
     shutil.rmtree(out / _PARTS, ignore_errors=True)
     return out / INDEX_NAME

@@ -17,7 +17,8 @@ def test_bench_shards_reports_every_stage(tmp_path):
     out = tmp_path / "figures.json"
     results = main(["--images", "40", "--shard-size", "10", "--batches", "2", "--batch-size",
                     "4", "--workers", "0", "--shards", "5", "--resume-samples", "10000",
-                    "--resume-shards", "10", "--dir", str(tmp_path / "work"), "--json",
+                    "--resume-shards", "10", "--index-samples", "2000", "--index-shards",
+                    "100", "--index-workers", "1", "--dir", str(tmp_path / "work"), "--json",
                     str(out)])
     assert json.loads(out.read_text()) == results
     assert results["write"]["images"] == 40
@@ -25,6 +26,10 @@ def test_bench_shards_reports_every_stage(tmp_path):
         figures = results["throughput"]["0_workers"][loader]
         assert figures["img_per_s"] > 0 and figures["first_batch_s"] > 0
     assert set(results["first_batch"]) == {"5_shards_cold", "5_shards_warm", "5_shards_write_s"}
+    big = results["big_index"]
+    assert big["samples"] == 2000 and big["shards"] == 100
+    for run in ("cold", "warm"):
+        assert big[run]["first_batch_s"] > 0 and big[run]["pss_mb"]["main"] > 0
     assert results["resume"]["samples"] == 10000 and results["resume"]["resume_ms"] > 0
     shuffle = results["shuffle"]
     assert shuffle["buffer_samples"] == 4 * 10

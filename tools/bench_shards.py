@@ -161,7 +161,8 @@ def _synthetic_shards(source: str, out: Path, samples: int, shards: int) -> None
     cols = tile.columns
     cats_per = np.diff(cols["category_offsets"])[take]
     columns = _Columns(
-        ext=tile.ext_names, ext_codes=cols["ext"][take].tobytes(), offset=cols["offset"][take].astype("<i8").tobytes(),
+        ext=tile.ext_names, ext_codes=cols["ext"][take].tobytes(),
+        offset=cols["offset"][take].astype("<i8").tobytes(),
         size=cols["size"][take].astype("<i8").tobytes(),
         height=cols["height"][take].astype("<i4").tobytes(),
         width=cols["width"][take].astype("<i4").tobytes(),
@@ -169,16 +170,15 @@ def _synthetic_shards(source: str, out: Path, samples: int, shards: int) -> None
         category_ids=np.concatenate([np.tile(cols["category_ids"], shards - 1), cols[
             "category_ids"][:cols["category_offsets"][counts[-1]]]]).astype("<i4").tobytes(),
         sha256=cols["sha256"][take].tobytes())
-    chunks = [b"\xdd" + samples.to_bytes(4, "big")]
-    base = tile.records
+    chunks, base = [], tile.records
     for start in range(0, samples, 100_000):
-        encoded = msgspec.msgpack.encode([{**base[i % per], "image_id": i}
-                                          for i in range(start, min(samples, start + 100_000))])
-        chunks.append(encoded[{0xdd: 5, 0xdc: 3}.get(encoded[0], 1):])
+        stop = min(samples, start + 100_000)
+        chunks.append(memoryview(msgspec.msgpack.encode(
+            [{**base[i % per], "image_id": i} for i in range(start, stop)])))
     index = _Index(FORMAT, "bench_shards_big", tile.metadata,
                    [_Shard(f"shard-{s:06d}.tar", tile.shards[0].sha256, tile.shards[0].size,
                            int(first[s]), counts[s]) for s in range(shards)],
-                   columns, memoryview(b"".join(chunks)))
+                   columns, chunks)
     (out / INDEX_NAME).write_bytes(msgspec.msgpack.encode(index))
 
 
