@@ -581,3 +581,14 @@ def test_throttled_reads_back_off_then_succeed_or_fail_typed(coco, throttling_se
     assert isinstance(info.value.__cause__, ShardFetchError)
     assert info.value.__cause__.url.endswith("shard-000001.tar")
     assert seen["shard-000001.tar"] == (4 if scheme == "http" else 4 * 2)  # attempts (x boto's)
+
+
+def test_an_index_rewritten_after_registration_is_a_typed_error(coco, shards):
+    register_shards("shard_coco_rewritten", shards)
+    write_shards(coco, shards, shard_size=6)  # another layout under the same directory
+    with pytest.raises(ShardCorruptError, match="changed since register_shards"):
+        DatasetCatalog.get("shard_coco_rewritten")
+    DatasetCatalog.remove("shard_coco_rewritten")
+    register_shards("shard_coco_rewritten", shards)  # registered again: the new layout
+    assert DatasetCatalog.get("shard_coco_rewritten")[4]["file_name"].endswith(
+        "shard-000000.tar#000000004.jpg")
