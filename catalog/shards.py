@@ -10,7 +10,9 @@ Layout of ``out_dir``:
 - ``index.catmap-shards``: the sidecar, msgpack decoded by msgspec into a typed struct (never
   unpickled): per shard name, size, SHA-256, first sample, count; per sample byte offset and
   size in its shard, height, width, category ids, image SHA-256 and extension; the records and
-  the metadata. Records and metadata come from it alone, before any image is fetched.
+  the metadata. Records and metadata come from it alone, before any image is fetched. It is
+  memory-mapped (columns and records are views, shared by the machine's processes): replace
+  it by rename, as ``write_shards`` does, never by rewriting the file in place.
 
 :func:`write_shards` is resumable: each finished shard leaves a part file (its fingerprint and
 columns) under ``.parts/``; a rerun keeps a shard whose fingerprint (records, image sizes and
