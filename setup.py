@@ -10,7 +10,7 @@ from setuptools.command.build_py import build_py
 USER_TOOLS = {
     "__init__", "_bench_common", "analyze_dataset", "benchmark_loader", "browse_dataset",
     "cache", "dataset_source", "demo", "demo_resume", "demo_stats", "draw", "shapes_dataset",
-    "shapes_render",
+    "shapes_render", "shards",
 }
 
 

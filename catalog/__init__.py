@@ -93,6 +93,7 @@ from .storage.records import (
     concat_records,
 )
 from .storage.sharing import this_rank_only
+from .shards import ShardIndex, ShardWriteError, register_shards, verify_shards, write_shards
 from .version import __version__
 
 __all__ = ["load_sem_seg", "register_sem_seg", "load_coco_panoptic_json", "merge_to_panoptic",
@@ -112,4 +113,5 @@ __all__ = ["load_sem_seg", "register_sem_seg", "load_coco_panoptic_json", "merge
            "RecordFormatError", "RegistryKeyError", "SerializedList", "SerializedListView",
            "SharedAttachError", "__version__", "concat_records", "get_detection_dataset_dicts",
            "load_annotation_file", "load_coco_json", "register_annotation_file",
-           "register_coco_instances", "this_rank_only"]
+           "register_coco_instances", "this_rank_only", "ShardIndex", "ShardWriteError",
+           "register_shards", "verify_shards", "write_shards"]

@@ -19,6 +19,7 @@ from .metadata import MetadataCatalog, NamedContainer, values_equal
 from .registry import check_name
 from .storage.cache import load_with_cache
 from .storage.records import SerializedList
+from .storage.shard_cache import drop_shard_sources
 from .storage.sharing import share_across_local_ranks, this_rank_only_active
 
 __all__ = ["DatasetCatalog", "DatasetEntry", "LazyProvider"]
@@ -212,11 +213,13 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
 
     def _on_removed(self, name: str, entry: DatasetEntry) -> None:
         self._cache.pop(name, None)
+        drop_shard_sources(name)
         if self._lazy is not None and name in self._lazy.names():
             self._suppressed.add(name)
 
     def _on_cleared(self) -> None:
         self._cache.clear()
+        drop_shard_sources()
         if self._lazy is not None:
             self._suppressed.update(self._lazy.names())
 

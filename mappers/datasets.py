@@ -31,6 +31,7 @@ from torch.utils import data
 
 from catalog._common import check_int, derive_seed, warn_limited
 from catalog.storage.records import SerializedList
+from catalog.storage.shard_cache import SHARD_SOURCES, install_shard_sources
 
 from .errors import MapFuncPickleError, RefetchExhaustedError, add_context
 from .random_state import attempt_generator, current_sample, index_sample_seed
@@ -356,8 +357,13 @@ class MapDataset(data.Dataset):
         failed = sorted(failures.ever_failed)
         return {"num_failures": failures.num_failures, "failed_indices": failed}
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_failures": None, "_map_func": wrap_for_pickling(self._map_func)}
+    def __getstate__(self) -> dict[str, Any]:  # shard sources travel to spawned workers
+        return {**self.__dict__, "_failures": None, "_map_func": wrap_for_pickling(self._map_func),
+                "_shard_sources": dict(SHARD_SOURCES)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        install_shard_sources(state.pop("_shard_sources", None))
+        self.__dict__.update(state)
 
     def __getitem__(self, index: int) -> Any:
         n = len(self._dataset)

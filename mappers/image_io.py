@@ -30,6 +30,7 @@ from catalog._common import (
     is_int,
     missing_dependency,
 )
+from catalog.storage.shard_cache import SHARD_SOURCES, ShardError
 
 from .errors import (
     ImageLimitsError,
@@ -254,6 +255,13 @@ def read_file_bytes(file_name: str | os.PathLike[str], max_bytes: Any = _UNSET) 
     limits = get_image_limits()
     if max_bytes is not _UNSET:
         limits = replace(limits, max_bytes=max_bytes)
+    if SHARD_SOURCES:  # shard datasets registered by program code (catalog.register_shards)
+        for prefix, source in SHARD_SOURCES.items():
+            if path.startswith(prefix):
+                try:
+                    return source(path, limits.max_bytes)
+                except ShardError as exc:  # skip_bad_images replaces it, as a bad file
+                    raise ImageReadError(str(exc), path) from exc
     scheme = _SCHEME.match(path)
     if scheme and scheme[1] != "file":
         return _read_remote(path, limits)
