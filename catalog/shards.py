@@ -46,7 +46,7 @@ import msgspec
 import numpy as np
 
 from .dataset_catalog import DatasetCatalog
-from .gc_pause import gc_paused
+from ._common import gc_paused
 from .metadata import MetadataCatalog
 from .storage.shard_cache import (
     SHARD_SOURCES,

@@ -19,6 +19,7 @@ from .errors import (
 )
 from .loader import ResumableLoader, SampleSeededDataset, WorkerSeeder, sample_seed, worker_init_reset_seed
 from .registry import SAMPLERS, build_train_sampler
+from .shard_order import ShardOrderSampler
 from .stream import (
     ConcatSampler, InferenceSampler, RandomSubsetTrainingSampler, RepeatFactorTrainingSampler,
     StreamSampler, TrainingSampler, repeat_factors_from_category_frequency,
@@ -29,7 +30,7 @@ __all__ = [
     "InferenceSampler", "LoaderCallError", "LoaderTimeoutError", "LoaderWorkerError",
     "NotResumableError", "RandomSubsetTrainingSampler", "RepeatFactorTrainingSampler",
     "ReshardError", "ResumableBatchSampler", "ResumableLoader", "SAMPLERS", "SampleSeededDataset",
-    "SamplerConfigError", "SamplerError", "SamplerStateError", "StateMismatchError",
+    "SamplerConfigError", "SamplerError", "SamplerStateError", "ShardOrderSampler", "StateMismatchError",
     "StreamSampler", "SupersededIteratorError", "TrainingSampler", "TransportError",
     "WorkerExitedError", "WorkerSeeder", "aspect_ratio_group_ids", "build_batch_data_loader",
     "build_detection_test_loader", "build_detection_train_loader", "build_train_sampler",

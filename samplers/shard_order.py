@@ -157,21 +157,15 @@ class ShardOrderSampler(StreamSampler):
         self._sizes = sizes.astype(np.int64)
         self._firsts = np.concatenate([[0], np.cumsum(self._sizes)[:-1]]).astype(np.int64)
         self._shuffle = bool(shuffle)
-        self.constant_length = int(self._sizes.sum())
-        super().__init__(seed=seed, rank=rank, world_size=world_size)
-
-    @property
-    def dataset_size(self) -> int:
-        return self.constant_length  # type: ignore[return-value]
+        self.constant_length = self.dataset_size = int(self._sizes.sum())
+        super().__init__(seed=seed, rank=rank, world_size=world_size, config={
+            "shard_order": SHARD_ORDER, "size": self.constant_length,
+            "shards": array_digest(self._sizes, "<i8"), "window": self._window,
+            "shuffle": self._shuffle})
 
     def _make_pass(self, pass_index: int) -> PassOrder:
         return ShardWindowOrder(self._firsts, self._sizes, self._window, self.seed, pass_index,
                                 self._shuffle)
-
-    def _config(self) -> dict[str, Any]:
-        return {"shard_order": SHARD_ORDER, "size": self.constant_length,
-                "shards": array_digest(self._sizes, "<i8"), "window": self._window,
-                "shuffle": self._shuffle}
 
     def __repr__(self) -> str:
         return (f"ShardOrderSampler(shards={len(self._sizes)}, size={self.constant_length}, "
