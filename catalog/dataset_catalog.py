@@ -148,7 +148,11 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
                     raise self._unknown(name)
             if cached is not None:
                 return cached
-            build = functools.partial(self._load_here, entry)
+            build = functools.partial(self._run_loader, entry)
+            key = entry.cache_key
+            if key is not None and entry.options.get("cache", True) and entry.source_files:
+                build = functools.partial(load_with_cache, name, entry.source_files, build,
+                                          loader=str(key.get("loader", "catalog")), options=key)
             records, extra = share_across_local_ranks(name, build)
             metadata = extra.get("metadata") or {}
             if metadata:  # a no-op where the loader ran: equal values
@@ -158,45 +162,35 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
                     self._cache[name] = records
             return records
 
-    def _load_here(self, entry: DatasetEntry) -> tuple[SerializedList, dict[str, Any]]:
-        """``(records, {"metadata": what the loader set})`` from the cache or the loader."""
+    def _run_loader(self, entry: DatasetEntry) -> tuple[SerializedList, dict[str, Any]]:
+        """``(records, {"metadata": what the loader set})`` from the loader."""
         name = entry.name
-
-        def run_loader() -> tuple[SerializedList, dict[str, Any]]:
-            before = MetadataCatalog.get(name).as_dict() if name in MetadataCatalog else {}
-            logger.info("loading dataset %r", name)
-            try:
-                result = entry.func()
-            except Exception as exc:
-                if hasattr(exc, "add_note"):  # Python >= 3.11
-                    exc.add_note(f"while loading dataset {name!r} (DatasetCatalog.get)")
-                raise
-            if isinstance(result, SerializedList):
-                records = result
-            elif not isinstance(result, list):
-                raise TypeError(f"the loader of dataset {name!r} returned a "
-                                f"{type(result).__name__}; it must return a list of dicts")
-            else:
-                for index, record in enumerate(result):
-                    if not isinstance(record, dict):
-                        raise TypeError(
-                            f"the loader of dataset {name!r} returned a list whose element "
-                            f"{index} is a {type(record).__name__}, not a dict"
-                        )
-                records = SerializedList(result, name=name)
-            after = MetadataCatalog.get(name).as_dict() if name in MetadataCatalog else {}
-            changed = {}
-            for key, value in after.items():
-                if key != "name" and (key not in before or not values_equal(before[key], value)):
-                    changed[key] = value
-            return records, {"metadata": changed}
-
-        cached = entry.options.get("cache", True) and entry.source_files
-        if entry.cache_key is None or not cached:
-            return run_loader()
-        loader = str(entry.cache_key.get("loader", "catalog"))
-        return load_with_cache(name, entry.source_files, run_loader, loader=loader,
-                               options=entry.cache_key)
+        before = MetadataCatalog.get(name, warn_unregistered=False).as_dict()
+        logger.info("loading dataset %r", name)
+        try:
+            result = entry.func()
+        except Exception as exc:
+            exc.add_note(f"while loading dataset {name!r} (DatasetCatalog.get)")
+            raise
+        if isinstance(result, SerializedList):
+            records = result
+        elif not isinstance(result, list):
+            raise TypeError(f"the loader of dataset {name!r} returned a "
+                            f"{type(result).__name__}; it must return a list of dicts")
+        else:
+            for index, record in enumerate(result):
+                if not isinstance(record, dict):
+                    raise TypeError(
+                        f"the loader of dataset {name!r} returned a list whose element "
+                        f"{index} is a {type(record).__name__}, not a dict"
+                    )
+            records = SerializedList(result, name=name)
+        after = MetadataCatalog.get(name, warn_unregistered=False).as_dict()
+        changed = {}
+        for key, value in after.items():
+            if key != "name" and (key not in before or not values_equal(before[key], value)):
+                changed[key] = value
+        return records, {"metadata": changed}
 
     # ------------------------------------------------------------------ management
     def pop(self, name: str, default: Any = _MISSING) -> Any:
