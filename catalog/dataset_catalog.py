@@ -128,7 +128,7 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         if provider is None or not isinstance(name, str):
             return False
         with self._lock:
-            if name in self._registry or name in self._suppressed:
+            if self._registry.find(name) is not None or name in self._suppressed:
                 return False
         return provider.materialize(name)
 

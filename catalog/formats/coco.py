@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any, Literal
@@ -22,7 +22,7 @@ import msgspec
 from msgspec import Meta, Struct, UNSET, UnsetType
 
 from ..box_mode import BoxMode
-from .._common import AnnotationFormatError, gc_paused, plain_container
+from .._common import AnnotationFormatError, gc_paused
 from ..dataset_catalog import DatasetCatalog
 from ..metadata import MetadataCatalog
 from ..registry import check_name
@@ -559,8 +559,7 @@ def register_json_instances(name: str, metadata: Any, json_file: str | os.PathLi
     """Register a COCO-style file read by ``load`` at the first get, through the disk cache."""
     json_file, image_root = os.fspath(json_file), os.fspath(image_root)
     check_name(name, "dataset")
-    metadata = plain_container(metadata)  # a DictConfig or any Mapping: a dict
-    if metadata is not None and not isinstance(metadata, dict):
+    if metadata is not None and not isinstance(metadata, Mapping):  # a dict, a DictConfig
         raise TypeError(f"metadata of dataset {name!r} must be a dict, got {type(metadata).__name__}")
     extra = tuple(extra_annotation_keys or ())
     load_records = functools.partial(load, json_file, image_root, name, extra_annotation_keys=extra,
