@@ -262,7 +262,17 @@ def load_coco_records(json_file: str | os.PathLike, image_root: str | os.PathLik
     counts = SkipCounts()
     with gc_paused(promote=True):
         data = _decode(json_file, tuple(extra), lvis)
-        categories, keypoint_counts, id_map = _categories(data.categories or [], json_file)
+        id_map: dict[int, int] = {}  # COCO category id -> contiguous id, by sorted COCO id
+        for index, cat in enumerate(data.categories or []):
+            if cat.id in id_map:
+                _fail(json_file, "category", cat.id, index,
+                      f"category id {cat.id} appears more than once")
+            id_map[cat.id] = index
+        categories = sorted(data.categories or [], key=_get_id)
+        keypoint_counts: list[int | None] = []
+        for contiguous, cat in enumerate(categories):
+            id_map[cat.id] = contiguous
+            keypoint_counts.append(len(cat.keypoints) if cat.keypoints else None)
         records, annos_of_image = _image_records(data.images, json_file, image_root, lvis, counts,
                                                  allow_outside_root, dataset_name)
         _attach(data.annotations or [], annos_of_image, id_map, keypoint_counts, extra, validated,
@@ -276,23 +286,6 @@ def load_coco_records(json_file: str | os.PathLike, image_root: str | os.PathLik
 
 def _fail(json_file: str, kind: str, item_id: Any, index: int, problem: str) -> None:
     raise AnnotationFormatError(f"{json_file}: {kind} {short_repr(item_id)} (index {index}): {problem}")
-
-
-def _categories(
-    categories: list[Any], json_file: str
-) -> tuple[list[Any], list[int | None], dict[int, int]]:
-    """The categories sorted by id, their keypoint counts, and COCO id -> contiguous id."""
-    id_map: dict[int, int] = {}
-    for index, cat in enumerate(categories):
-        if cat.id in id_map:
-            _fail(json_file, "category", cat.id, index, f"category id {cat.id} appears more than once")
-        id_map[cat.id] = index
-    ordered = sorted(categories, key=_get_id)
-    keypoint_counts: list[int | None] = []
-    for contiguous, cat in enumerate(ordered):
-        id_map[cat.id] = contiguous
-        keypoint_counts.append(len(cat.keypoints) if cat.keypoints else None)
-    return ordered, keypoint_counts, id_map
 
 
 _BAD_URL_PARTS = ("", ".", "..")
