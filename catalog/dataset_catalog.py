@@ -316,9 +316,12 @@ def get_detection_dataset_dicts(names: str | Sequence[str], filter_empty: bool =
             f"min_keypoints={min_keypoints})"
         )
 
-    histogram = _format_counts(parts, keep, MetadataCatalog.get(names[0]).get("thing_classes"))
-    if histogram:
-        logger.info("distribution of instances among all categories of %s:\n%s", label, histogram)
+    if logger.isEnabledFor(logging.INFO):  # the table is only made to be logged
+        classes = MetadataCatalog.get(names[0]).get("thing_classes")
+        histogram = _format_counts(parts, keep, classes)
+        if histogram:
+            logger.info("distribution of instances among all categories of %s:\n%s", label,
+                        histogram)
     return dataset
 
 

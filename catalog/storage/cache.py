@@ -102,13 +102,7 @@ def cache_enabled(enabled: bool = True) -> bool:
 
 def cache_dir() -> Path:
     """``$CATMAP_CACHE_DIR`` or ``~/.cache/catmap`` (CacheUnavailableError without a home)."""
-    configured = os.environ.get("CATMAP_CACHE_DIR")
-    if configured:
-        return Path(configured).expanduser()
-    try:
-        return Path("~/.cache/catmap").expanduser()
-    except RuntimeError as exc:  # no HOME and no password entry
-        raise CacheUnavailableError(f"no cache directory: {exc} (set CATMAP_CACHE_DIR)") from exc
+    return DiskCache().directory
 
 
 def lock_timeout() -> float:
@@ -303,7 +297,14 @@ class DiskCache:
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
-        self.directory = Path(directory).expanduser() if directory is not None else cache_dir()
+        """``directory``, else :func:`cache_dir`."""
+        if directory is None:
+            directory = os.environ.get("CATMAP_CACHE_DIR") or "~/.cache/catmap"
+        try:
+            self.directory = Path(directory).expanduser()
+        except RuntimeError as exc:  # no HOME and no password entry
+            raise CacheUnavailableError(
+                f"no cache directory: {exc} (set CATMAP_CACHE_DIR)") from exc
 
     def path_of(self, key: CacheKey) -> Path:
         return self.directory / key.file_name()
