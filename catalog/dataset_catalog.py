@@ -286,8 +286,8 @@ def get_detection_dataset_dicts(names: str | Sequence[str], filter_empty: bool =
             )
 
     label = names[0] if len(names) == 1 else "+".join(names)
-    # A view over the shared DatasetCatalog buffers (one per dataset): nothing is copied.
-    dataset = concat_records(parts, name=label)
+    # One dataset's own list, or a view over the shared buffers of several: nothing is copied.
+    dataset = parts[0] if len(parts) == 1 else concat_records(parts, name=label)
 
     keep = np.ones(len(dataset), dtype=bool)
     if filter_empty:
