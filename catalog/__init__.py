@@ -33,8 +33,7 @@ Example:
 """
 
 from .box_mode import BoxMode, BoxModeError
-from .dataset_catalog import DatasetCatalog, DatasetEntry
-from .detection_dicts import get_detection_dataset_dicts
+from .dataset_catalog import DatasetCatalog, DatasetEntry, get_detection_dataset_dicts
 from ._common import (
     AnnotationFormatError,
     CacheError,

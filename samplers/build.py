@@ -40,7 +40,7 @@ from catalog._common import (
     shared_counters,
     torch_generator,
 )
-from catalog.detection_dicts import get_detection_dataset_dicts
+from catalog.dataset_catalog import get_detection_dataset_dicts
 from catalog.storage.records import SerializedList
 from mappers.dataset_mapper import DatasetMapper
 from mappers.datasets import DatasetFromList, MapDataset

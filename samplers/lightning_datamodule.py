@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from catalog import DatasetCatalog
 from catalog._common import is_config_container, missing_dependency, plain_container, plain_names
-from catalog.detection_dicts import get_detection_dataset_dicts
+from catalog.dataset_catalog import get_detection_dataset_dicts
 from catalog.storage.sharing import this_rank_only
 
 from .build import build_detection_test_loader, build_detection_train_loader

@@ -18,7 +18,7 @@ from catalog import (
     get_detection_dataset_dicts,
 )
 from catalog import concat_records as concat_serialized
-from catalog.detection_dicts import _format_counts, _instance_ids
+from catalog.dataset_catalog import _format_counts
 
 
 def _anno(category: int, crowd: int = 0, keypoints: list | None = None) -> dict:
@@ -82,7 +82,7 @@ def test_names_joined_in_order(two_datasets):
 
 
 def test_filter_empty_drops_crowd_only_and_unannotated(two_datasets, caplog):
-    with caplog.at_level(logging.INFO, logger="catalog.detection_dicts"):
+    with caplog.at_level(logging.INFO, logger="catalog.dataset_catalog"):
         result = get_detection_dataset_dicts(["det_a", "det_b"])
     assert _ids(result) == [0, 4, 10]
     assert result.columns.num_annotations().tolist() == [2, 2, 1]
@@ -100,7 +100,7 @@ def test_min_keypoints(caplog):
             _record(3, [_anno(0)]),  # no keypoints
         ],
     )
-    with caplog.at_level(logging.INFO, logger="catalog.detection_dicts"):
+    with caplog.at_level(logging.INFO, logger="catalog.dataset_catalog"):
         result = get_detection_dataset_dicts("kp", filter_empty=False, min_keypoints=2)
     assert _ids(result) == [0, 2]
     assert any(
@@ -145,7 +145,7 @@ def test_bad_names():
 
 
 def test_class_histogram_logged_as_table(two_datasets, caplog):
-    with caplog.at_level(logging.INFO, logger="catalog.detection_dicts"):
+    with caplog.at_level(logging.INFO, logger="catalog.dataset_catalog"):
         get_detection_dataset_dicts(["det_a", "det_b"])
     table = next(r.getMessage() for r in caplog.records if "#instances" in r.getMessage())
     lines = table.splitlines()
@@ -159,11 +159,12 @@ def test_class_histogram_logged_as_table(two_datasets, caplog):
 
 
 def test_format_class_histogram_without_names_and_empty():
-    cols = SerializedList([{"annotations": [_anno(2), _anno(0), _anno(2, crowd=1)]}]).columns
-    table = _format_counts([_instance_ids(cols)], None)
+    one = SerializedList([{"annotations": [_anno(2), _anno(0), _anno(2, crowd=1)]}])
+    table = _format_counts([one], np.ones(1, bool), None)
     assert [line.split("|")[0].strip() for line in table.splitlines()[2:5]] == ["0", "1", "2"]
-    empty = SerializedList([{"annotations": []}]).columns
-    assert _format_counts([_instance_ids(empty)], None) == ""
+    assert _format_counts([one], np.zeros(1, bool), None) == ""  # nothing kept
+    empty = SerializedList([{"annotations": []}])
+    assert _format_counts([empty], np.ones(1, bool), None) == ""
 
 
 def test_concat_serialized_matches_list_concatenation():

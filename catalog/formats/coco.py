@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, itemgetter
 from typing import Annotated, Any, Literal
@@ -22,7 +22,7 @@ import msgspec
 from msgspec import Meta, Struct, UNSET, UnsetType
 
 from ..box_mode import BoxMode
-from .._common import AnnotationFormatError, gc_paused, plain_container
+from .._common import AnnotationFormatError, gc_paused
 from ..dataset_catalog import DatasetCatalog
 from ..metadata import MetadataCatalog
 from ..registry import check_name
@@ -262,7 +262,17 @@ def load_coco_records(json_file: str | os.PathLike, image_root: str | os.PathLik
     counts = SkipCounts()
     with gc_paused(promote=True):
         data = _decode(json_file, tuple(extra), lvis)
-        categories, keypoint_counts, id_map = _categories(data.categories or [], json_file)
+        id_map: dict[int, int] = {}  # COCO category id -> contiguous id, by sorted COCO id
+        for index, cat in enumerate(data.categories or []):
+            if cat.id in id_map:
+                _fail(json_file, "category", cat.id, index,
+                      f"category id {cat.id} appears more than once")
+            id_map[cat.id] = index
+        categories = sorted(data.categories or [], key=_get_id)
+        keypoint_counts: list[int | None] = []
+        for contiguous, cat in enumerate(categories):
+            id_map[cat.id] = contiguous
+            keypoint_counts.append(len(cat.keypoints) if cat.keypoints else None)
         records, annos_of_image = _image_records(data.images, json_file, image_root, lvis, counts,
                                                  allow_outside_root, dataset_name)
         _attach(data.annotations or [], annos_of_image, id_map, keypoint_counts, extra, validated,
@@ -276,23 +286,6 @@ def load_coco_records(json_file: str | os.PathLike, image_root: str | os.PathLik
 
 def _fail(json_file: str, kind: str, item_id: Any, index: int, problem: str) -> None:
     raise AnnotationFormatError(f"{json_file}: {kind} {short_repr(item_id)} (index {index}): {problem}")
-
-
-def _categories(
-    categories: list[Any], json_file: str
-) -> tuple[list[Any], list[int | None], dict[int, int]]:
-    """The categories sorted by id, their keypoint counts, and COCO id -> contiguous id."""
-    id_map: dict[int, int] = {}
-    for index, cat in enumerate(categories):
-        if cat.id in id_map:
-            _fail(json_file, "category", cat.id, index, f"category id {cat.id} appears more than once")
-        id_map[cat.id] = index
-    ordered = sorted(categories, key=_get_id)
-    keypoint_counts: list[int | None] = []
-    for contiguous, cat in enumerate(ordered):
-        id_map[cat.id] = contiguous
-        keypoint_counts.append(len(cat.keypoints) if cat.keypoints else None)
-    return ordered, keypoint_counts, id_map
 
 
 _BAD_URL_PARTS = ("", ".", "..")
@@ -559,8 +552,7 @@ def register_json_instances(name: str, metadata: Any, json_file: str | os.PathLi
     """Register a COCO-style file read by ``load`` at the first get, through the disk cache."""
     json_file, image_root = os.fspath(json_file), os.fspath(image_root)
     check_name(name, "dataset")
-    metadata = plain_container(metadata)  # a DictConfig or any Mapping: a dict
-    if metadata is not None and not isinstance(metadata, dict):
+    if metadata is not None and not isinstance(metadata, Mapping):  # a dict, a DictConfig
         raise TypeError(f"metadata of dataset {name!r} must be a dict, got {type(metadata).__name__}")
     extra = tuple(extra_annotation_keys or ())
     load_records = functools.partial(load, json_file, image_root, name, extra_annotation_keys=extra,

@@ -102,13 +102,7 @@ def cache_enabled(enabled: bool = True) -> bool:
 
 def cache_dir() -> Path:
     """``$CATMAP_CACHE_DIR`` or ``~/.cache/catmap`` (CacheUnavailableError without a home)."""
-    configured = os.environ.get("CATMAP_CACHE_DIR")
-    if configured:
-        return Path(configured).expanduser()
-    try:
-        return Path("~/.cache/catmap").expanduser()
-    except RuntimeError as exc:  # no HOME and no password entry
-        raise CacheUnavailableError(f"no cache directory: {exc} (set CATMAP_CACHE_DIR)") from exc
+    return DiskCache().directory
 
 
 def lock_timeout() -> float:
@@ -303,7 +297,14 @@ class DiskCache:
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
-        self.directory = Path(directory).expanduser() if directory is not None else cache_dir()
+        """``directory``, else :func:`cache_dir`."""
+        if directory is None:
+            directory = os.environ.get("CATMAP_CACHE_DIR") or "~/.cache/catmap"
+        try:
+            self.directory = Path(directory).expanduser()
+        except RuntimeError as exc:  # no HOME and no password entry
+            raise CacheUnavailableError(
+                f"no cache directory: {exc} (set CATMAP_CACHE_DIR)") from exc
 
     def path_of(self, key: CacheKey) -> Path:
         return self.directory / key.file_name()
@@ -480,12 +481,9 @@ class DiskCache:
         finally:
             os.close(dfd)
 
-    def get_or_build(
-        self, key: CacheKey, build: Callable[[], Loaded], *,
-        cacheable: Callable[[SerializedList, dict[str, Any]], bool] | None = None,
-    ) -> Loaded:  # fmt: skip
-        """The records of ``key`` from the cache, else from ``build()`` (stored when
-        ``cacheable(records, extra)`` allows). Cache problems warn and fall back to build."""
+    def get_or_build(self, key: CacheKey, build: Callable[[], Loaded]) -> Loaded:
+        """The records of ``key`` from the cache, else from ``build()`` (stored unless a source
+        changed while it ran). Cache problems warn and fall back to build."""
         try:
             dfd = self._open_dir(create=True)
         except CacheUnavailableError as exc:
@@ -501,10 +499,21 @@ class DiskCache:
                 if hit is not None:
                     return hit
                 records, extra = build()
-                if lock is None or (cacheable is not None and not cacheable(records, extra)):
+                if lock is None:
                     return records, extra
+                paths = map(itemgetter(0), key.sources)
                 try:
-                    return self._store_in(dfd, key, records, extra)
+                    unchanged = tuple(map(source_stamp, paths)) == key.sources
+                except OSError:
+                    unchanged = False
+                if not unchanged:
+                    logger.warning("a source of %r changed while it was loading; not caching it",
+                                   key.name)  # fmt: skip
+                    return records, extra
+                if not isinstance(records, SerializedList):
+                    records = SerializedList(records, name=key.name)
+                try:
+                    return self._store_in(dfd, key, records, dict(extra or {}))
                 except CacheError as exc:
                     warn_once(f"store:{self.directory}", f"{exc}; continuing without the cache")
                 except TypeError as exc:  # extra (the loader's metadata) is not data-only
@@ -561,33 +570,16 @@ def load_with_cache(
     """``build()`` (-> records, data-only extra dict) through the cache, keyed on ``loader``,
     ``options`` and the ``sources``; uncached when a source is unreadable or changed while
     loading, or options / extra are not data."""
-    given = build
-
-    def build() -> Loaded:
-        records, extra = given()
-        if not isinstance(records, SerializedList):
-            records = SerializedList(records, name=name)
-        return records, dict(extra or {})
-
-    if not cache_enabled():
-        return build()
-    try:
-        key = CacheKey.build(name, sources, loader=loader, options=options)
-        cache = DiskCache(directory)
-    except (OSError, TypeError) as exc:
-        logger.info("not caching %r: %s", name, exc)
-        return build()
-    except CacheUnavailableError as exc:
-        warn_once(f"no-dir:{type(exc).__name__}", f"catmap cache skipped: {exc}")
-        return build()
-
-    def cacheable(records: SerializedList, extra: dict[str, Any]) -> bool:
+    cache = None
+    if env_flag("CATMAP_CACHE", default=True):
         try:
-            same = CacheKey.build(name, sources, loader=loader, options=options) == key
-        except OSError:
-            same = False
-        if not same:
-            logger.warning("a source of %r changed while it was loading; not caching it", name)
-        return same
-
-    return cache.get_or_build(key, build, cacheable=cacheable)
+            key = CacheKey.build(name, sources, loader=loader, options=options)
+            cache = DiskCache(directory)
+        except (OSError, TypeError) as exc:
+            logger.info("not caching %r: %s", name, exc)
+        except CacheUnavailableError as exc:
+            warn_once(f"no-dir:{type(exc).__name__}", f"catmap cache skipped: {exc}")
+    records, extra = build() if cache is None else cache.get_or_build(key, build)
+    if not isinstance(records, SerializedList):
+        records = SerializedList(records, name=name)
+    return records, dict(extra or {})

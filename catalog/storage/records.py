@@ -322,7 +322,7 @@ class SerializedList(Sequence):
 
     def _set(self, buffer: np.ndarray, ends: np.ndarray, columns: RecordColumns, name: str | None,
              reopen: Callable[[], SerializedList] | None, owner: Any) -> None:  # fmt: skip
-        buffer, ends = np.asarray(buffer, dtype=np.uint8), np.asarray(ends, dtype=np.int64)
+        buffer, ends = np.asarray(buffer, np.uint8).view(), np.asarray(ends, np.int64).view()
         if len(ends) != len(columns.heights):
             raise ValueError(f"{len(ends)} record offsets but {len(columns.heights)} column rows")
         if len(ends) and int(ends[-1]) != len(buffer):
@@ -330,7 +330,8 @@ class SerializedList(Sequence):
                 f"record offsets end at {int(ends[-1])} but the buffer holds {len(buffer)} bytes"
             )
         self.name = name
-        self._buffer, self._ends, self._columns = _read_only(buffer), _read_only(ends), columns
+        buffer.flags.writeable = ends.flags.writeable = False  # views: the caller keeps its own
+        self._buffer, self._ends, self._columns = buffer, ends, columns
         self._reopen, self._owner = reopen, owner
 
     @classmethod
