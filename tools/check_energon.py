@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     if sorted(raw) != keys or sorted(decoded) != keys:
         _fail(f"Energon keys {sorted(raw)[:3]}... ({len(raw)}) != catmap's {keys[:3]}... "
               f"({len(keys)})")
-    print(f"keys: Energon read {len(raw)} samples from {len(index.shards)} shards, same keys in the same order")
+    print(f"keys: Energon read {len(raw)} samples from {len(index.shards)} shards, catmap's keys "
+          "in catmap's order")
     for i, key in enumerate(keys):
         ext = index.ext(i)
         if set(raw[key]) != {ext, "json"}:
