@@ -17,7 +17,8 @@ of COCO to Cityscapes sizes whose image is valid or mutated and whose instances 
 4,000, with polygons that are random, huge or corner-to-corner zigzags (the edge-length bomb).
 
 The default run uses ``CATMAP_FUZZ_EXAMPLES`` examples (150) and runs the capped child
-harness once with a few; the slow test re-runs this file in a child process limited to 3 GiB
+harness once with a few; the slow test re-runs this file in a child process limited to 3 GiB (beyond the interpreter's
+own mappings, tests/memory_cap.py)
 of address space with thousands, so that a native crash or unbounded memory shows up as a
 failed exit code.
 """
@@ -29,8 +30,6 @@ import os
 import pathlib
 import resource
 import struct
-import subprocess
-import sys
 import tempfile
 from functools import lru_cache
 
@@ -53,6 +52,7 @@ from mappers.image_io import (
 )
 from mappers.transforms import HFlipTransform, NoOpTransform, ResizeTransform
 from tests.image_bytes import jpeg_bytes, photo_like, png_bytes, set_jpeg_size, set_png_size
+from tests.memory_cap import run_capped
 
 EXAMPLES = int(os.environ.get("CATMAP_FUZZ_EXAMPLES", "150"))
 DECODERS = available_jpeg_decoders()
@@ -283,21 +283,12 @@ def test_fuzz_mapper_bitmasks_under_the_budget(size, image_ops, seed, count, kin
     assert masks.shape[0] * out[0] * out[1] <= 1 << 30
 
 
-def _limit_address_space() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
-
-
 def _run_file_in_subprocess(examples: int, *select: str) -> None:
-    env = {**os.environ, "CATMAP_FUZZ_EXAMPLES": str(examples)}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-m",
-         "not slow", "-k", " or ".join(select) or "fuzz and not harness"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        preexec_fn=_limit_address_space,  # bounded memory: a bigger allocation fails the run
-    )
+    args = ["-q", "-p", "no:cacheprovider", __file__, "-m", "not slow", "-k",
+            " or ".join(select) or "fuzz and not harness"]
+    result = run_capped(  # bounded memory: a bigger allocation fails the run
+        f"import sys, pytest\nsys.exit(pytest.main({args!r}))", timeout=3600,
+        env={"CATMAP_FUZZ_EXAMPLES": str(examples)})
     assert result.returncode == 0, (result.returncode, result.stdout[-4000:], result.stderr[-2000:])
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss >> 10
     print(f"{examples} examples per fuzzer ({max(3, examples // 10)} for the mapper): passed; "

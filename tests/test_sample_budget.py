@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
-import resource
 import subprocess
-import sys
-import textwrap
 from dataclasses import asdict
 
 import numpy as np
@@ -26,6 +23,7 @@ from mappers.geometry_checks import check_mask_budget, polygons_to_bitmask
 from mappers.image_io import ImageLimits, get_image_limits, read_image, set_image_limits
 from mappers.torchvision_targets import to_torchvision_detection
 from tests.image_bytes import png_bytes
+from tests.memory_cap import run_capped
 
 EXTERNAL = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "external")
 if not os.path.isdir(EXTERNAL):
@@ -52,11 +50,8 @@ def _anno(segmentation, **extra) -> dict:
 
 
 def _child(code: str) -> subprocess.CompletedProcess:
-    """Run ``code`` in a child capped at 3 GiB of address space (a crash fails, not kills)."""
-    cap = lambda: resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # noqa: E731
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=300, preexec_fn=cap,
-                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    """Run ``code`` in a child with 3 GiB of address space to spare (a crash fails, not kills)."""
+    return run_capped(code)
 
 
 def test_edge_length_bomb_is_refused_before_pycocotools():
