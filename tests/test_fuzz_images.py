@@ -17,10 +17,9 @@ of COCO to Cityscapes sizes whose image is valid or mutated and whose instances 
 4,000, with polygons that are random, huge or corner-to-corner zigzags (the edge-length bomb).
 
 The default run uses ``CATMAP_FUZZ_EXAMPLES`` examples (150) and runs the capped child
-harness once with a few; the slow test re-runs this file in a child process limited to 3 GiB (beyond the interpreter's
-own mappings, tests/memory_cap.py)
-of address space with thousands, so that a native crash or unbounded memory shows up as a
-failed exit code.
+harness once with a few; the slow test re-runs this file with thousands in a child process
+limited to 3 GiB of address space beyond the interpreter's own (tests/memory_cap.py), so that a
+native crash or unbounded memory shows up as a failed exit code.
 """
 
 from __future__ import annotations
