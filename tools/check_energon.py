@@ -89,10 +89,12 @@ def _energon_samples(shards: Path, raw: bool) -> dict[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path("/tmp/energon-check"))
-    parser.add_argument("--num-images", type=int, default=20)
-    parser.add_argument("--shard-size", type=int, default=8)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/energon-check"),
+                        help="work directory (dataset, shards, Energon's .nv-meta)")
+    parser.add_argument("--num-images", type=int, default=20, help="generated images")
+    parser.add_argument("--shard-size", type=int, default=8, help="samples per shard")
     args = parser.parse_args(argv)
     shapes = generate_shapes_dataset(args.out / "shapes", num_images=args.num_images)
     register_coco_instances("energon_src", {}, shapes.json_file, shapes.image_root)
