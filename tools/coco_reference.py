@@ -244,4 +244,5 @@ def _outcome(doc: Any, extra_keys: tuple[str, ...]) -> tuple[str, dict[str, int]
                 counts["no_valid_polygon"] += 1
                 continue
         kept[ann["image_id"]] += 1
-    return ("ok", {k: v for k, v in counts.items() if v}, list(kept.values()))
+    # records come sorted by image id, as detectron2 orders them
+    return ("ok", {k: v for k, v in counts.items() if v}, [kept[i] for i in sorted(kept)])
