@@ -56,8 +56,8 @@ from .transforms.transform import (
     ResizeTransform,
     TransformList,
     VFlipTransform,
-    get_cv2,
 )
+from .transforms.resample import get_cv2
 
 __all__ = [
     "AUGMENTATIONS",

@@ -28,7 +28,7 @@ from mappers.structures import (
     StructureShapeError,
 )
 from mappers.annotations import annotations_to_training_instances
-from mappers.transforms.transform import normalize_interp
+from mappers.transforms.resample import normalize_interp
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from PIL import Image
 
 from mappers import transforms as T
 from mappers.dataset_mapper import apply_planned_image
-from mappers.transforms.transform import get_cv2
+from mappers.transforms.resample import get_cv2
 
 MODES = {"nearest": 0, "bilinear": 2, "bicubic": 3, "lanczos": 1, "box": 4, "hamming": 5}
 # (out_h, out_w) from 120x160: shrink, shrink 3.7x, enlarge, enlarge one side / shrink the other

@@ -16,7 +16,7 @@ from mappers.transforms import (
     TransformError,
     TransformList,
     VFlipTransform,
-    transform as _backend,
+    resample as _backend,
 )
 
 

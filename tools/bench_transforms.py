@@ -37,7 +37,7 @@ from mappers.transforms import (
     HFlipTransform,
     ResizeShortestEdge,
     TransformList,
-    transform as _backend,
+    resample as _backend,
 )
 from tools._bench_common import HelpFormatter
 

@@ -31,8 +31,6 @@ from .augmentation import (
     check_prob,
 )
 from .transform import (
-    INTERP_NAMES,
-    RESIZE_BACKENDS,
     BlendTransform,
     CropTransform,
     HFlipTransform,
@@ -44,9 +42,9 @@ from .transform import (
     TransformList,
     VFlipTransform,
     finite_floats,
-    normalize_interp,
     positive_ints,
 )
+from .resample import INTERP_NAMES, RESIZE_BACKENDS, normalize_interp
 from .transform_affine import ExtentTransform, RotationTransform
 
 

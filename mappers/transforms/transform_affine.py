@@ -17,21 +17,17 @@ from typing import Any
 import numpy as np
 
 from .transform import (
-    _CV2_DTYPES,
-    _CV2_FLAGS,
     CropTransform,
     Transform,
     TransformError,
     TransformList,
     _as_float_coords,
-    as_contiguous,
     as_rotated_boxes,
     check_input_size,
     finite_floats,
-    get_cv2,
-    normalize_interp,
     positive_ints,
 )
+from .resample import _CV2_DTYPES, _CV2_FLAGS, as_contiguous, get_cv2, normalize_interp
 
 # ------------------------------------------------------------------ warping (OpenCV or numpy)
 # warpAffine has no area mode: OpenCV itself falls back to linear
