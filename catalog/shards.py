@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import json
 import logging
 import mmap
@@ -271,27 +272,13 @@ def _member(tar: tarfile.TarFile, name: str, data: bytes) -> int:
     info = tarfile.TarInfo(name)
     info.size, info.mtime, info.mode, info.uid, info.gid = len(data), 0, 0o444, 0, 0
     info.uname = info.gname = ""
-    handle = _BytesReader(data)
-    tar.addfile(info, handle)
+    tar.addfile(info, io.BytesIO(data))
     return tar.offset - (len(data) + tarfile.BLOCKSIZE - 1) // tarfile.BLOCKSIZE * tarfile.BLOCKSIZE
 
 
-class _BytesReader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = memoryview(data), 0
-
-    def read(self, size: int = -1) -> bytes:
-        end = len(self.data) if size < 0 else self.pos + size
-        chunk, self.pos = bytes(self.data[self.pos:end]), min(end, len(self.data))
-        return chunk
-
-
 def _file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _height_width(record: dict[str, Any]) -> tuple[int, int]:
