@@ -124,7 +124,8 @@ def lvis_reference(data: bytes) -> tuple:
                     raise Invalid(key)
     except Invalid as exc:
         return ("error", str(exc))
-    kept = sorted(zip((img["id"] for img in images), result[2], strict=True))
+    # result[2] is already in image-id order (as the loader returns records)
+    kept = list(zip(sorted(img["id"] for img in images), result[2], strict=True))
     return ("ok", result[1], kept)
 
 
