@@ -23,6 +23,9 @@ from ..structure_common import TensorRows, as_tensor_of, check_cat_parts
 
 def _as_float_boxes(tensor: Any, columns: int, owner: str) -> torch.Tensor:
     """Convert ``tensor`` to a float32 (N, columns) tensor (empty → (0, columns))."""
+    if type(tensor) is torch.Tensor and tensor.dtype == torch.float32 and tensor.dim() == 2 \
+            and tensor.size(1) == columns:  # already one (a mapper's boxes): no conversion
+        return tensor
     data = as_tensor_of(tensor, torch.float32, owner, f"an (N, {columns}) array of numbers")
     if data.numel() == 0:
         data = data.reshape((-1, columns)).to(dtype=torch.float32)
