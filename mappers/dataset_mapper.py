@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -72,6 +73,7 @@ __all__ = [
     "ToTensor",
     "annotations_to_training_instances",
     "apply_planned_image",
+    "image_output_space",
     "check_image_size",
     "image_to_tensor",
     "read_record_image",
@@ -244,6 +246,14 @@ class ApplyAugmentations:
 
 _FUSABLE = (HFlipTransform, VFlipTransform, ResizeTransform, NoOpTransform)
 
+#: Where a planned resize writes the output image: a loader worker sets a function
+#: ``(shape, dtype) -> array or None`` handing out space in the batch's shared-memory slab,
+#: so the image is resized straight into the memory the training process reads (no copy of
+#: the batch afterwards). Unset (None): numpy allocates the image.
+image_output_space: contextvars.ContextVar[
+    Callable[[tuple[int, ...], np.dtype], np.ndarray | None] | None
+] = contextvars.ContextVar("catmap_image_output_space", default=None)
+
 
 def reduced_decode_size(transforms: TransformList) -> tuple[int, int] | None:
     """The output size when a plan of flips and one resize shrinks 2x or more on both sides
@@ -297,8 +307,9 @@ def apply_planned_image(
         only = resizes[0]  # decoded at reduced scale: one resize to the planned output size
         resizes = [ResizeTransform(*image.shape[:2], only.new_h, only.new_w, only.interp,
                                    only.backend)]
-    for tfm in resizes:
-        image = tfm.apply_image(image)
+    space = image_output_space.get()
+    for number, tfm in enumerate(resizes, 1):  # the last one makes the output image
+        image = tfm.apply_image(image, output_space=space if number == len(resizes) else None)
     return image
 
 

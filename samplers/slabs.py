@@ -152,10 +152,43 @@ def _c_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+class SlabSpace:
+    """Space in a batch's slab handed out while the batch is mapped (``DatasetMapper`` resizes
+    its output image straight into it: see ``mappers.dataset_mapper.image_output_space``);
+    :func:`plan_batch` refers to those arrays where they are and lays the rest out after them.
+
+    Example:
+        >>> space = SlabSpace(lambda need: np.zeros(need, np.uint8))
+        >>> space((2, 3), np.float32).shape, space.top
+        ((2, 3), 24)
+    """
+
+    def __init__(self, arena: Callable[[int], np.ndarray]) -> None:
+        self.arena = arena  # need -> the slab's bytes, at least ``need`` of them
+        self.top = 0
+        self.placed: dict[int, int] = {}  # data address -> offset in the slab
+        self._bytes: np.ndarray | None = None
+        self._address = 0  # of self._bytes
+
+    def __call__(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
+        dtype = np.dtype(dtype)
+        start = -(-self.top // ALIGNMENT) * ALIGNMENT
+        stop = start + math.prod(shape) * dtype.itemsize
+        if stop > MAX_SLAB_BYTES:
+            return None  # numpy's memory; the batch is copied as usual
+        arena = self.arena(stop)
+        if arena is not self._bytes:  # the first call, or the slab grew and was mapped again
+            self._bytes, self._address = arena, arena.ctypes.data
+        self.placed[self._address + start] = start
+        self.top = stop
+        return arena[start:stop].view(dtype).reshape(shape)
+
+
 class _Planner:
     """Collects arrays into regions while copying the structure into a skeleton."""
 
-    def __init__(self) -> None:
+    def __init__(self, space: SlabSpace | None = None) -> None:
+        self.placed = space.placed if space is not None else {}
         self.groups: dict[Any, int] = {}
         # per region: [kind, dtype, itemsize, memory shape of the first array, refs, sources]
         self.regions: list[list[Any]] = []
@@ -183,6 +216,11 @@ class _Planner:
             name = _DTYPE_NAMES.get(value.dtype)
             if name is None or not value.is_cpu or value.layout is not torch.strided or value.requires_grad:
                 return value
+            start = self.placed.get(value.untyped_storage().data_ptr()) if self.placed else None
+            if start is not None:  # already in the slab (SlabSpace): refer to it there
+                ref = _Ref("t", name, tuple(value.shape), tuple(value.stride()))
+                ref.offset = start // value.element_size() + value.storage_offset()
+                return ref
             perm = None
             if not value.is_contiguous():
                 value, perm = _memory_order(value)
@@ -215,13 +253,14 @@ class _Planner:
         return value
 
 
-def plan_batch(batch: Any) -> BatchPlan:
-    """Find the arrays of ``batch`` and lay them out in an arena."""
-    planner = _Planner()
+def plan_batch(batch: Any, space: SlabSpace | None = None) -> BatchPlan:
+    """Find the arrays of ``batch`` and lay them out in an arena (after ``space``'s arrays,
+    which stay where they are)."""
+    planner = _Planner(space)
     skeleton = planner.walk(batch, (), 0)
     regions: list[Region] = []
     sources_of: list[list[Any]] = []
-    offset = 0
+    offset = -(-space.top // ALIGNMENT) * ALIGNMENT if space is not None else 0
     for kind, dtype, itemsize, first_shape, refs, sources in planner.regions:
         if len(sources) == 1:
             shape, rows = first_shape, None
@@ -408,10 +447,14 @@ class SlabWriter:
             entry = self._maps[slab] = (mapping, torch.from_numpy(arena_np), arena_np)
         return entry[1], entry[2]
 
-    def write(self, ticket: Ticket | None, batch: Any) -> Any:
+    def space(self, ticket: Ticket) -> SlabSpace:
+        """Space in ``ticket``'s slab for the arrays of the batch being mapped."""
+        return SlabSpace(lambda need: self._arena(ticket.slab, need)[1])
+
+    def write(self, ticket: Ticket | None, batch: Any, space: SlabSpace | None = None) -> Any:
         if ticket is None:
             return batch
-        plan = plan_batch(batch)
+        plan = plan_batch(batch, space)
         if plan.nbytes > MAX_SLAB_BYTES:
             warn_limited(logger, "transport.oversized_batch",
                          "a batch of %d bytes travels pickled (slab limit %d)",

@@ -24,11 +24,13 @@ from torch.utils.data import Sampler, get_worker_info
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_batch
 
 from catalog._common import check_float
+from mappers.dataset_mapper import image_output_space
 from mappers.errors import add_context
 
 from .errors import BatchPickleError, LoaderTimeoutError, LoaderWorkerError, SamplerConfigError, TransportError, WorkerExitedError
 from .slabs import (
-    DEFAULT_SLAB_BYTES, ReceivedBatch, SlabBatch, SlabPool, SlabWriter, Ticket, transport_supported,
+    DEFAULT_SLAB_BYTES, ReceivedBatch, SlabBatch, SlabPool, SlabSpace, SlabWriter, Ticket,
+    transport_supported,
     value_class,
 )
 
@@ -186,6 +188,7 @@ class _Fetched:
     ticket: Ticket | None
     samples: list[Any]
     indices: list[int | None]
+    space: SlabSpace | None
 
 
 def _worker_id() -> int | None:
@@ -205,9 +208,11 @@ class WorkerDataset:
     records progress, turns an exception into a :class:`WorkerFailure`.
     """
 
-    def __init__(self, dataset: Any, board: ProgressBoard | None) -> None:
+    def __init__(self, dataset: Any, board: ProgressBoard | None,
+                 writer: SlabWriter | None = None) -> None:
         self.dataset = dataset
         self.board = board
+        self.writer = writer
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -221,6 +226,9 @@ class WorkerDataset:
             ticket, keys = keys[0], keys[1:]
         worker, board, dataset = _worker_id(), self.board, self.dataset
         samples, indices, index = [], [], None
+        # with a slab, DatasetMapper resizes each image straight into it
+        space = self.writer.space(ticket) if ticket is not None and self.writer else None
+        token = image_output_space.set(space)
         try:
             for key in keys:
                 index = _dataset_index(key)
@@ -232,7 +240,9 @@ class WorkerDataset:
             if board is not None and worker is not None:
                 board.set(worker, -1)
             return [WorkerFailure.capture(exc, worker_id=worker, index=index, ticket=ticket)]
-        return [_Fetched(ticket, samples, indices)]
+        finally:
+            image_output_space.reset(token)
+        return [_Fetched(ticket, samples, indices, space)]
 
     def __repr__(self) -> str:
         return f"WorkerDataset({self.dataset!r})"
@@ -257,7 +267,7 @@ class TransportCollate:
         try:
             batch = self.collate_fn(item.samples)
             if self.writer is not None and item.ticket is not None:
-                batch = self.writer.write(item.ticket, batch)
+                batch = self.writer.write(item.ticket, batch, item.space)
             return batch if worker is None else _Outgoing(batch, worker, item.indices, item.ticket)
         except Exception as exc:
             return WorkerFailure.capture(exc, worker_id=worker, index=None, ticket=item.ticket)
@@ -375,7 +385,7 @@ class LoaderTransport:
             self._sampler = TicketedBatchSampler(batch_sampler, self.pool)
             batch_sampler = self._sampler
         writer = self.pool.writer if self.pool is not None else None
-        return {"dataset": WorkerDataset(dataset, self.board), "batch_sampler": batch_sampler,
+        return {"dataset": WorkerDataset(dataset, self.board, writer), "batch_sampler": batch_sampler,
                 "collate_fn": TransportCollate(collate_fn, writer, self.board),
                 "pin_memory": self.pin_memory and self.pool is None, "timeout": self.timeout}
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from mappers.instances import Instances
 from samplers import build_detection_test_loader
 from samplers.slabs import ALIGNMENT, plan_batch, unpack_batch, write_batch
-from samplers.slabs import SlabPool, Ticket, TransportError
+from samplers.slabs import SlabPool, SlabSpace, Ticket, TransportError
 
 
 def _roundtrip(batch):
@@ -198,3 +198,24 @@ def test_foreign_instances_arrive_through_slab_loader_workers():
         assert torch.equal(inst.get_fields()["boxes"], torch.full((i, 4), float(i)))
         assert np.array_equal(inst.get_fields()["ids"], np.arange(i))
         assert torch.equal(tagged.gt_classes, torch.arange(i)) and tagged.image_size == (2, 3)
+
+
+def test_arrays_placed_in_slab_space_stay_where_they_are_and_the_rest_follows():
+    pool = SlabPool(1, slab_bytes=1 << 16)
+    ticket = pool.assign(generation=1)
+    space = pool.writer.space(ticket)
+    image = space((5, 7, 3), np.uint8)  # where a mapper would resize its output image
+    image[...] = np.arange(105, dtype=np.uint8).reshape(5, 7, 3)
+    batch = [{"image": torch.from_numpy(image).permute(2, 0, 1), "boxes": torch.ones(2, 4)}]
+    plan = plan_batch(batch, space)
+    assert len(plan.regions) == 1 and plan.regions[0].offset >= space.top  # boxes only
+    received = pool.receive(pool.writer.write(ticket, batch, space)).unpack()
+    assert _same(batch, received)
+    del received, batch
+    gc.collect()
+    pool.close()
+
+
+def test_slab_space_refuses_more_than_a_slab_holds():
+    space = SlabSpace(lambda need: np.zeros(need, np.uint8))
+    assert space((1 << 40,), np.uint8) is None and space.top == 0

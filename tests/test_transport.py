@@ -452,3 +452,54 @@ def test_an_unpicklable_batch_raises_promptly_naming_indices_and_key(transport):
         del batches
         gc.collect()
         assert loader.transport.pool.free_count() == loader.transport.pool.num_slabs
+
+
+class _PlacingMapper:
+    """DatasetMapper (resize + flip) that also reports whether its image went straight into
+    the batch's slab (``image_output_space``) instead of being copied there afterwards."""
+
+    def __init__(self):
+        from mappers import DatasetMapper
+        from mappers import transforms as T
+
+        self.mapper = DatasetMapper(True, augmentations=[  # 16 shrinks, 40 enlarges
+            T.ResizeShortestEdge((16, 40), 64, "choice"), T.RandomFlip()])
+
+    def __call__(self, record):
+        from mappers.dataset_mapper import image_output_space
+
+        sample = self.mapper(record)
+        space = image_output_space.get()
+        sample["placed"] = space is not None and (
+            sample["image"].untyped_storage().data_ptr() in space.placed)
+        return sample
+
+
+def test_dataset_mapper_images_are_resized_straight_into_the_slab(tmp_path):
+    from PIL import Image
+
+    from tests.image_bytes import photo_like
+
+    records = []
+    for i in range(8):
+        path = tmp_path / f"{i}.jpg"
+        Image.fromarray(photo_like(20 + 4 * (i % 3), 30, seed=i)).save(path, quality=90)
+        records.append({"file_name": str(path), "image_id": i, "height": 20 + 4 * (i % 3),
+                        "width": 30, "annotations": [
+                            {"bbox": [1, 2, 10, 8], "bbox_mode": 1, "category_id": i % 3}]})
+
+    def loader(transport):
+        return build_detection_train_loader(records, mapper=_PlacingMapper(), total_batch_size=4,
+                                            num_workers=1, seed=0, transport=transport)
+
+    def canonical(batch):  # Boxes by their tensor
+        return _canonical([dict(s, instances={k: getattr(v, "tensor", v) for k, v in
+                                              s["instances"].get_fields().items()})
+                           for s in batch])
+
+    slab = [b for b in itertools.islice(loader("slab"), 6)]
+    plain = [b for b in itertools.islice(loader("dataloader"), 6)]
+    for sample in (s for b in slab for s in b):  # OpenCV enlarges straight into the slab
+        assert sample.pop("placed") == (sample["image"].shape[1] > sample["height"])
+    assert not any(s.pop("placed") for b in plain for s in b)
+    assert [canonical(b) for b in slab] == [canonical(b) for b in plain]  # the same batches

@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -83,10 +84,12 @@ def _nearest_indices(old: int, new: int, torch_rule: bool = False) -> np.ndarray
     return np.minimum(np.cumsum(steps).astype(np.intp), old - 1)
 
 
-def _resize_cv2(img: np.ndarray, new_h: int, new_w: int, name: str) -> np.ndarray:
+def _resize_cv2(
+    img: np.ndarray, new_h: int, new_w: int, name: str, dst: np.ndarray | None = None
+) -> np.ndarray:
     cv2 = get_cv2()
     flag = getattr(cv2, "INTER_" + _CV2_FLAGS[name])
-    out = cv2.resize(as_contiguous(img), (new_w, new_h), interpolation=flag)
+    out = cv2.resize(as_contiguous(img), (new_w, new_h), dst=dst, interpolation=flag)
     return out[:, :, None] if img.ndim == 3 and out.ndim == 2 else out  # cv2 drops C=1
 
 
@@ -120,14 +123,16 @@ def _resize_torch(
 
 
 def resize_array(
-    img: np.ndarray, new_h: int, new_w: int, interp: int | str | None, backend: str = "pil"
+    img: np.ndarray, new_h: int, new_w: int, interp: int | str | None, backend: str = "pil",
+    *, output_space: Callable[[tuple[int, ...], np.dtype], np.ndarray | None] | None = None,
 ) -> np.ndarray:
     """Resize an HxW / HxWxC array keeping dtype and channel axis.
 
     ``backend="pil"``: detectron2's pixels (Pillow's resize for uint8, within 1 level where
     torch or OpenCV compute it faster; torch.interpolate for float images; nearest for other
     dtypes by Pillow's rule). ``"opencv"``: cv2.resize where the dtype allows (nearest always
-    by Pillow's rule).
+    by Pillow's rule). ``output_space``: ``(shape, dtype) -> array or None``, asked for the
+    memory OpenCV resizes straight into (a loader's shared slab); other paths ignore it.
 
     Example:
         >>> resize_array(np.zeros((4, 6, 3), np.uint8), 2, 3, "bilinear").shape
@@ -137,6 +142,13 @@ def resize_array(
         raise ValueError(f"resize expects an HxW or HxWxC array, got shape {img.shape}")
     name = INTERP_NAMES.get(interp) if type(interp) is int else None  # the usual Pillow int
     name = name or normalize_interp(interp)
+    if output_space is not None and (
+            img.dtype == np.uint8 and img.ndim == 3 and 2 <= img.shape[2] <= 4
+            and name == "bilinear" and get_cv2() is not None
+            and (backend == "opencv" or (new_h >= img.shape[0] and new_w >= img.shape[1]))):
+        out = output_space((new_h, new_w, img.shape[2]), img.dtype)  # OpenCV's path below
+        if out is not None:
+            return _resize_cv2(img, new_h, new_w, name, dst=out)
     if img.shape[0] == new_h and img.shape[1] == new_w:
         return img
     if name == "nearest":

@@ -482,11 +482,15 @@ class ResizeTransform(Transform):
         self.interp = interp
         self.backend = backend
 
-    def apply_image(self, img: np.ndarray, interp: int | str | None = None) -> np.ndarray:
+    def apply_image(
+        self, img: np.ndarray, interp: int | str | None = None, *, output_space: Any = None
+    ) -> np.ndarray:
+        """The resized image (``output_space``: see :func:`resize_array`)."""
         if img.shape[:2] != (self.h, self.w):
             check_input_size(self, img, "image")  # raises
         interp = interp if interp is not None else self.interp
-        return resize_array(img, self.new_h, self.new_w, interp, self.backend)
+        return resize_array(img, self.new_h, self.new_w, interp, self.backend,
+                            output_space=output_space)
 
     def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
         check_input_size(self, segmentation, "segmentation map")
