@@ -23,7 +23,8 @@ image to the size the mapper drew for it. Reported:
 
 0. (``--stages`` / ``--harness``) a per-stage table, microseconds of CPU per image for each
    stage of the mapper (read, decode, the augmentation draws, flip, resize, to-tensor,
-   instances, the rest of the call) beside the bare operation on the same array, and the
+   instances, the rest of the call, packing the sample into a loader's shared slab) beside
+   the bare operation on the same array (for packing: one copy of the image), and the
    whole call against bare decode + resize, for the default (detectron2 pixels, "pil") and
    the OpenCV resize backend. ``--harness`` runs the outside yardstick's case
    (``/work/shared/tools/loader_scaling.py``): 192 photo JPEGs, BGR, boxes only.
@@ -236,9 +237,10 @@ def stage_table(
     import torch
 
     from mappers import transforms as T
-    from mappers.dataset_mapper import DatasetMapper, apply_planned_image
+    from mappers.dataset_mapper import DatasetMapper, apply_planned_image, image_output_space
     from mappers.image_io import decode_image, image_to_tensor, read_file_bytes
     from mappers.random_state import seed_generator
+    from samplers.slabs import SlabSpace, plan_batch, write_batch
 
     logging.getLogger("mappers.dataset_mapper").setLevel(logging.WARNING)
     mapper = DatasetMapper(True, image_format=image_format, augmentations=[
@@ -258,7 +260,8 @@ def stage_table(
             [a["category_id"] for a in annotations])
 
     names = ["read file", "decode", "draw augmentations", "flip", "resize", "to tensor",
-             "instances (boxes)", "rest of the call", "whole mapper call"]
+             "instances (boxes)", "rest of the call", "whole mapper call", "pack into the slab"]
+    scratch = np.zeros(64 << 20, np.uint8)  # a slab: a loader worker's batch goes there
     totals: dict[str, list[tuple[float, float]]] = {n: [] for n in names}
     clock = time.thread_time
     for _ in range(rounds + 1):  # the first round warms up
@@ -285,7 +288,7 @@ def stage_table(
                 acc["flip"][0] += t1 - t0; acc["flip"][1] += t2 - t1
             new = (resize.new_h, resize.new_w)
             t0 = clock(); image = resize.apply_image(image); t1 = clock()
-            bare = cv2.resize(bare, new[::-1], interpolation=cv2.INTER_LINEAR); t2 = clock()
+            cv2.resize(bare, new[::-1], interpolation=cv2.INTER_LINEAR); t2 = clock()
             acc["resize"][0] += t1 - t0; acc["resize"][1] += t2 - t1
             t0 = clock(); image_to_tensor(image); t1 = clock()
             torch.from_numpy(bare).permute(2, 0, 1); t2 = clock()
@@ -299,15 +302,29 @@ def stage_table(
             t2 = clock()
             acc["instances (boxes)"][0] += t1 - t0; acc["instances (boxes)"][1] += t2 - t1
         seed_generator(SEED)
-        for record in records:
-            t0 = clock(); mapper(record); t1 = clock()
+        batch: list[dict[str, Any]] = []  # the samples of a batch of 16
+        for number, record in enumerate(records, 1):  # as in a loader worker: the image
+            if not batch:                              # resized straight into the slab
+                slab_space = SlabSpace(lambda need: scratch[:need])
+            token = image_output_space.set(slab_space)
+            t0 = clock(); sample = mapper(record); t1 = clock()
+            image_output_space.reset(token)
             with open(record["file_name"], "rb") as f:
                 bare = simplejpeg.decode_jpeg(f.read(), colorspace=space)
             short = edges[int(rng.integers(len(edges)))]
             new = T.ResizeShortestEdge.get_output_shape(*bare.shape[:2], short, MAX_SIZE)
             cv2.resize(bare, new[::-1], interpolation=cv2.INTER_LINEAR); t2 = clock()
             acc["whole mapper call"][0] += t1 - t0; acc["whole mapper call"][1] += t2 - t1
-        parts = [n for n in names if n not in ("rest of the call", "whole mapper call")]
+            batch.append(sample)
+            if len(batch) == 16 or number == len(records):  # pack the batch; bare: copy it
+                t0 = clock(); plan = plan_batch(batch, slab_space)
+                write_batch(plan, torch.from_numpy(scratch), scratch); t1 = clock()
+                for image in (b["image"].permute(1, 2, 0).numpy() for b in batch):
+                    np.copyto(scratch[-image.size:].reshape(image.shape), image)
+                t2 = clock(); batch = []
+                acc["pack into the slab"][0] += t1 - t0; acc["pack into the slab"][1] += t2 - t1
+        parts = [n for n in names
+                 if n not in ("rest of the call", "whole mapper call", "pack into the slab")]
         acc["rest of the call"] = [
             acc["whole mapper call"][0] - sum(acc[n][0] for n in parts), 0.0]
         for n in names:
