@@ -19,7 +19,8 @@ from .annotations import (
     filter_empty_instances,
     transform_instance_annotations,
 )
-from .dataset_mapper import TRANSFORMS, Compose, DatasetMapper
+from .compose import Compose
+from .dataset_mapper import TRANSFORMS, DatasetMapper
 from .datasets import (
     DatasetFromList, MapDataset, ToIterableDataset, set_default_dataset_from_list_serialize_method,
 )

@@ -1,7 +1,6 @@
-"""DatasetMapper: record dict -> model input, and the Compose steps it is a preset of.
-
-The steps (``LoadImage``, ``ApplyAugmentations``, ``AnnotationsToInstances``,
-``LoadProposals``, ``ToTensor``) also make mmengine-style :class:`Compose` pipelines.
+"""DatasetMapper: record dict -> model input (``__call__`` top to bottom), the steps it
+shares with :mod:`mappers.compose` pipelines (``LoadImage``, ``LoadProposals``) and the
+planned read-and-augment of an image.
 
 Example:
     >>> from mappers import transforms as T
@@ -25,7 +24,6 @@ from catalog._common import (
     RecordFormatError,
     check_int,
     config_value,
-    is_config_container,
     is_detectron2_config,
     plain_container,
     warn_limited,
@@ -38,7 +36,6 @@ from .annotations import (
     annotations_to_training_instances,
     create_keypoint_hflip_indices,
 )
-from .datasets import unwrap, wrap_for_pickling
 from .errors import ImageReadError, MapperArgumentError, PipelineStepError
 from .instances import Instances, as_detectron2_types
 from .image_io import (
@@ -63,21 +60,22 @@ from .transforms.resample import get_cv2
 __all__ = [
     "AUGMENTATIONS",
     "TRANSFORMS",
-    "AnnotationsToInstances",
-    "ApplyAugmentations",
-    "Compose",
-    "DatasetMapper",
-    "LoadImage",
-    "LoadProposals",
-    "PlannedLoad",
-    "ToTensor",
     "annotations_to_training_instances",
     "apply_planned_image",
-    "image_output_space",
+    "build_augmentations",
+    "build_from_config",
     "check_image_size",
+    "DatasetMapper",
+    "image_output_space",
+    "image_size_of",
     "image_to_tensor",
+    "LoadImage",
+    "LoadProposals",
+    "read_and_augment",
     "read_record_image",
     "read_segmentation",
+    "reduced_decode_size",
+    "SkippingStep",
 ]
 
 logger = logging.getLogger(__name__)
@@ -90,7 +88,7 @@ _FORMATS = ("RGB", "BGR", "L")
 _MAX_WARNED_FILES = 4096
 
 
-class _SkippingStep:
+class SkippingStep:
     """A step that may skip bad records (returns None, so MapDataset uses another one): it
     counts them in ``num_skipped`` and warns once per file, naming ``owner``."""
 
@@ -114,7 +112,7 @@ class _SkippingStep:
         )
 
 
-def _image_size(results: dict[str, Any], step: str) -> tuple[int, int]:
+def image_size_of(results: dict[str, Any], step: str) -> tuple[int, int]:
     """(height, width) of ``results["image"]`` (HxWxC array or CxHxW tensor)."""
     image = results.get("image")
     if image is None:
@@ -125,14 +123,8 @@ def _image_size(results: dict[str, Any], step: str) -> tuple[int, int]:
     return int(height), int(width)
 
 
-def _chain(results: dict[str, Any], transforms: T.TransformList) -> None:
-    previous = results.get("transforms")
-    chained = transforms if previous is None else T.TransformList([previous, transforms])
-    results["transforms"] = chained
-
-
 @TRANSFORMS.register()
-class LoadImage(_SkippingStep):
+class LoadImage(SkippingStep):
     """Read ``results[key]`` into ``results["image"]`` (HWC uint8) and check its size.
 
     Also reads ``sem_seg_file_name`` into ``sem_seg``. With ``skip_bad_images`` an unreadable
@@ -189,7 +181,7 @@ class LoadImage(_SkippingStep):
         return f"LoadImage(format={self.format!r}, key={self.key!r})"
 
 
-def _from_config(entry: Mapping[str, Any], registry: Registry, where: str) -> Any:
+def build_from_config(entry: Mapping[str, Any], registry: Registry, where: str) -> Any:
     """Build ``{"type": name or class, **kwargs}`` through ``registry``; errors name ``where``."""
     if "type" not in entry:
         raise PipelineStepError(f"{where}: no 'type' key in {dict(entry)!r}")
@@ -202,46 +194,16 @@ def _from_config(entry: Mapping[str, Any], registry: Registry, where: str) -> An
         raise PipelineStepError(f"{where}: cannot build {name!r} from {kwargs!r}: {exc}") from exc
 
 
-def _build_augmentations(augmentations: Sequence[Any], owner: str) -> T.AugmentationList:
+def build_augmentations(augmentations: Sequence[Any], owner: str) -> T.AugmentationList:
     built = list(augmentations)
     for i, entry in enumerate(built):
         if isinstance(entry, Mapping):
             where = f"{owner} entry {i}"
             try:
-                built[i] = _from_config(entry, AUGMENTATIONS, where)
+                built[i] = build_from_config(entry, AUGMENTATIONS, where)
             except KeyError as exc:
                 raise PipelineStepError(f"{where}: {exc}") from exc
     return T.AugmentationList(built)
-
-
-@TRANSFORMS.register()
-class ApplyAugmentations:
-    """Apply augmentations (objects or ``{"type": "RandomFlip", ...}`` dicts) to ``image`` and
-    ``sem_seg``; the transforms drawn are chained into ``results["transforms"]``."""
-
-    def __init__(self, augmentations: Sequence[Any]) -> None:
-        self.augmentations = _build_augmentations(augmentations, "ApplyAugmentations")
-
-    def __call__(self, results: dict[str, Any]) -> dict[str, Any]:
-        if "image" not in results:
-            raise RecordFormatError(
-                f"ApplyAugmentations: record ({record_name(results)}) has no 'image'; put "
-                "LoadImage before it"
-            )
-        results = dict(results)
-        self.augment(results, T.AugInput(results["image"], sem_seg=results.get("sem_seg")))
-        return results
-
-    def augment(self, results: dict[str, Any], aug_input: T.AugInput) -> None:
-        """Draw and apply the augmentations on ``aug_input``; store the outputs in ``results``."""
-        transforms = self.augmentations(aug_input)
-        results["image"] = aug_input.image
-        if aug_input.sem_seg is not None:
-            results["sem_seg"] = aug_input.sem_seg
-        _chain(results, transforms)
-
-    def __repr__(self) -> str:
-        return f"ApplyAugmentations({self.augmentations!r})"
 
 
 _FUSABLE = (HFlipTransform, VFlipTransform, ResizeTransform, NoOpTransform)
@@ -337,75 +299,6 @@ def read_and_augment(
     return aug_input.image, aug_input.sem_seg, plan
 
 
-class PlannedLoad:
-    """LoadImage then ApplyAugmentations as one step (:func:`read_and_augment`); Compose runs
-    the two steps as one of these."""
-
-    def __init__(self, load: LoadImage, augment: ApplyAugmentations) -> None:
-        self.load = load
-        self.augment = augment
-
-    def __call__(self, results: dict[str, Any]) -> dict[str, Any] | None:
-        results = dict(results)
-        loaded = read_and_augment(results, self.load, self.augment.augmentations)
-        if loaded is None:
-            return None
-        results["image"] = loaded[0]
-        if loaded[1] is not None:
-            results["sem_seg"] = loaded[1]
-        _chain(results, loaded[2])
-        return results
-
-    def __repr__(self) -> str:
-        return f"PlannedLoad({self.load!r}, {self.augment!r})"
-
-
-@TRANSFORMS.register()
-class AnnotationsToInstances(_SkippingStep):
-    """Transform ``annotations`` with ``transforms`` into ``instances`` (crowd dropped, empty
-    instances filtered with ``filter_empty``). A record without ``annotations`` passes as it is.
-
-    With ``skip_bad_annotations`` a malformed annotation (RecordFormatError) returns None.
-    ``**options``: those of :class:`~mappers.annotations.InstanceOptions`.
-    """
-
-    def __init__(
-        self, *, filter_empty: bool = True, skip_bad_annotations: bool = False, **options: Any
-    ) -> None:
-        self.options = InstanceOptions("AnnotationsToInstances", **options)
-        self.filter_empty = bool(filter_empty)
-        self.skip_bad_annotations = bool(skip_bad_annotations)
-        self.owner = "AnnotationsToInstances"
-
-    def __call__(self, results: dict[str, Any]) -> dict[str, Any] | None:
-        results = dict(results)
-        image_size = _image_size(results, "AnnotationsToInstances")
-        if "annotations" not in results:
-            return results
-        transforms = results.get("transforms")
-        transforms = T.NoOpTransform() if transforms is None else transforms
-        annotations = [dict(a) for a in results.pop("annotations") or []]
-        try:
-            results["instances"] = self.options.instances(
-                annotations, transforms, image_size,
-                file_name=results.get("file_name"), filter_empty=self.filter_empty,
-            )
-        except RecordFormatError as exc:
-            if not self.skip_bad_annotations:
-                raise
-            self._skip(exc, results.get("file_name"), "annotations")
-            return None
-        return results
-
-    def __repr__(self) -> str:
-        opts = self.options
-        return (
-            f"AnnotationsToInstances(use_instance_mask={opts.use_instance_mask}, "
-            f"use_keypoint={opts.use_keypoint}, instance_mask_format="
-            f"{opts.instance_mask_format!r})"
-        )
-
-
 @TRANSFORMS.register()
 class LoadProposals:
     """The record's precomputed ``proposal_boxes`` / ``proposal_objectness_logits`` /
@@ -424,7 +317,7 @@ class LoadProposals:
         transforms = results.get("transforms")
         transforms = T.NoOpTransform() if transforms is None else transforms
         results["proposals"] = self.proposals(
-            results, transforms, _image_size(results, "LoadProposals")
+            results, transforms, image_size_of(results, "LoadProposals")
         )
         return results
 
@@ -463,90 +356,6 @@ class LoadProposals:
 
     def __repr__(self) -> str:
         return f"LoadProposals(topk={self.topk})"
-
-
-@TRANSFORMS.register()
-class ToTensor:
-    """HWC numpy images in ``keys`` to CHW tensors (views, no copy); ``sem_seg`` to int64."""
-
-    def __init__(self, keys: Sequence[str] = ("image",)) -> None:
-        self.keys = (keys,) if isinstance(keys, str) else tuple(keys)
-
-    def __call__(self, results: dict[str, Any]) -> dict[str, Any]:
-        results = dict(results)
-        for key in self.keys:
-            if key not in results:
-                raise RecordFormatError(
-                    f"ToTensor: record ({record_name(results)}) has no key {key!r}"
-                )
-            if isinstance(results[key], np.ndarray):
-                results[key] = image_to_tensor(results[key])
-        sem_seg = results.get("sem_seg")
-        if isinstance(sem_seg, np.ndarray):
-            results["sem_seg"] = torch.as_tensor(sem_seg.astype(np.int64))
-        return results
-
-    def __repr__(self) -> str:
-        return f"ToTensor(keys={self.keys!r})"
-
-
-Step = Callable[[dict[str, Any]], "dict[str, Any] | None"]
-
-
-def _build_step(entry: Step | Mapping[str, Any], index: int) -> Step:
-    if isinstance(entry, Mapping):
-        return _from_config(entry, TRANSFORMS, f"Compose step {index}")
-    if callable(entry):
-        return wrap_for_pickling(entry)
-    raise PipelineStepError(
-        f"Compose step {index}: expected a callable or a {{'type': ...}} dict, got "
-        f"{type(entry).__name__}: {entry!r}"
-    )
-
-
-class Compose:
-    """Run dict -> dict steps in order; a step returning None ends the pipeline with None
-    (MapDataset then uses another record). Entries are callables or ``{"type": "Name", ...}``
-    dicts of :data:`TRANSFORMS`; a LoadImage directly followed by ApplyAugmentations runs as
-    one :class:`PlannedLoad`.
-
-    Example:
-        >>> pipe = Compose([lambda d: {**d, "x": 1}, lambda d: d if d["x"] else None])
-        >>> pipe({"file_name": "a.jpg"})
-        {'file_name': 'a.jpg', 'x': 1}
-    """
-
-    def __init__(self, transforms: Sequence[Step | Mapping[str, Any]] | Step | Mapping) -> None:
-        if is_config_container(transforms):  # a ListConfig / DictConfig of steps
-            transforms = plain_container(transforms)
-        if isinstance(transforms, Mapping) or callable(transforms):
-            transforms = [transforms]  # type: ignore[list-item]
-        if not isinstance(transforms, Sequence) or isinstance(transforms, str):
-            raise PipelineStepError(
-                f"Compose: expected a list of steps, got {type(transforms).__name__}"
-            )
-        self.transforms: list[Step] = [_build_step(t, i) for i, t in enumerate(transforms)]
-        self._run: list[Step] = []
-        for step in self.transforms:
-            previous = self._run[-1] if self._run else None
-            if isinstance(step, ApplyAugmentations) and isinstance(previous, LoadImage):
-                self._run[-1] = PlannedLoad(previous, step)
-            else:
-                self._run.append(step)
-
-    def __call__(self, data: dict[str, Any]) -> dict[str, Any] | None:
-        for step in self._run:
-            data = step(data)  # type: ignore[assignment]
-            if data is None:
-                return None
-        return data
-
-    def __len__(self) -> int:
-        return len(self.transforms)
-
-    def __repr__(self) -> str:
-        body = "".join(f"\n    {unwrap(step)!r}," for step in self.transforms)
-        return f"Compose({body}\n)" if body else "Compose()"
 
 
 # ------------------------------------------------------------------------------ DatasetMapper
@@ -678,7 +487,7 @@ class DatasetMapper:
         augmentations = options["augmentations"]
         if isinstance(augmentations, (T.Augmentation, T.Transform)):
             augmentations = [augmentations]
-        self.augmentations = _build_augmentations(augmentations, "ApplyAugmentations")
+        self.augmentations = build_augmentations(augmentations, "ApplyAugmentations")
         self.skip_bad_annotations: bool = options["skip_bad_annotations"]
         instance_options = dict(zip(_INSTANCE_OPTIONS, map(options.get, _INSTANCE_OPTIONS)))
         self._options = InstanceOptions("DatasetMapper", **instance_options)

@@ -12,7 +12,7 @@ import pytest
 
 from catalog.box_mode import BoxMode
 from mappers import transforms as T
-from mappers.dataset_mapper import ApplyAugmentations, Compose
+from mappers.compose import ApplyAugmentations, Compose
 from mappers.random_state import seed_generator, use_generator
 from mappers.transforms import (
     AugInput,

@@ -13,15 +13,8 @@ from catalog.box_mode import BoxMode
 from catalog._common import RecordFormatError
 from catalog.registry import RegistryKeyError
 from mappers import transforms as T
-from mappers.dataset_mapper import (
-    TRANSFORMS,
-    AnnotationsToInstances,
-    ApplyAugmentations,
-    Compose,
-    LoadImage,
-    ToTensor,
-)
-from mappers.dataset_mapper import DatasetMapper
+from mappers.compose import AnnotationsToInstances, ApplyAugmentations, Compose, ToTensor
+from mappers.dataset_mapper import TRANSFORMS, DatasetMapper, LoadImage
 from mappers.datasets import DatasetFromList, MapDataset
 from mappers.errors import ImageReadError, PipelineStepError
 

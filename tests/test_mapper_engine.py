@@ -20,14 +20,8 @@ import mappers.image_io as record_io
 from catalog.box_mode import BoxMode
 from catalog._common import RecordFormatError
 from mappers import transforms as T
-from mappers.dataset_mapper import (
-    AnnotationsToInstances,
-    ApplyAugmentations,
-    Compose,
-    LoadImage,
-    ToTensor,
-)
-from mappers.dataset_mapper import DatasetMapper
+from mappers.compose import AnnotationsToInstances, ApplyAugmentations, Compose, ToTensor
+from mappers.dataset_mapper import DatasetMapper, LoadImage
 from mappers.datasets import DatasetFromList, MapDataset
 from mappers.random_state import seed_generator, use_generator
 from mappers.structures import BitMasks, Boxes, PolygonMasks

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mappers import transforms as T
-from mappers.dataset_mapper import AnnotationsToInstances
+from mappers.compose import AnnotationsToInstances
 from mappers.instances import Instances
 from mappers.structure_common import (
     check_cat_parts,

@@ -16,9 +16,11 @@ from catalog.registry import (
     close_matches,
     did_you_mean,
 )
-from mappers.dataset_mapper import TRANSFORMS, Compose
+from mappers.compose import Compose
+from mappers.dataset_mapper import TRANSFORMS
 from mappers.errors import PipelineStepError
-from mappers.dataset_mapper import AUGMENTATIONS, ApplyAugmentations
+from mappers.compose import ApplyAugmentations
+from mappers.dataset_mapper import AUGMENTATIONS
 from samplers import SAMPLERS, build_train_sampler
 
 
