@@ -20,119 +20,28 @@ import torch
 
 from catalog.box_mode import BoxMode
 from catalog._common import RecordFormatError
-from catalog.metadata import MetadataCatalog
 
-from .errors import KeypointFlipError
 from .geometry_checks import (
-    boxes_xyxy,
-    check_keypoints,
-    check_mask_budget,
-    coordinate_bound,
-    input_size_of,
-    polygons_as_arrays,
-    polygons_to_bitmask,
-    rle_to_bitmask,
+    boxes_xyxy, check_keypoints, check_mask_budget, coordinate_bound, input_size_of,
+    polygons_as_arrays, polygons_to_bitmask, rle_to_bitmask
 )
 from .geometry_checks import where as _where
 from .instances import Instances
+from .keypoint_annotations import finish_keypoints, keypoints_as_array, odd_hflips
 from .structures import BitMasks, Boxes, Keypoints, PolygonMasks, RotatedBoxes
 from .transforms.transform import (
     GeometryPreservingTransform,
-    HFlipTransform,
+    HFlipTransform,  # noqa: F401 (the doctests use it)
     Transform,
     TransformList,
+    as_transform_list,
 )
 
 __all__ = [
-    "InstanceOptions",
-    "annotations_to_instances",
-    "annotations_to_instances_rotated",
-    "annotations_to_training_instances",
-    "create_keypoint_hflip_indices",
-    "filter_empty_instances",
-    "transform_annotations",
-    "transform_instance_annotations",
-    "transform_keypoint_annotations",
+    "InstanceOptions", "annotations_to_instances", "annotations_to_instances_rotated",
+    "annotations_to_training_instances", "filter_empty_instances", "transform_annotations",
+    "transform_instance_annotations"
 ]
-
-def _as_transform(transforms: Transform | Sequence[Transform]) -> TransformList:
-    if isinstance(transforms, TransformList):
-        return transforms
-    if isinstance(transforms, Transform):
-        return TransformList([transforms])
-    return TransformList(list(transforms))
-
-
-def _keypoints_as_array(keypoints: Any, where: str) -> np.ndarray:
-    try:
-        arr = np.array(keypoints, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise RecordFormatError(f"{where}: key 'keypoints' is not a list of numbers") from None
-    if arr.size % 3 != 0:
-        raise RecordFormatError(
-            f"{where}: key 'keypoints' has {arr.size} numbers, not a multiple of 3 (x, y, v)"
-        )
-    check_keypoints(arr, where)
-    return arr.reshape(-1, 3)
-
-
-def _odd_hflips(transforms: TransformList) -> bool:
-    return sum(isinstance(t, HFlipTransform) for t in transforms.transforms) % 2 == 1
-
-
-def _finish_keypoints(
-    kps: np.ndarray,
-    image_size: tuple[int, int],
-    flip_indices: np.ndarray | None,
-    flipped: bool,
-    where: str,
-) -> np.ndarray:
-    """Hide points outside the image, swap left/right after a flip, zero hidden points."""
-    h, w = image_size
-    inside = (kps[:, 0] >= 0) & (kps[:, 0] <= w) & (kps[:, 1] >= 0) & (kps[:, 1] <= h)
-    kps[~inside, 2] = 0
-    if flipped:
-        if flip_indices is None:
-            raise KeypointFlipError(
-                f"{where}: the keypoints were flipped horizontally, so keypoint_hflip_indices "
-                "is needed to swap left and right (build it with "
-                "create_keypoint_hflip_indices(dataset_names) from metadata 'keypoint_flip_map')"
-            )
-        if flip_indices.ndim != 1 or len(flip_indices) != len(kps):
-            raise KeypointFlipError(
-                f"{where}: keypoint_hflip_indices has {flip_indices.size} entries but the "
-                f"annotation has {len(kps)} keypoints"
-            )
-        kps = kps[flip_indices]
-    kps[kps[:, 2] == 0] = 0
-    return kps
-
-
-def transform_keypoint_annotations(
-    keypoints: Any,
-    transforms: Transform | Sequence[Transform],
-    image_size: tuple[int, int],
-    keypoint_hflip_indices: np.ndarray | None = None,
-    *,
-    context: str | None = None,
-) -> np.ndarray:
-    """Transform flat ``[x, y, v] * K`` keypoints into a float64 Kx3 array.
-
-    Points outside the image get ``v = 0``; an odd number of horizontal flips swaps left and
-    right with ``keypoint_hflip_indices``; points with ``v == 0`` become (0, 0, 0).
-
-    Example:
-        >>> transform_keypoint_annotations([1, 2, 2, 9, 9, 2], [HFlipTransform(8)], (8, 8),
-        ...                                np.array([1, 0])).tolist()
-        [[0.0, 0.0, 0.0], [7.0, 2.0, 2.0]]
-    """
-    transforms = _as_transform(transforms)
-    where = context or "annotation"
-    kps = _keypoints_as_array(keypoints, where)
-    kps[:, :2] = transforms.apply_coords(kps[:, :2])
-    indices = None if keypoint_hflip_indices is None else np.asarray(keypoint_hflip_indices)
-    return _finish_keypoints(kps, image_size, indices, _odd_hflips(transforms), where)
-
 
 def transform_instance_annotations(
     annotation: dict[str, Any],
@@ -151,7 +60,7 @@ def transform_instance_annotations(
     """
     _transform_many(
         [annotation],
-        _as_transform(transforms),
+        as_transform_list(transforms),
         image_size,
         keypoint_hflip_indices,
         lambda i: _where(context, annotation),
@@ -183,7 +92,7 @@ def transform_annotations(
         return _where(f"{prefix}annotation {i}", annotations[i])
 
     _transform_many(
-        annotations, _as_transform(transforms), image_size, keypoint_hflip_indices, where,
+        annotations, as_transform_list(transforms), image_size, keypoint_hflip_indices, where,
         context or "image",
     )
     return annotations
@@ -241,7 +150,7 @@ def _transform_many(
                 )
         if "keypoints" in obj:
             keypoint_owners.append(i)
-            keypoint_arrays.append(_keypoints_as_array(obj["keypoints"], where(i)))
+            keypoint_arrays.append(keypoints_as_array(obj["keypoints"], where(i)))
 
     if polygon_groups:  # pointwise transforms move all points of the image in one call each
         moving, pointwise = [], True
@@ -269,13 +178,13 @@ def _transform_many(
     if keypoint_arrays:
         stacked = np.concatenate(keypoint_arrays, axis=0)
         stacked[:, :2] = transforms.apply_coords(stacked[:, :2])
-        flipped = _odd_hflips(transforms)
+        flipped = odd_hflips(transforms)
         indices = None if keypoint_hflip_indices is None else np.asarray(keypoint_hflip_indices)
         start = 0
         for i, arr in zip(keypoint_owners, keypoint_arrays, strict=True):
             kps = stacked[start : start + len(arr)]
             start += len(arr)
-            annotations[i]["keypoints"] = _finish_keypoints(
+            annotations[i]["keypoints"] = finish_keypoints(
                 kps.copy(), (h, w), indices, flipped, where(i)
             )
 
@@ -633,7 +542,7 @@ class InstanceOptions:
             kept.append(anno)
         source = f"file {file_name!r}" if file_name is not None else "image"
         if not isinstance(transforms, TransformList):
-            transforms = _as_transform(transforms)
+            transforms = as_transform_list(transforms)
         _transform_many(  # transform_annotations on ``kept`` itself
             kept, transforms, image_size, self.keypoint_hflip_indices,
             lambda i: _where(f"{source}, annotation {i}", kept[i]), source,
@@ -670,75 +579,3 @@ def annotations_to_training_instances(
     return InstanceOptions("annotations_to_training_instances", **options).instances(
         annotations, transforms, image_size, file_name=file_name, filter_empty=filter_empty
     )
-
-
-def create_keypoint_hflip_indices(dataset_names_or_metadata: Any) -> np.ndarray:
-    """Indices that swap left/right keypoints (``flipped = keypoints[indices]``), from the
-    ``keypoint_names`` and ``keypoint_flip_map`` of dataset names or metadata (all alike).
-
-    Example:
-        >>> meta = {"keypoint_names": ["a_left", "a_right"],
-        ...         "keypoint_flip_map": [("a_left", "a_right")]}
-        >>> create_keypoint_hflip_indices(meta).tolist()
-        [1, 0]
-    """
-    items = dataset_names_or_metadata
-    if isinstance(items, (str, Mapping)) or not isinstance(items, (list, tuple)):
-        items = [items]
-    if len(items) == 0:
-        raise KeypointFlipError("create_keypoint_hflip_indices: no dataset given")
-    result: np.ndarray | None = None
-    first_label = ""
-    for item in items:
-        label, names, flip_map = _keypoint_metadata(item)
-        indices = _flip_indices(label, names, flip_map)
-        if result is None:
-            result, first_label = indices, label
-        elif not np.array_equal(result, indices):
-            raise KeypointFlipError(
-                f"datasets {first_label} and {label} have different keypoint_names / "
-                "keypoint_flip_map; they cannot share keypoint flip indices"
-            )
-    return result  # type: ignore[return-value]
-
-
-def _keypoint_metadata(item: Any) -> tuple[str, Any, Any]:
-    if isinstance(item, str):
-        meta: Any = MetadataCatalog.get(item)
-        label = repr(item)
-    else:
-        meta = item
-        name = meta.get("name", None) if hasattr(meta, "get") else None
-        label = repr(name) if name else f"<{type(item).__name__}>"
-    if not hasattr(meta, "get"):
-        raise KeypointFlipError(
-            "create_keypoint_hflip_indices: expected a dataset name or metadata, got "
-            f"{type(item).__name__}"
-        )
-    names = meta.get("keypoint_names", None)
-    flip_map = meta.get("keypoint_flip_map", None)
-    for key, value in (("keypoint_names", names), ("keypoint_flip_map", flip_map)):
-        if value is None:
-            raise KeypointFlipError(f"metadata of dataset {label} has no key {key!r}")
-    return label, names, flip_map
-
-
-def _flip_indices(label: str, names: Sequence[str], flip_map: Any) -> np.ndarray:
-    names = list(names)
-    pairs = list(flip_map.items()) if isinstance(flip_map, Mapping) else list(flip_map)
-    swap: dict[str, str] = {}
-    for pair in pairs:
-        if len(pair) != 2:
-            raise KeypointFlipError(
-                f"metadata of dataset {label}: key 'keypoint_flip_map' entry {pair!r} is not a pair"
-            )
-        a, b = pair
-        for n in (a, b):
-            if n not in names:
-                raise KeypointFlipError(
-                    f"metadata of dataset {label}: key 'keypoint_flip_map' names {n!r}, which is "
-                    f"not in keypoint_names {names}"
-                )
-        swap[a], swap[b] = b, a
-    position = {n: i for i, n in enumerate(names)}
-    return np.array([position[swap.get(n, n)] for n in names], dtype=np.int64)

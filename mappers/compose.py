@@ -23,13 +23,8 @@ from catalog._common import RecordFormatError, is_config_container, plain_contai
 from . import transforms as T
 from .annotations import InstanceOptions
 from .dataset_mapper import (
-    TRANSFORMS,
-    LoadImage,
-    SkippingStep,
-    build_augmentations,
-    build_from_config,
-    image_size_of,
-    read_and_augment,
+    TRANSFORMS, LoadImage, SkippingStep, build_augmentations, build_from_config, image_size_of,
+    read_and_augment
 )
 from .datasets import unwrap, wrap_for_pickling
 from .errors import PipelineStepError

@@ -21,61 +21,32 @@ import torch
 
 from catalog.box_mode import BoxMode
 from catalog._common import (
-    RecordFormatError,
-    check_int,
-    config_value,
-    is_detectron2_config,
-    plain_container,
-    warn_limited,
+    RecordFormatError, check_int, config_value, is_detectron2_config, plain_container,
+    warn_limited
 )
 from catalog.registry import Registry
 
 from . import transforms as T
-from .annotations import (
-    InstanceOptions,
-    annotations_to_training_instances,
-    create_keypoint_hflip_indices,
-)
+from .annotations import InstanceOptions, annotations_to_training_instances
 from .errors import ImageReadError, MapperArgumentError, PipelineStepError
 from .instances import Instances, as_detectron2_types
+from .keypoint_annotations import create_keypoint_hflip_indices
 from .image_io import (
-    check_image_size,
-    image_to_tensor,
-    read_record_image,
-    read_segmentation,
-    read_sized_image,
-    record_image_size,
-    record_name,
+    check_image_size, image_to_tensor, read_record_image, read_segmentation, read_sized_image,
+    record_image_size, record_name
 )
 from .structures import Boxes
 from .transforms.transform import (
-    HFlipTransform,
-    NoOpTransform,
-    ResizeTransform,
-    TransformList,
-    VFlipTransform,
+    HFlipTransform, NoOpTransform, ResizeTransform, TransformList, VFlipTransform
 )
 from .transforms.resample import get_cv2
 
 __all__ = [
-    "AUGMENTATIONS",
-    "TRANSFORMS",
-    "annotations_to_training_instances",
-    "apply_planned_image",
-    "build_augmentations",
-    "build_from_config",
-    "check_image_size",
-    "DatasetMapper",
-    "image_output_space",
-    "image_size_of",
-    "image_to_tensor",
-    "LoadImage",
-    "LoadProposals",
-    "read_and_augment",
-    "read_record_image",
-    "read_segmentation",
-    "reduced_decode_size",
-    "SkippingStep",
+    "AUGMENTATIONS", "TRANSFORMS", "annotations_to_training_instances", "apply_planned_image",
+    "build_augmentations", "build_from_config", "check_image_size", "DatasetMapper",
+    "image_output_space", "image_size_of", "image_to_tensor", "LoadImage", "LoadProposals",
+    "read_and_augment", "read_record_image", "read_segmentation", "reduced_decode_size",
+    "SkippingStep"
 ]
 
 logger = logging.getLogger(__name__)

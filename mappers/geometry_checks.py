@@ -18,7 +18,7 @@ from catalog._common import RecordFormatError, is_int, missing_dependency
 from .errors import SampleBudgetError
 from .image_io import ImageLimits, get_image_limits
 from .structure_common import is_flat_polygon
-from .transforms import transform as tf
+from . import transforms as tf
 
 __all__ = [
     "COORDINATE_BOUND_FACTOR",

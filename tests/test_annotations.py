@@ -18,11 +18,8 @@ from mappers import (
     filter_empty_instances,
     transform_instance_annotations,
 )
-from mappers.annotations import (
-    create_keypoint_hflip_indices,
-    transform_annotations,
-    transform_keypoint_annotations,
-)
+from mappers.annotations import transform_annotations
+from mappers.keypoint_annotations import create_keypoint_hflip_indices, transform_keypoint_annotations
 from mappers.geometry_checks import polygons_to_bitmask, rle_to_bitmask
 from mappers.instances import Instances
 from mappers.structures import BitMasks, Boxes, Keypoints, PolygonMasks

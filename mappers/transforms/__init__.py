@@ -14,47 +14,20 @@ Example:
 """
 
 from .augmentation import (
-    AugInput,
-    Augmentation,
-    AugmentationList,
-    RandomApply,
-    apply_augmentations,
-    reads_shape_only,
+    AugInput, Augmentation, AugmentationList, RandomApply, apply_augmentations, reads_shape_only
 )
 from .augmentation_impl import (
-    FixedSizeCrop,
-    MinIoURandomCrop,
-    RandomBrightness,
-    RandomContrast,
-    RandomCrop,
-    RandomCrop_CategoryAreaConstraint,
-    RandomExtent,
-    RandomFlip,
-    RandomLighting,
-    RandomResize,
-    RandomRotation,
-    RandomSaturation,
-    Resize,
-    ResizeScale,
-    ResizeShortestEdge,
-    gen_crop_transform_with_instance,
+    FixedSizeCrop, MinIoURandomCrop, RandomBrightness, RandomContrast, RandomCrop,
+    RandomCrop_CategoryAreaConstraint, RandomExtent, RandomFlip, RandomLighting, RandomResize,
+    RandomRotation, RandomSaturation, Resize, ResizeScale, ResizeShortestEdge,
+    gen_crop_transform_with_instance
 )
 from .transform import (
-    BlendTransform,
-    ColorTransform,
-    CropTransform,
-    HFlipTransform,
-    NoOpTransform,
-    PadTransform,
-    PILColorTransform,
-    ResizeTransform,
-    ScaleTransform,
-    Transform,
-    TransformError,
-    TransformList,
-    VFlipTransform,
+    HFlipTransform, NoOpTransform, ResizeTransform, ScaleTransform, Transform, TransformError,
+    TransformList, VFlipTransform
 )
-from .transform_affine import ExtentTransform, RotationTransform
+from .transform_affine import CropTransform, ExtentTransform, PadTransform, RotationTransform
+from .transform_color import BlendTransform, ColorTransform, PILColorTransform
 
 __all__ = [
     "AugInput",

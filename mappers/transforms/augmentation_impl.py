@@ -23,29 +23,15 @@ from catalog._common import check_float
 
 from ..random_state import get_generator
 from .augmentation import (
-    COLOR_FORMATS,
-    SAMPLE_STYLES,
-    Augmentation,
-    check_color_image,
-    check_one_of,
-    check_prob,
+    COLOR_FORMATS, SAMPLE_STYLES, Augmentation, check_color_image, check_one_of, check_prob
 )
 from .transform import (
-    BlendTransform,
-    CropTransform,
-    HFlipTransform,
-    NoOpTransform,
-    PadTransform,
-    ResizeTransform,
-    Transform,
-    TransformError,
-    TransformList,
-    VFlipTransform,
-    finite_floats,
-    positive_ints,
+    HFlipTransform, NoOpTransform, ResizeTransform, Transform, TransformError, TransformList,
+    VFlipTransform, finite_floats, positive_ints
 )
 from .resample import INTERP_NAMES, RESIZE_BACKENDS, normalize_interp
-from .transform_affine import ExtentTransform, RotationTransform
+from .transform_affine import CropTransform, ExtentTransform, PadTransform, RotationTransform
+from .transform_color import BlendTransform
 
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,6 @@ import torch.nn.functional as F
 
 from catalog._common import CatmapError
 
-from ..structure_common import clip_points, polygon_area
 from .resample import INTERP_NAMES, RESIZE_BACKENDS, flip_array, normalize_interp, resize_array
 
 
@@ -397,6 +396,15 @@ class TransformList(Transform):
         return f"TransformList[{', '.join(repr(t) for t in self.transforms)}]"
 
 
+def as_transform_list(transforms: Transform | Sequence[Transform]) -> TransformList:
+    """``transforms`` (one Transform or a sequence) as a TransformList (one is kept as is)."""
+    if isinstance(transforms, TransformList):
+        return transforms
+    if isinstance(transforms, Transform):
+        return TransformList([transforms])
+    return TransformList(list(transforms))
+
+
 class _AxisFlipTransform(Transform):
     """A flip along x (``_horizontal``) or y: coordinate c becomes ``extent - c``. The image
     result is a view with a negative stride (no pixels copied)."""
@@ -570,213 +578,3 @@ class ScaleTransform(ResizeTransform):
 
     def inverse(self) -> Transform:
         return ScaleTransform(self.new_h, self.new_w, self.h, self.w, self.interp)
-
-
-class CropTransform(Transform):
-    """Crop the window at (x0, y0) of size (w, h); polygons are clipped to it and dropped when
-    no area is left. ``orig_w, orig_h`` serve ``inverse()``.
-    """
-
-    def __init__(
-        self, x0: int, y0: int, w: int, h: int, orig_w: int | None = None, orig_h: int | None = None
-    ) -> None:
-        if w <= 0 or h <= 0 or x0 < 0 or y0 < 0:
-            raise ValueError(f"CropTransform: invalid window x0={x0}, y0={y0}, w={w}, h={h}")
-        self.x0, self.y0, self.w, self.h = int(x0), int(y0), int(w), int(h)
-        self.orig_w = orig_w
-        self.orig_h = orig_h
-
-    def apply_image(self, img: np.ndarray) -> np.ndarray:
-        ys = slice(self.y0, self.y0 + self.h)
-        xs = slice(self.x0, self.x0 + self.w)
-        if img.ndim <= 3:
-            return img[ys, xs]
-        return img[..., ys, xs, :]
-
-    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        out = _as_float_coords(coords)
-        out[:, 0] -= self.x0
-        out[:, 1] -= self.y0
-        return out
-
-    def move_box_edges(self, boxes: np.ndarray) -> None:
-        boxes[:, 0::2] -= self.x0
-        boxes[:, 1::2] -= self.y0
-
-    def apply_box(self, box: Any) -> np.ndarray:
-        return _apply_box_by_edges(self, box)
-
-    def output_size(self, height: int, width: int) -> tuple[int, int] | None:
-        if self.x0 + self.w > int(width) or self.y0 + self.h > int(height):
-            return None
-        return self.h, self.w
-
-    def apply_polygons(self, polygons: Sequence[np.ndarray]) -> list[np.ndarray]:
-        x1, y1 = self.x0 + self.w, self.y0 + self.h
-        result = []
-        for polygon in polygons:
-            pts = _as_float_coords(polygon, "polygon")
-            clipped = clip_points(pts, self.x0, self.y0, x1, y1)
-            if len(clipped) < 3 or (clipped is not pts and polygon_area(clipped.reshape(-1)) <= 0):
-                continue
-            result.append(self.apply_coords(clipped))
-        return result
-
-    def inverse(self) -> Transform:
-        if self.orig_w is None or self.orig_h is None:
-            raise NotImplementedError(
-                "CropTransform.inverse() needs orig_w and orig_h (the size before cropping)"
-            )
-        pad_x1 = self.orig_w - self.x0 - self.w
-        pad_y1 = self.orig_h - self.y0 - self.h
-        return PadTransform(self.x0, self.y0, pad_x1, pad_y1, orig_w=self.w, orig_h=self.h)
-
-
-class PadTransform(Transform):
-    """Pad by x0/y0 pixels before and x1/y1 after with ``pad_value`` (segmentation maps:
-    ``seg_pad_value``; bool masks: False). ``orig_w, orig_h`` serve ``inverse()``.
-    """
-
-    def __init__(
-        self,
-        x0: int,
-        y0: int,
-        x1: int,
-        y1: int,
-        orig_w: int | None = None,
-        orig_h: int | None = None,
-        pad_value: float = 0,
-        seg_pad_value: int = 0,
-    ) -> None:
-        if min(x0, y0, x1, y1) < 0:
-            raise ValueError(f"PadTransform: negative padding ({x0}, {y0}, {x1}, {y1})")
-        self.x0, self.y0, self.x1, self.y1 = int(x0), int(y0), int(x1), int(y1)
-        self.orig_w, self.orig_h = orig_w, orig_h
-        self.pad_value, self.seg_pad_value = pad_value, seg_pad_value
-
-    def _pad(self, img: np.ndarray, value: float) -> np.ndarray:
-        widths = [(self.y0, self.y1), (self.x0, self.x1)] + [(0, 0)] * (img.ndim - 2)
-        return np.pad(img, widths, mode="constant", constant_values=value)
-
-    def apply_image(self, img: np.ndarray) -> np.ndarray:
-        return self._pad(img, self.pad_value)
-
-    def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
-        fill = False if segmentation.dtype == bool else self.seg_pad_value
-        return self._pad(segmentation, fill)
-
-    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        out = _as_float_coords(coords)
-        out[:, 0] += self.x0
-        out[:, 1] += self.y0
-        return out
-
-    def move_box_edges(self, boxes: np.ndarray) -> None:
-        boxes[:, 0::2] += self.x0
-        boxes[:, 1::2] += self.y0
-
-    def apply_box(self, box: Any) -> np.ndarray:
-        return _apply_box_by_edges(self, box)
-
-    def output_size(self, height: int, width: int) -> tuple[int, int] | None:
-        return int(height) + self.y0 + self.y1, int(width) + self.x0 + self.x1
-
-    def inverse(self) -> Transform:
-        if self.orig_w is None or self.orig_h is None:
-            raise NotImplementedError(
-                "PadTransform.inverse() needs orig_w and orig_h (the size before padding)"
-            )
-        new_w = self.orig_w + self.x0 + self.x1
-        new_h = self.orig_h + self.y0 + self.y1
-        return CropTransform(self.x0, self.y0, self.orig_w, self.orig_h, new_w, new_h)
-
-
-class BlendTransform(GeometryPreservingTransform):
-    """``src_weight * src_image + dst_weight * img``; uint8 images are clipped and truncated
-    (a lookup table for a scalar ``src_image``).
-    """
-
-    def __init__(self, src_image: Any, src_weight: float, dst_weight: float) -> None:
-        self.src_image = src_image
-        self.src_weight = src_weight
-        self.dst_weight = dst_weight
-
-    def apply_image(self, img: np.ndarray) -> np.ndarray:
-        if img.dtype == np.uint8:
-            if np.ndim(self.src_image) == 0:
-                levels = np.arange(256, dtype=np.float32)
-                lut = (
-                    np.float32(self.src_weight) * np.float32(self.src_image)
-                    + np.float32(self.dst_weight) * levels
-                )
-                lut = np.clip(lut, 0, 255).astype(np.uint8)
-                return lut[img]
-            blended = self.src_weight * np.asarray(
-                self.src_image, dtype=np.float32
-            ) + self.dst_weight * img.astype(np.float32)
-            return np.clip(blended, 0, 255).astype(np.uint8)
-        return self.src_weight * self.src_image + self.dst_weight * img
-
-    def inverse(self) -> Transform:
-        return NoOpTransform()
-
-    def __repr__(self) -> str:
-        src = self.src_image
-        src_text = f"{float(src):.4g}" if np.ndim(src) == 0 else f"<array {np.shape(src)}>"
-        return (
-            f"BlendTransform(src_image={src_text}, src_weight={self.src_weight:.4g}, "
-            f"dst_weight={self.dst_weight:.4g})"
-        )
-
-
-def _describe(op: Any) -> str:
-    return getattr(op, "__qualname__", None) or type(op).__name__
-
-
-class ColorTransform(GeometryPreservingTransform):
-    """Apply ``op`` (ndarray -> ndarray of the same size) to images; annotations unchanged."""
-
-    def __init__(self, op: Callable[[np.ndarray], np.ndarray]) -> None:
-        if not callable(op):
-            raise ValueError(f"{type(self).__name__}: op must be callable, got {type(op).__name__}")
-        self.op = op
-
-    def _run(self, img: np.ndarray, arg: Any) -> np.ndarray:
-        out = np.asarray(self.op(arg))
-        if out.shape[:2] != img.shape[:2]:
-            raise TransformError(
-                f"{type(self).__name__}: op {_describe(self.op)} changed the image size from "
-                f"{img.shape[:2]} to {out.shape[:2]}; a colour transform must keep it"
-            )
-        return out
-
-    def apply_image(self, img: np.ndarray) -> np.ndarray:
-        return self._run(img, img)
-
-    def inverse(self) -> Transform:
-        return NoOpTransform()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}(op={_describe(self.op)})"
-
-
-class PILColorTransform(ColorTransform):
-    """Apply ``op`` (PIL.Image -> PIL.Image) to uint8 HxW / HxWx{1,3,4} images (needs Pillow)."""
-
-    def apply_image(self, img: np.ndarray) -> np.ndarray:
-        try:
-            from PIL import Image
-        except ImportError as exc:  # pragma: no cover - Pillow is in the images extra
-            raise ImportError(
-                "PILColorTransform needs Pillow: pip install 'catmap[images]'"
-            ) from exc
-        channels = 1 if img.ndim == 2 else img.shape[2]
-        if img.dtype != np.uint8 or img.ndim not in (2, 3) or channels not in (1, 3, 4):
-            raise TransformError(
-                "PILColorTransform needs a uint8 HxW or HxWx{1,3,4} image, got dtype "
-                f"{img.dtype} and shape {img.shape}"
-            )
-        squeeze = img.ndim == 3 and channels == 1
-        pil = Image.fromarray(np.ascontiguousarray(img[:, :, 0] if squeeze else img))
-        out = self._run(img, pil)
-        return out[:, :, None] if squeeze and out.ndim == 2 else out

@@ -1,5 +1,6 @@
-"""Affine transforms (a 2x3 matrix in continuous pixel coordinates): rotation and extent,
-and the warp behind them (OpenCV when installed, else numpy).
+"""Crop and pad (axis-aligned windows), and affine transforms (a 2x3 matrix in continuous
+pixel coordinates): rotation and extent, with the warp behind them (OpenCV when installed,
+else numpy).
 
 Example:
     >>> import numpy as np
@@ -16,16 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from ..structure_common import clip_points, polygon_area
 from .transform import (
-    CropTransform,
-    Transform,
-    TransformError,
-    TransformList,
-    _as_float_coords,
-    as_rotated_boxes,
-    check_input_size,
-    finite_floats,
-    positive_ints,
+    Transform, TransformError, TransformList, _apply_box_by_edges, _as_float_coords,
+    as_rotated_boxes, check_input_size, finite_floats, positive_ints
 )
 from .resample import _CV2_DTYPES, _CV2_FLAGS, as_contiguous, get_cv2, normalize_interp
 
@@ -34,6 +29,125 @@ from .resample import _CV2_DTYPES, _CV2_FLAGS, as_contiguous, get_cv2, normalize
 _CV2_WARP_FLAGS = {**_CV2_FLAGS, "box": "LINEAR"}
 #: Largest output a warp may produce (pixels, all channels counted once).
 MAX_OUTPUT_PIXELS = 1 << 28
+
+
+class CropTransform(Transform):
+    """Crop the window at (x0, y0) of size (w, h); polygons are clipped to it and dropped when
+    no area is left. ``orig_w, orig_h`` serve ``inverse()``.
+    """
+
+    def __init__(
+        self, x0: int, y0: int, w: int, h: int, orig_w: int | None = None, orig_h: int | None = None
+    ) -> None:
+        if w <= 0 or h <= 0 or x0 < 0 or y0 < 0:
+            raise ValueError(f"CropTransform: invalid window x0={x0}, y0={y0}, w={w}, h={h}")
+        self.x0, self.y0, self.w, self.h = int(x0), int(y0), int(w), int(h)
+        self.orig_w = orig_w
+        self.orig_h = orig_h
+
+    def apply_image(self, img: np.ndarray) -> np.ndarray:
+        ys = slice(self.y0, self.y0 + self.h)
+        xs = slice(self.x0, self.x0 + self.w)
+        if img.ndim <= 3:
+            return img[ys, xs]
+        return img[..., ys, xs, :]
+
+    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
+        out = _as_float_coords(coords)
+        out[:, 0] -= self.x0
+        out[:, 1] -= self.y0
+        return out
+
+    def move_box_edges(self, boxes: np.ndarray) -> None:
+        boxes[:, 0::2] -= self.x0
+        boxes[:, 1::2] -= self.y0
+
+    def apply_box(self, box: Any) -> np.ndarray:
+        return _apply_box_by_edges(self, box)
+
+    def output_size(self, height: int, width: int) -> tuple[int, int] | None:
+        if self.x0 + self.w > int(width) or self.y0 + self.h > int(height):
+            return None
+        return self.h, self.w
+
+    def apply_polygons(self, polygons: Sequence[np.ndarray]) -> list[np.ndarray]:
+        x1, y1 = self.x0 + self.w, self.y0 + self.h
+        result = []
+        for polygon in polygons:
+            pts = _as_float_coords(polygon, "polygon")
+            clipped = clip_points(pts, self.x0, self.y0, x1, y1)
+            if len(clipped) < 3 or (clipped is not pts and polygon_area(clipped.reshape(-1)) <= 0):
+                continue
+            result.append(self.apply_coords(clipped))
+        return result
+
+    def inverse(self) -> Transform:
+        if self.orig_w is None or self.orig_h is None:
+            raise NotImplementedError(
+                "CropTransform.inverse() needs orig_w and orig_h (the size before cropping)"
+            )
+        pad_x1 = self.orig_w - self.x0 - self.w
+        pad_y1 = self.orig_h - self.y0 - self.h
+        return PadTransform(self.x0, self.y0, pad_x1, pad_y1, orig_w=self.w, orig_h=self.h)
+
+
+class PadTransform(Transform):
+    """Pad by x0/y0 pixels before and x1/y1 after with ``pad_value`` (segmentation maps:
+    ``seg_pad_value``; bool masks: False). ``orig_w, orig_h`` serve ``inverse()``.
+    """
+
+    def __init__(
+        self,
+        x0: int,
+        y0: int,
+        x1: int,
+        y1: int,
+        orig_w: int | None = None,
+        orig_h: int | None = None,
+        pad_value: float = 0,
+        seg_pad_value: int = 0,
+    ) -> None:
+        if min(x0, y0, x1, y1) < 0:
+            raise ValueError(f"PadTransform: negative padding ({x0}, {y0}, {x1}, {y1})")
+        self.x0, self.y0, self.x1, self.y1 = int(x0), int(y0), int(x1), int(y1)
+        self.orig_w, self.orig_h = orig_w, orig_h
+        self.pad_value, self.seg_pad_value = pad_value, seg_pad_value
+
+    def _pad(self, img: np.ndarray, value: float) -> np.ndarray:
+        widths = [(self.y0, self.y1), (self.x0, self.x1)] + [(0, 0)] * (img.ndim - 2)
+        return np.pad(img, widths, mode="constant", constant_values=value)
+
+    def apply_image(self, img: np.ndarray) -> np.ndarray:
+        return self._pad(img, self.pad_value)
+
+    def apply_segmentation(self, segmentation: np.ndarray) -> np.ndarray:
+        fill = False if segmentation.dtype == bool else self.seg_pad_value
+        return self._pad(segmentation, fill)
+
+    def apply_coords(self, coords: np.ndarray) -> np.ndarray:
+        out = _as_float_coords(coords)
+        out[:, 0] += self.x0
+        out[:, 1] += self.y0
+        return out
+
+    def move_box_edges(self, boxes: np.ndarray) -> None:
+        boxes[:, 0::2] += self.x0
+        boxes[:, 1::2] += self.y0
+
+    def apply_box(self, box: Any) -> np.ndarray:
+        return _apply_box_by_edges(self, box)
+
+    def output_size(self, height: int, width: int) -> tuple[int, int] | None:
+        return int(height) + self.y0 + self.y1, int(width) + self.x0 + self.x1
+
+    def inverse(self) -> Transform:
+        if self.orig_w is None or self.orig_h is None:
+            raise NotImplementedError(
+                "PadTransform.inverse() needs orig_w and orig_h (the size before padding)"
+            )
+        new_w = self.orig_w + self.x0 + self.x1
+        new_h = self.orig_h + self.y0 + self.y1
+        return CropTransform(self.x0, self.y0, self.orig_w, self.orig_h, new_w, new_h)
 
 
 def affine_coords(matrix: np.ndarray, coords: np.ndarray) -> np.ndarray:
