@@ -33,7 +33,7 @@ from .state import (
     MAX_POSITION, MAX_SEED, Notes, Stateful, check_config, check_int, check_state, make_state,
     prepare_nested_load,
 )
-from .transport import ChainedWorkerInit, LoaderTransport
+from .transport import ChainedWorkerInit, LoaderTransport, trivial_batch_collator
 
 logger = logging.getLogger(__name__)
 
@@ -157,11 +157,6 @@ class _TrackingBatchSampler(Sampler[list[Any]]):
 
     def __len__(self) -> int:
         return len(self.inner)
-
-
-def trivial_batch_collator(batch: list[Any]) -> list[Any]:
-    """A ``collate_fn`` returning the batch as the list of samples it is."""
-    return batch
 
 
 class ResumableLoader:

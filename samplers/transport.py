@@ -181,6 +181,13 @@ class ChainedWorkerInit:
         self.then(worker_id)
 
 
+def trivial_batch_collator(batch: list[Any]) -> list[Any]:
+    """A ``collate_fn`` returning the batch as the list of samples it is (the default; with it,
+    ``DatasetMapper`` resizes images straight into the batch's slab, which a collate that
+    copies them would waste)."""
+    return batch
+
+
 @value_class
 class _Fetched:
     """Samples of one batch from WorkerDataset to TransportCollate (in a worker)."""
@@ -385,7 +392,8 @@ class LoaderTransport:
             self._sampler = TicketedBatchSampler(batch_sampler, self.pool)
             batch_sampler = self._sampler
         writer = self.pool.writer if self.pool is not None else None
-        return {"dataset": WorkerDataset(dataset, self.board, writer), "batch_sampler": batch_sampler,
+        placing = writer if collate_fn is trivial_batch_collator else None
+        return {"dataset": WorkerDataset(dataset, self.board, placing), "batch_sampler": batch_sampler,
                 "collate_fn": TransportCollate(collate_fn, writer, self.board),
                 "pin_memory": self.pin_memory and self.pool is None, "timeout": self.timeout}
 

@@ -488,9 +488,9 @@ def test_dataset_mapper_images_are_resized_straight_into_the_slab(tmp_path):
                         "width": 30, "annotations": [
                             {"bbox": [1, 2, 10, 8], "bbox_mode": 1, "category_id": i % 3}]})
 
-    def loader(transport):
+    def loader(transport, **options):
         return build_detection_train_loader(records, mapper=_PlacingMapper(), total_batch_size=4,
-                                            num_workers=1, seed=0, transport=transport)
+                                            num_workers=1, seed=0, transport=transport, **options)
 
     def canonical(batch):  # Boxes by their tensor
         return _canonical([dict(s, instances={k: getattr(v, "tensor", v) for k, v in
@@ -503,3 +503,5 @@ def test_dataset_mapper_images_are_resized_straight_into_the_slab(tmp_path):
         assert sample.pop("placed") == (sample["image"].shape[1] > sample["height"])
     assert not any(s.pop("placed") for b in plain for s in b)
     assert [canonical(b) for b in slab] == [canonical(b) for b in plain]  # the same batches
+    own = [b for b in itertools.islice(loader("slab", collate_fn=lambda b: list(b)), 2)]
+    assert not any(s["placed"] for b in own for s in b)  # a collate of one's own may copy them
