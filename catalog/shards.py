@@ -1,5 +1,5 @@
 """Shards: a registered dataset as WebDataset-compatible tar shards plus a sidecar index, and
-back into the catalog from a local directory or an ``s3://`` URL.
+back into the catalog from a local directory or an ``s3://``, ``gs://`` or ``http(s)://`` URL.
 
 Layout of ``out_dir``:
 
@@ -19,7 +19,7 @@ columns) under ``.parts/``; a rerun keeps a shard whose fingerprint (records, im
 mtimes) and file SHA-256 still match. :func:`register_shards` registers the records (each
 ``file_name`` becomes ``<url>/<shard>#<key>.<ext>``) and the metadata, and adds a
 :class:`~catalog.storage.shard_cache.ShardReader` to ``SHARD_SOURCES``, through which
-``mappers.read_image`` reads the image bytes (local directory in place; ``s3://`` through the
+``mappers.read_image`` reads the image bytes (local directory in place; a URL through the
 node-local shard cache).
 """
 
@@ -503,8 +503,9 @@ def _load_reader_columns(location: str, identity: str, cache: ShardCache | None)
 def register_shards(name: str, url: str | os.PathLike[str], *, metadata: bool = True,
                     cache_dir: str | os.PathLike[str] | None = None,
                     max_cache_bytes: int = 64 << 30, max_concurrency: int = 8) -> ShardIndex:
-    """Register the shards at ``url`` (a directory, or ``s3://bucket/prefix`` with endpoint
-    and credentials from the AWS environment variables) as dataset ``name``; its metadata is
+    """Register the shards at ``url`` (a directory, ``s3://bucket/prefix`` with endpoint and
+    credentials from the AWS environment variables, ``gs://bucket/prefix`` with Google's
+    application default credentials, or ``http(s)://``) as dataset ``name``; its metadata is
     set from the index. Remote shards are read through a node-local cache under
     ``cache_dir`` (default ``$CATMAP_CACHE_DIR/shards``) of at most ``max_cache_bytes``.
     DataLoader workers (fork, spawn or forkserver) read the images; the records are cached on
