@@ -21,7 +21,8 @@ Measured side by side in one run:
 7. ``fetch``: the S3 clients on the same objects of a moto S3 server on 127.0.0.1 (boto3 as
    catmap's ``_stream`` uses it, s3fs, obstore; each where installed): MB/s downloading
    ``--fetch-big`` objects of ``--fetch-big-mb`` MB, one at a time and ``--fetch-threads`` at
-   once, and ms per object for ``--fetch-small`` objects of ``--fetch-small-kb`` KB.
+   once, ms per object for ``--fetch-small`` objects of ``--fetch-small-kb`` KB, and whether
+   the client still works in a process forked after it was used (DataLoader workers).
 
 Usage::
 
@@ -38,6 +39,8 @@ import itertools
 import json
 import logging
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -240,35 +243,68 @@ def _stage_resume(samples: int, shards: int) -> dict[str, float]:
 _STAGES = ("throughput", "first_batch", "big_index", "resume", "shuffle", "fetch")
 
 
-def _fetchers(endpoint: str) -> dict[str, Callable[[str, str], bytes]]:
-    """``get(bucket, key) -> bytes`` of each S3 client installed here."""
+def _boto3_client(endpoint: str) -> Callable[[str, str], bytes]:
     import boto3
     from botocore.config import Config
 
     client = boto3.session.Session().client("s3", endpoint_url=endpoint, config=Config(
         retries={"mode": "adaptive", "total_max_attempts": 8}, max_pool_connections=32))
 
-    def boto3_get(bucket: str, key: str) -> bytes:  # as catalog.storage.shard_cache._stream
-        body = client.get_object(Bucket=bucket, Key=key)["Body"]
-        return b"".join(body.iter_chunks(1 << 20))
-    out = {"boto3": boto3_get}
-    if importlib.util.find_spec("s3fs"):
-        import s3fs
+    def get(bucket: str, key: str) -> bytes:  # as catalog.storage.shard_cache._stream
+        return b"".join(client.get_object(Bucket=bucket, Key=key)["Body"].iter_chunks(1 << 20))
+    return get
 
-        fs = s3fs.S3FileSystem(endpoint_url=endpoint, default_block_size=1 << 20)
-        out["s3fs"] = lambda bucket, key: fs.cat_file(f"{bucket}/{key}")
-    if importlib.util.find_spec("obstore"):
-        import obstore
-        from obstore.store import S3Store
 
-        stores: dict[str, Any] = {}
+def _s3fs_client(endpoint: str) -> Callable[[str, str], bytes]:
+    import s3fs
 
-        def obstore_get(bucket: str, key: str) -> bytes:
-            store = stores.get(bucket) or stores.setdefault(bucket, S3Store(
-                bucket, endpoint=endpoint, client_options={"allow_http": True}))
-            return b"".join(obstore.get(store, key).stream(1 << 20))
-        out["obstore"] = obstore_get
-    return out
+    fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
+    return lambda bucket, key: fs.cat_file(f"{bucket}/{key}")
+
+
+def _obstore_client(endpoint: str) -> Callable[[str, str], bytes]:
+    import obstore
+    from obstore.store import S3Store
+
+    stores: dict[str, Any] = {}
+
+    def get(bucket: str, key: str) -> bytes:
+        store = stores.get(bucket) or stores.setdefault(bucket, S3Store(
+            bucket, endpoint=endpoint, client_options={"allow_http": True}))
+        return b"".join(obstore.get(store, key).stream(1 << 20))
+    return get
+
+
+#: ``client(endpoint) -> get(bucket, key) -> bytes`` of each S3 client measured
+_CLIENTS = {"boto3": _boto3_client, "s3fs": _s3fs_client, "obstore": _obstore_client}
+
+
+_FORK_CHECK = """
+import multiprocessing, sys
+from tools.bench_shards import _CLIENTS
+name, endpoint, bucket, key = sys.argv[1:]
+_CLIENTS[name](endpoint)(bucket, key)  # used here first, as by register_shards
+child = multiprocessing.get_context("fork").Process(
+    target=lambda: _CLIENTS[name](endpoint)(bucket, key))
+child.start()
+child.join(20)
+if child.is_alive():
+    child.kill()
+sys.exit(0 if child.exitcode == 0 else 3)
+"""
+
+
+def _works_after_fork(name: str, endpoint: str, bucket: str, key: str) -> bool:
+    """Whether a new client made in a process forked after its parent used one (a
+    DataLoader worker started by fork) gets an object within 20 s (checked in a separate
+    interpreter: a client broken by fork may crash the process)."""
+    root = str(Path(__file__).resolve().parents[1])
+    try:
+        done = subprocess.run([sys.executable, "-c", _FORK_CHECK, name, endpoint, bucket, key],
+                              cwd=root, capture_output=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0
 
 
 def _stage_fetch(big: int, big_mb: float, small: int, small_kb: float, threads: int,
@@ -298,7 +334,11 @@ def _stage_fetch(big: int, big_mb: float, small: int, small_kb: float, threads: 
                 client.put_object(Bucket="bench", Key=key, Body=rng.bytes(sizes[kind]))
         results: dict[str, Any] = {"objects": {k: len(v) for k, v in objects.items()},
                                    "sizes": sizes, "threads": threads, "rounds": rounds}
-        for name, get in _fetchers(endpoint).items():
+        for name, client in _CLIENTS.items():
+            if not importlib.util.find_spec(name):
+                results[name] = "not installed"
+                continue
+            get = client(endpoint)
             get("bench", objects["small"][0] if small else objects["big"][0])  # connect
             best: dict[str, float] = {}
             for _ in range(rounds):  # the best of ``rounds``: the server is shared
@@ -316,7 +356,8 @@ def _stage_fetch(big: int, big_mb: float, small: int, small_kb: float, threads: 
                         else ("small_ms_per_object", 1000 * elapsed / len(keys))
                     better = max if kind == "big" else min
                     best[figure] = round(better(best.get(figure, value), value), 2)
-            results[name] = best
+            results[name] = {**best, "works_in_a_forked_child": _works_after_fork(
+                name, endpoint, "bench", objects["small"][0] if small else objects["big"][0])}
         return results
     finally:
         server.stop()
