@@ -217,7 +217,8 @@ class MappedFile:
             self.check = None
             if verify:  # the offsets and columns now, the record buffer chunk by chunk
                 self.check = ChunkCheck(mapping, start, payload_len, size, crcs, where, path, st)
-                self.check(table[1][1], payload_len, remove=False)  # the caller discards
+                first = min(offset for _, offset, _ in table[1:])  # all but the buffer
+                self.check(first, payload_len, remove=False)  # a damaged entry: the caller's
             self.arrays: dict[str, np.ndarray] = {}
             for name, offset, count in table:
                 self.arrays[name] = np.frombuffer(mapping, dtype=_ARRAYS[name], count=count,
@@ -287,9 +288,6 @@ class ChunkCheck:
             st = os.stat(self.path, follow_symlinks=False) if self.path else None
             if st is not None and (st.st_dev, st.st_ino) == self.file:
                 os.unlink(self.path)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        raise TypeError("a ChunkCheck belongs to its mapping; it is not pickled")
 
 
 def remap(
