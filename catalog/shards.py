@@ -1,5 +1,5 @@
 """Shards: a registered dataset as WebDataset-compatible tar shards plus a sidecar index, and
-back into the catalog from a local directory or an ``s3://`` URL.
+back into the catalog from a local directory or an ``s3://``, ``gs://`` or ``http(s)://`` URL.
 
 Layout of ``out_dir``:
 
@@ -19,7 +19,7 @@ columns) under ``.parts/``; a rerun keeps a shard whose fingerprint (records, im
 mtimes) and file SHA-256 still match. :func:`register_shards` registers the records (each
 ``file_name`` becomes ``<url>/<shard>#<key>.<ext>``) and the metadata, and adds a
 :class:`~catalog.storage.shard_cache.ShardReader` to ``SHARD_SOURCES``, through which
-``mappers.read_image`` reads the image bytes (local directory in place; ``s3://`` through the
+``mappers.read_image`` reads the image bytes (local directory in place; a URL through the
 node-local shard cache).
 """
 
@@ -47,8 +47,8 @@ import msgspec
 import numpy as np
 
 from .dataset_catalog import DatasetCatalog
-from ._common import gc_paused
 from .metadata import MetadataCatalog
+from .storage.records import SerializedList
 from .storage.shard_cache import (
     SHARD_SOURCES,
     ShardCache,
@@ -150,14 +150,30 @@ class ShardIndex:
     @functools.cached_property
     def records(self) -> list[dict[str, Any]]:
         """The records (decoded on first use: registering needs only the columns)."""
-        try:
-            decoder = msgspec.msgpack.Decoder(list[dict[str, Any]])
-            records = [r for chunk in self.raw_records for r in decoder.decode(chunk)]
-        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
-            raise _corrupt(self.url, f"bad records ({exc})") from exc
-        if len(records) != len(self):
-            raise _corrupt(self.url, f"{len(records)} records for {len(self)} samples")
-        return records
+        return list(self.iter_records())
+
+    def iter_records(self, prefix: str | None = None) -> Iterator[dict[str, Any]]:
+        """The records, decoded a chunk at a time; with ``prefix``, each ``file_name`` is
+        ``<prefix><shard>#<key>.<ext>``, what :func:`register_shards` registers."""
+        decoder, count = msgspec.msgpack.Decoder(list[dict[str, Any]]), 0
+        names = [s.name for s in self.shards]
+        for chunk in self.raw_records:
+            try:
+                records = decoder.decode(chunk)
+            except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+                raise _corrupt(self.url, f"bad records ({exc})") from exc
+            if count + len(records) > len(self):
+                break
+            if prefix is not None:
+                stop = count + len(records)
+                shards = self.columns["shard"][count:stop].tolist()
+                exts = self.columns["ext"][count:stop].tolist()
+                for i, (record, shard, ext) in enumerate(zip(records, shards, exts), count):
+                    record["file_name"] = f"{prefix}{names[shard]}#{i:09d}.{self.ext_names[ext]}"
+            count += len(records)
+            yield from records
+        if count != len(self):
+            raise _corrupt(self.url, f"more or fewer records than the {len(self)} samples")
 
     def category_ids(self, index: int) -> np.ndarray:
         """The category ids of sample ``index``'s annotations."""
@@ -465,17 +481,12 @@ def _registered_index(location: str, identity: str, cache: ShardCache | None) ->
     return path, data
 
 
-def _shard_records(location: str, prefix: str, identity: str,
-                   cache: ShardCache | None) -> list[dict[str, Any]]:
-    """The loader of a registered shard dataset: records from the sidecar alone."""
+def _shard_records(location: str, prefix: str, identity: str, cache: ShardCache | None,
+                   name: str | None = None) -> SerializedList:
+    """The loader of a registered shard dataset: records from the sidecar alone, serialized
+    a chunk at a time (never all of them as Python objects at once)."""
     index = _decode_index(_registered_index(location, identity, cache)[1], location)
-    with gc_paused(promote=True):  # millions of small objects: no collection passes
-        records, names = index.records, [s.name for s in index.shards]
-        exts = [index.ext_names[c] for c in index.columns["ext"].tolist()]
-        for i, (record, shard, ext) in enumerate(zip(records, index.columns["shard"].tolist(),
-                                                     exts)):
-            record["file_name"] = f"{prefix}{names[shard]}#{i:09d}.{ext}"  # <shard>#<key>.<ext>
-    return records
+    return SerializedList(index.iter_records(prefix), name=name)
 
 
 def _reader_columns(index: ShardIndex) -> tuple[list[str], list[str], dict[str, np.ndarray]]:
@@ -492,8 +503,9 @@ def _load_reader_columns(location: str, identity: str, cache: ShardCache | None)
 def register_shards(name: str, url: str | os.PathLike[str], *, metadata: bool = True,
                     cache_dir: str | os.PathLike[str] | None = None,
                     max_cache_bytes: int = 64 << 30, max_concurrency: int = 8) -> ShardIndex:
-    """Register the shards at ``url`` (a directory, or ``s3://bucket/prefix`` with endpoint
-    and credentials from the AWS environment variables) as dataset ``name``; its metadata is
+    """Register the shards at ``url`` (a directory, ``s3://bucket/prefix`` with endpoint and
+    credentials from the AWS environment variables, ``gs://bucket/prefix`` with Google's
+    application default credentials, or ``http(s)://``) as dataset ``name``; its metadata is
     set from the index. Remote shards are read through a node-local cache under
     ``cache_dir`` (default ``$CATMAP_CACHE_DIR/shards``) of at most ``max_cache_bytes``.
     DataLoader workers (fork, spawn or forkserver) read the images; the records are cached on
@@ -518,7 +530,7 @@ def register_shards(name: str, url: str | os.PathLike[str], *, metadata: bool = 
             raise ShardNotFoundError(f"shard index {index_file}: {exc}", url=location) from exc
     index, prefix = _decode_index(data, location), location + "/"
     DatasetCatalog.register(name, functools.partial(_shard_records, location, prefix, identity,
-                                                    cache), source_files=[index_file],
+                                                    cache, name), source_files=[index_file],
                             cache_key={"format": FORMAT, "prefix": prefix, "index": identity})
     if metadata and index.metadata:
         MetadataCatalog.get(name).set(**index.metadata)

@@ -18,8 +18,9 @@ def test_bench_shards_reports_every_stage(tmp_path):
     results = main(["--images", "40", "--shard-size", "10", "--batches", "2", "--batch-size",
                     "4", "--workers", "0", "--shards", "5", "--resume-samples", "10000",
                     "--resume-shards", "10", "--index-samples", "2000", "--index-shards",
-                    "100", "--index-workers", "1", "--dir", str(tmp_path / "work"), "--json",
-                    str(out)])
+                    "100", "--index-workers", "1", "--fetch-big", "2", "--fetch-big-mb", "0.25",
+                    "--fetch-small", "3", "--fetch-small-kb", "4", "--fetch-rounds", "1",
+                    "--dir", str(tmp_path / "work"), "--json", str(out)])
     assert json.loads(out.read_text()) == results
     assert results["write"]["images"] == 40
     for loader in ("catmap", "webdataset"):
@@ -36,6 +37,11 @@ def test_bench_shards_reports_every_stage(tmp_path):
     for loader in ("catmap", "webdataset"):
         assert -1 <= shuffle[loader]["position_index_correlation"] <= 1
         assert 1 <= shuffle[loader]["distinct_shards_per_64"] <= 4  # 4 shards in all
+    fetch = results["fetch"]
+    if "skipped" not in fetch:  # moto and boto3 are test extras
+        assert fetch["objects"] == {"big": 2, "small": 3}
+        assert fetch["boto3"]["big_mb_per_s_1_thread"] > 0
+        assert fetch["boto3"]["small_ms_per_object"] > 0
 
 
 def test_shuffle_quality_tells_an_ordered_pass_from_a_shuffled_one():

@@ -17,22 +17,34 @@ Measured side by side in one run:
    samples in ``--resume-shards`` shards, plus the first index;
 6. ``shuffle``: shuffle quality of one pass, catmap's window order against webdataset's
    buffer shuffle with the same number of samples in memory: Pearson correlation between
-   position and original index (0 is ideal) and distinct shards among 64 consecutive samples.
+   position and original index (0 is ideal) and distinct shards among 64 consecutive samples;
+7. ``fetch``: the S3 clients on the same objects of a moto S3 server on 127.0.0.1 (boto3 as
+   catmap's ``_stream`` uses it, s3fs, obstore; each where installed): MB/s downloading
+   ``--fetch-big`` objects of ``--fetch-big-mb`` MB, one at a time and ``--fetch-threads`` at
+   once, ms per object for ``--fetch-small`` objects of ``--fetch-small-kb`` KB, and whether
+   the client still works in a process forked after it was used (DataLoader workers).
 
 Usage::
 
     python -m tools.bench_shards                          # defaults below
     python -m tools.bench_shards --images 200 --batches 5 --shards 10 100 --workers 1  # quick
+    python -m tools.bench_shards --stages fetch                                         # clients
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
+import logging
 import os
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +240,129 @@ def _stage_resume(samples: int, shards: int) -> dict[str, float]:
             "resume_ms_first": times[0], "resume_ms": min(times[1:])}
 
 
+_STAGES = ("throughput", "first_batch", "big_index", "resume", "shuffle", "fetch")
+
+
+def _boto3_client(endpoint: str) -> Callable[[str, str], bytes]:
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.session.Session().client("s3", endpoint_url=endpoint, config=Config(
+        retries={"mode": "adaptive", "total_max_attempts": 8}, max_pool_connections=32))
+
+    def get(bucket: str, key: str) -> bytes:  # as catalog.storage.shard_cache._stream
+        return b"".join(client.get_object(Bucket=bucket, Key=key)["Body"].iter_chunks(1 << 20))
+    return get
+
+
+def _s3fs_client(endpoint: str) -> Callable[[str, str], bytes]:
+    import s3fs
+
+    fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
+    return lambda bucket, key: fs.cat_file(f"{bucket}/{key}")
+
+
+def _obstore_client(endpoint: str) -> Callable[[str, str], bytes]:
+    import obstore
+    from obstore.store import S3Store
+
+    stores: dict[str, Any] = {}
+
+    def get(bucket: str, key: str) -> bytes:
+        store = stores.get(bucket) or stores.setdefault(bucket, S3Store(
+            bucket, endpoint=endpoint, client_options={"allow_http": True}))
+        return b"".join(obstore.get(store, key).stream(1 << 20))
+    return get
+
+
+#: ``client(endpoint) -> get(bucket, key) -> bytes`` of each S3 client measured
+_CLIENTS = {"boto3": _boto3_client, "s3fs": _s3fs_client, "obstore": _obstore_client}
+
+
+_FORK_CHECK = """
+import multiprocessing, sys
+from tools.bench_shards import _CLIENTS
+name, endpoint, bucket, key = sys.argv[1:]
+_CLIENTS[name](endpoint)(bucket, key)  # used here first, as by register_shards
+child = multiprocessing.get_context("fork").Process(
+    target=lambda: _CLIENTS[name](endpoint)(bucket, key))
+child.start()
+child.join(20)
+if child.is_alive():
+    child.kill()
+sys.exit(0 if child.exitcode == 0 else 3)
+"""
+
+
+def _works_after_fork(name: str, endpoint: str, bucket: str, key: str) -> bool:
+    """Whether a new client made in a process forked after its parent used one (a
+    DataLoader worker started by fork) gets an object within 20 s (checked in a separate
+    interpreter: a client broken by fork may crash the process)."""
+    root = str(Path(__file__).resolve().parents[1])
+    try:
+        done = subprocess.run([sys.executable, "-c", _FORK_CHECK, name, endpoint, bucket, key],
+                              cwd=root, capture_output=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0
+
+
+def _stage_fetch(big: int, big_mb: float, small: int, small_kb: float, threads: int,
+                 rounds: int) -> dict[str, Any]:
+    if not (importlib.util.find_spec("moto") and importlib.util.find_spec("boto3")):
+        return {"skipped": "needs moto[server] and boto3 (pip install -e '.[test]')"}
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                           "AWS_DEFAULT_REGION": "us-east-1"}.items():
+            os.environ.setdefault(key, value)
+        client = boto3.client("s3", endpoint_url=endpoint)
+        client.create_bucket(Bucket="bench")
+        rng = np.random.default_rng(0)
+        objects = {"big": [f"big/{i:04d}" for i in range(big)],
+                   "small": [f"small/{i:05d}" for i in range(small)]}
+        sizes = {"big": int(big_mb * 2**20), "small": int(small_kb * 2**10)}
+        for kind, keys in objects.items():
+            for key in keys:
+                client.put_object(Bucket="bench", Key=key, Body=rng.bytes(sizes[kind]))
+        results: dict[str, Any] = {"objects": {k: len(v) for k, v in objects.items()},
+                                   "sizes": sizes, "threads": threads, "rounds": rounds}
+        for name, client in _CLIENTS.items():
+            if not importlib.util.find_spec(name):
+                results[name] = "not installed"
+                continue
+            get = client(endpoint)
+            get("bench", objects["small"][0] if small else objects["big"][0])  # connect
+            best: dict[str, float] = {}
+            for _ in range(rounds):  # the best of ``rounds``: the server is shared
+                for kind, pool in (("big", 1), ("big", threads), ("small", 1)):
+                    keys = objects[kind]
+                    if not keys:
+                        continue
+                    start = time.perf_counter()
+                    with ThreadPoolExecutor(pool) as workers:
+                        got = list(workers.map(lambda k: len(get("bench", k)), keys))
+                    elapsed = time.perf_counter() - start
+                    assert got == [sizes[kind]] * len(keys), name
+                    figure, value = (f"big_mb_per_s_{pool}_thread{'s' * (pool > 1)}",
+                                     len(keys) * sizes[kind] / 2**20 / elapsed) if kind == "big" \
+                        else ("small_ms_per_object", 1000 * elapsed / len(keys))
+                    better = max if kind == "big" else min
+                    best[figure] = round(better(best.get(figure, value), value), 2)
+            results[name] = {**best, "works_in_a_forked_child": _works_after_fork(
+                name, endpoint, "bench", objects["small"][0] if small else objects["big"][0])}
+        return results
+    finally:
+        server.stop()
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the stages; print and return the figures."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
@@ -245,21 +380,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--index-workers", type=int, default=2)
     parser.add_argument("--resume-samples", type=int, default=10_000_000)
     parser.add_argument("--resume-shards", type=int, default=10_000)
+    parser.add_argument("--fetch-big", type=int, default=20, help="big objects (fetch stage)")
+    parser.add_argument("--fetch-big-mb", type=float, default=8.0)
+    parser.add_argument("--fetch-small", type=int, default=200, help="small objects")
+    parser.add_argument("--fetch-small-kb", type=float, default=64.0)
+    parser.add_argument("--fetch-threads", type=int, default=4)
+    parser.add_argument("--fetch-rounds", type=int, default=3)
+    parser.add_argument("--stages", nargs="+", default=list(_STAGES), choices=_STAGES,
+                        help="stages to run")
     parser.add_argument("--dir", type=Path, default=None, help="work directory (default: tmp)")
     add_json_argument(parser)
     args = parser.parse_args(argv)
     work = args.dir or Path(tempfile.mkdtemp(prefix="bench_shards_"))
     results: dict[str, Any] = {"cpus": os.cpu_count()}
-    shapes = generate_shapes_dataset(work / "shapes", num_images=args.images)
-    source = register_shapes_dataset("bench_shards_source", shapes)
-    start = time.perf_counter()
-    write_shards(source, work / "shards", shard_size=args.shard_size)
-    results["write"] = {"images": args.images, "seconds": round(time.perf_counter() - start, 2)}
-    index = register_shards("bench_shards", work / "shards")
-    sizes = [s.count for s in index.shards]
-    urls = [str(work / "shards" / s.name) for s in index.shards]
-    results["throughput"] = {}
-    for workers in args.workers:
+    stages = set(args.stages)
+    if stages & {"throughput", "first_batch", "big_index", "shuffle"}:
+        shapes = generate_shapes_dataset(work / "shapes", num_images=args.images)
+        source = register_shapes_dataset("bench_shards_source", shapes)
+        start = time.perf_counter()
+        write_shards(source, work / "shards", shard_size=args.shard_size)
+        results["write"] = {"images": args.images,
+                            "seconds": round(time.perf_counter() - start, 2)}
+        index = register_shards("bench_shards", work / "shards")
+        sizes = [s.count for s in index.shards]
+        urls = [str(work / "shards" / s.name) for s in index.shards]
+    if "throughput" in stages:
+        results["throughput"] = {}
+    for workers in args.workers if "throughput" in stages else ():
         buffer = args.window * args.shard_size
         results["throughput"][f"{workers}_workers"] = {
             "catmap": _timed_batches(_catmap_loader("bench_shards", sizes, workers,
@@ -268,13 +415,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "webdataset": _timed_batches(_webdataset_loader(urls, workers, args.batch_size,
                                                             buffer), args.batches,
                                          args.batch_size)}
-    results["first_batch"] = _stage_first_batch(source, args.shards, work, args.batch_size)
-    if args.index_samples:
+    if "first_batch" in stages:
+        results["first_batch"] = _stage_first_batch(source, args.shards, work, args.batch_size)
+    if args.index_samples and "big_index" in stages:
         results["big_index"] = _stage_big_index(source, work / "big", args.index_samples,
                                                 args.index_shards, args.batch_size,
                                                 args.index_workers)
-    results["resume"] = _stage_resume(args.resume_samples, args.resume_shards)
-    results["shuffle"] = _stage_shuffle(urls, sizes, args.window)
+    if "resume" in stages:
+        results["resume"] = _stage_resume(args.resume_samples, args.resume_shards)
+    if "shuffle" in stages:
+        results["shuffle"] = _stage_shuffle(urls, sizes, args.window)
+    if "fetch" in stages:
+        results["fetch"] = _stage_fetch(args.fetch_big, args.fetch_big_mb, args.fetch_small,
+                                        args.fetch_small_kb, args.fetch_threads,
+                                        args.fetch_rounds)
     print(json.dumps(results, indent=2))
     write_json_results(args.json_out, results)
     return results

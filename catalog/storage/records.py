@@ -321,7 +321,8 @@ class SerializedList(Sequence):
                        name or "a dataset", self.nbytes / 2**20)
 
     def _set(self, buffer: np.ndarray, ends: np.ndarray, columns: RecordColumns, name: str | None,
-             reopen: Callable[[], SerializedList] | None, owner: Any) -> None:  # fmt: skip
+             reopen: Callable[[], SerializedList] | None, owner: Any,
+             check: Callable[[int, int], None] | None = None) -> None:  # fmt: skip
         buffer, ends = np.asarray(buffer, np.uint8).view(), np.asarray(ends, np.int64).view()
         if len(ends) != len(columns.heights):
             raise ValueError(f"{len(ends)} record offsets but {len(columns.heights)} column rows")
@@ -332,25 +333,33 @@ class SerializedList(Sequence):
         self.name = name
         buffer.flags.writeable = ends.flags.writeable = False  # views: the caller keeps its own
         self._buffer, self._ends, self._columns = buffer, ends, columns
-        self._reopen, self._owner = reopen, owner
+        self._reopen, self._owner, self._check = reopen, owner, check
 
     @classmethod
     def from_arrays(
         cls, buffer: np.ndarray, ends: np.ndarray, columns: RecordColumns, *,
         name: str | None = None, reopen: Callable[[], SerializedList] | None = None,
-        owner: Any = None,
+        owner: Any = None, check: Callable[[int, int], None] | None = None,
     ) -> SerializedList:  # fmt: skip
         """A list over existing arrays (shared memory, a mapped file), without copying.
 
         ``reopen``: a picklable callable giving the same list in another process (sent to
-        spawn workers instead of the arrays); ``owner``: kept alive with the list.
+        spawn workers instead of the arrays); ``owner``: kept alive with the list;
+        ``check(start, stop)``: called before buffer bytes ``[start, stop)`` are read (a
+        mapped file's lazy checksums; it raises for damaged bytes).
         """
         self = cls.__new__(cls)
-        self._set(buffer, ends, columns, name, reopen, owner)
+        self._set(buffer, ends, columns, name, reopen, owner, check)
         return self
 
-    #: the read-only uint8 buffer of the encoded records, and each record's int64 end offset
-    buffer = property(lambda self: self._buffer)
+    @property
+    def buffer(self) -> np.ndarray:
+        """The read-only uint8 buffer of the encoded records (all of it checked first)."""
+        if self._check is not None:
+            self._check(0, len(self._buffer))
+        return self._buffer
+
+    #: each record's int64 end offset
     ends = property(lambda self: self._ends)
     columns = property(lambda self: self._columns)
     #: what keeps the arrays alive (a mapped file, shared memory), or None
@@ -363,9 +372,11 @@ class SerializedList(Sequence):
         return len(self._ends)
 
     def _load(self, i: int) -> Any:
-        ends = self._ends
+        start, stop = int(self._ends[i - 1]) if i else 0, int(self._ends[i])
+        if self._check is not None:
+            self._check(start, stop)
         try:
-            return _DECODER.decode(self._buffer[int(ends[i - 1]) if i else 0 : int(ends[i])])
+            return _DECODER.decode(self._buffer[start:stop])
         except (msgspec.DecodeError, ValueError) as exc:
             raise RecordFormatError(f"dataset {self.name!r}, record {i}: damaged ({exc})") from exc
 
@@ -444,7 +455,7 @@ class SerializedList(Sequence):
     # ------------------------------------------------------------------ pickling
     def __reduce__(self) -> tuple[Any, ...]:
         # plain pickling (saving, another machine): a copy of the data
-        return (_from_bytes, (self._buffer.tobytes(), self._ends, self._columns, self.name))
+        return (_from_bytes, (self.buffer.tobytes(), self._ends, self._columns, self.name))
 
     def _reduce_for_multiprocessing(self) -> tuple[Any, ...]:
         # to spawn / forkserver workers: re-map the same file, or attach to shared memory
@@ -458,7 +469,7 @@ class SerializedList(Sequence):
         if isinstance(self._owner, _SharedTensors):
             return self._owner.tensors
         tensors = []
-        for arr in (self._buffer, self._ends, *self._columns.arrays()):
+        for arr in (self.buffer, self._ends, *self._columns.arrays()):
             # at least one element, so that an empty array is in shared memory too
             t = torch.from_numpy(np.resize(arr, max(arr.size, 1))).share_memory_()[: arr.size]
             tensors.append(t)

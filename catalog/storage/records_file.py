@@ -3,17 +3,22 @@ file), memory-mapped back so every process shares the same pages.
 
 Layout (little-endian)::
 
-    0   magic b"CATMAPR1", u64 header length, u64 payload length, u32 CRC-32 of the rest
-    28  header: msgpack (data-only) dict: name, num_records, key, extra, created, arrays
+    0   magic b"CATMAPR2", u64 header length, u64 payload length, u32 CRC-32 of the header
+    28  header: msgpack (data-only) dict: name, num_records, key, extra, created, arrays,
+        chunk_size and chunk_crcs (the CRC-32 of each chunk_size bytes of the payload, u32)
     ... zero padding to 4096 bytes, then the payload: the record buffer, its offsets and the
         five column arrays, each on a 64-byte boundary
 
-The CRC-32 covers everything after the preamble (it catches torn files, not attackers: the
-cache directory is private). Files are replaced by rename, never truncated in place.
+A verified open checks the header and the chunks of the offsets and columns (read whole by
+samplers and filters); a chunk of the record buffer is checked the first time a record in it
+is read in the process (:class:`ChunkCheck`), so opening costs the same at any size. The
+checksums catch torn and damaged files, not attackers: the cache directory is private. Files
+are replaced by rename, never truncated in place.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import mmap
@@ -28,16 +33,17 @@ from typing import Any, BinaryIO
 import msgspec
 import numpy as np
 
-from .._common import CacheError
+from .._common import CacheError, CatmapErrorWithFields
 from ..version import __version__
 from .records import RecordColumns, SerializedList, decode, encode
 
-__all__ = ["CacheCorruptError", "MappedFile", "UnsafeEntryError", "foreign", "open_entry",
-           "read_header", "write_records"]
+__all__ = ["CacheCorruptError", "ChunkCheck", "MappedFile", "RecordsChunkError",
+           "UnsafeEntryError", "foreign", "open_entry", "read_header", "write_records"]
 
 logger = logging.getLogger(__name__)
 
-_MAGIC = b"CATMAPR1"
+_MAGIC = b"CATMAPR2"
+_CHUNK = 1 << 20  # bytes of payload a checksum covers
 _PREAMBLE = struct.Struct("<8sQQI")
 _PAYLOAD_ALIGN = 4096
 _ARRAY_ALIGN = 64
@@ -52,6 +58,12 @@ class CacheCorruptError(CacheError):
     """A records file failed its checks (truncated, wrong checksum, malformed header)."""
 
 
+class RecordsChunkError(CacheCorruptError, CatmapErrorWithFields):
+    """A chunk of a records file's payload failed its checksum when first read."""
+
+    field_names = ("path", "chunk")
+
+
 class UnsafeEntryError(CacheError):
     """A cache path is not a regular file of this user that others cannot write (a FIFO,
     symlink, directory, another user's file): it is not read."""
@@ -63,7 +75,7 @@ def _align(value: int, alignment: int) -> int:
 
 def write_records(out: BinaryIO, records: SerializedList, *, key: Mapping[str, Any] | None = None,
                   extra: Mapping[str, Any] | None = None) -> int:
-    """Write ``records`` and the data-only ``extra`` dict to a seekable binary file; returns
+    """Write ``records`` and the data-only ``extra`` dict to a binary file; returns
     the bytes written (TypeError when ``key`` or ``extra`` is not data).
 
     Example:
@@ -73,34 +85,34 @@ def write_records(out: BinaryIO, records: SerializedList, *, key: Mapping[str, A
         True
     """
     arrays = [records.buffer, records.ends, *records.columns.arrays()]
-    table, offset = [], 0
+    table, pieces, offset = [], [], 0
     for name, arr in zip(_ARRAYS, arrays, strict=True):
-        offset = _align(offset, _ARRAY_ALIGN)
+        pieces.append(bytes(_align(offset, _ARRAY_ALIGN) - offset))
+        offset += len(pieces[-1])
         table.append([name, offset, int(arr.size)])
+        pieces.append(memoryview(np.ascontiguousarray(arr, _ARRAYS[name])).cast("B"))
         offset += int(arr.nbytes)
+    crcs, crc, filled = [], 0, 0
+    for piece in pieces:
+        while len(piece):
+            take = min(_CHUNK - filled, len(piece))
+            crc, filled, piece = zlib.crc32(piece[:take], crc), filled + take, piece[take:]
+            if filled == _CHUNK:
+                crcs.append(crc)
+                crc = filled = 0
+    crcs += [crc] if filled else []
     header = encode({
         "name": (key or {}).get("name", records.name), "num_records": len(records),
         "key": dict(key or {}),
         "extra": dict(extra or {}), "created": time.time(), "version": __version__,
-        "arrays": table,
+        "arrays": table, "chunk_size": _CHUNK, "chunk_crcs": np.array(crcs, "<u4").tobytes(),
     })  # fmt: skip
     start = _align(_PREAMBLE.size + len(header), _PAYLOAD_ALIGN)
-    out.write(bytes(_PREAMBLE.size))
-    pieces = [(_PREAMBLE.size, header)]
-    for (name, array_offset, _), arr in zip(table, arrays, strict=True):
-        raw = memoryview(np.ascontiguousarray(arr, _ARRAYS[name])).cast("B")
-        pieces.append((start + array_offset, raw))
-    crc = 0
-    position = _PREAMBLE.size
-    for piece_offset, piece in pieces:
-        for chunk in (bytes(piece_offset - position), piece):
-            out.write(chunk)
-            crc = zlib.crc32(chunk, crc)
-        position = piece_offset + len(piece)
-    out.seek(0)
-    out.write(_PREAMBLE.pack(_MAGIC, len(header), position - start, crc))
-    out.seek(0, os.SEEK_END)
-    return position
+    head = header + bytes(start - _PREAMBLE.size - len(header))
+    out.write(_PREAMBLE.pack(_MAGIC, len(header), offset, zlib.crc32(head)) + head)
+    for piece in pieces:
+        out.write(piece)
+    return start + offset
 
 
 def read_header(fd: int, where: str) -> tuple[dict[str, Any], int, int, int]:
@@ -185,23 +197,35 @@ class MappedFile:
         st = os.fstat(fd)
         mapping = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
         try:
-            if verify and zlib.crc32(memoryview(mapping)[_PREAMBLE.size :]) != crc:
-                raise CacheCorruptError(f"{where}: checksum mismatch (a torn or damaged file)")
-            table = header.get("arrays")
+            if verify and zlib.crc32(memoryview(mapping)[_PREAMBLE.size : start]) != crc:
+                raise CacheCorruptError(f"{where}: header checksum mismatch (a torn or damaged "
+                                        "file)")  # fmt: skip
+            table, size, crcs = (header.get(k) for k in ("arrays", "chunk_size", "chunk_crcs"))
+            if not (type(size) is int and size > 0 and isinstance(crcs, bytes)
+                    and len(crcs) == 4 * -(-payload_len // size)):  # fmt: skip
+                raise CacheCorruptError(f"{where}: malformed chunk checksums")
             if not isinstance(table, list) or len(table) != len(_ARRAYS):
                 raise CacheCorruptError(f"{where}: malformed array table")
             for spec, expected in zip(table, _ARRAYS):  # all checked before any array is made
-                if not (isinstance(spec, list) and len(spec) == 3 and spec[0] == expected):
+                if not (isinstance(spec, list) and len(spec) == 3 and spec[0] == expected
+                        and (expected != "buffer" or spec[1] == 0)):  # the buffer comes first
                     raise CacheCorruptError(f"{where}: malformed array table")
                 name, offset, count = spec
                 if not (type(offset) is int and type(count) is int and offset >= 0 and count >= 0
                         and offset + count * _ARRAYS[name].itemsize <= payload_len):  # fmt: skip
                     raise CacheCorruptError(f"{where}: malformed array table entry {name!r}")
+            self.check = None
+            if verify:  # the offsets and columns now, the record buffer chunk by chunk
+                self.check = ChunkCheck(mapping, start, payload_len, size, crcs, where, path, st)
+                first = min(offset for _, offset, _ in table[1:])  # all but the buffer
+                self.check(first, payload_len, remove=False)  # a damaged entry: the caller's
             self.arrays: dict[str, np.ndarray] = {}
             for name, offset, count in table:
                 self.arrays[name] = np.frombuffer(mapping, dtype=_ARRAYS[name], count=count,
                                                   offset=start + offset)
         except BaseException:
+            if self.__dict__.get("check") is not None:
+                self.check.payload.release()  # else the mapping cannot close
             mapping.close()
             raise
         self.header, self.where, self.path = header, where, path
@@ -217,9 +241,9 @@ class MappedFile:
             columns = RecordColumns(a["heights"], a["widths"], a["category_ids"], a["iscrowd"],
                                     a["category_offsets"])
             return SerializedList.from_arrays(
-                a["buffer"], a["ends"], columns, name=name, owner=self, reopen=functools.partial(
-                    remap, os.getpid(), self.fd, self.device, self.inode, self.path, self.size,
-                    self.crc, name=name),
+                a["buffer"], a["ends"], columns, name=name, owner=self, check=self.check,
+                reopen=functools.partial(remap, os.getpid(), self.fd, self.device, self.inode,
+                                         self.path, self.size, self.crc, name=name),
             )  # fmt: skip
         except ValueError as exc:
             raise CacheCorruptError(f"{self.where}: inconsistent arrays ({exc})") from exc
@@ -231,6 +255,39 @@ class MappedFile:
                 os.close(fd)
             except OSError:  # pragma: no cover - interpreter shutdown
                 pass
+
+
+class ChunkCheck:
+    """Checks the chunks of a mapped payload against their CRC-32s, each the first time a
+    byte range in it is asked for (``check(start, stop)``, payload offsets; the record buffer
+    starts the payload); :class:`RecordsChunkError` names the file and chunk of a mismatch."""
+
+    def __init__(self, mapping: mmap.mmap, start: int, length: int, size: int, crcs: bytes,
+                 where: str, path: str | None, st: os.stat_result) -> None:  # fmt: skip
+        self.payload = memoryview(mapping)[start : start + length]
+        self.size, self.crcs, self.where, self.path = size, np.frombuffer(crcs, "<u4"), where, path
+        self.done, self.file = bytearray(len(self.crcs)), (st.st_dev, st.st_ino)
+
+    def __call__(self, start: int, stop: int, *, remove: bool = True) -> None:
+        size, done = self.size, self.done
+        for k in range(start // size, -(-stop // size)):
+            if not done[k]:
+                if zlib.crc32(self.payload[k * size : (k + 1) * size]) != self.crcs[k]:
+                    if remove:
+                        self._remove()
+                    raise RecordsChunkError(
+                        f"{self.where}: checksum mismatch in chunk {k} (payload bytes "
+                        f"{k * size}-{min((k + 1) * size, len(self.payload))}): a damaged "
+                        "records file, not read (a cache entry is removed: the next load "
+                        "rebuilds it)", path=self.path or self.where, chunk=k)  # fmt: skip
+                done[k] = 1
+
+    def _remove(self) -> None:
+        """Unlink ``path`` if it is still the mapped file (a cache entry: rebuilt next time)."""
+        with contextlib.suppress(OSError):
+            st = os.stat(self.path, follow_symlinks=False) if self.path else None
+            if st is not None and (st.st_dev, st.st_ino) == self.file:
+                os.unlink(self.path)
 
 
 def remap(
@@ -246,7 +303,7 @@ def remap(
         new_fd = os.open(proc, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         st = os.fstat(new_fd)
         if (st.st_dev, st.st_ino) == (device, inode):
-            return _map_or_close(new_fd, proc, verify=False, path=path).records(name)
+            return _map_or_close(new_fd, proc, verify=True, path=path).records(name)
         os.close(new_fd)
         tried.append(f"{proc} is another file")
     except OSError as exc:

@@ -1,5 +1,5 @@
-"""Shard storage: fetching tar shards (local directory, ``s3://``, ``http(s)://``), a
-node-local shard cache and the byte source that serves one sample's image from a shard.
+"""Shard storage: fetching tar shards (local directory, ``s3://``, ``gs://``, ``http(s)://``),
+a node-local shard cache and the byte source that serves one sample's image from a shard.
 
 - **Fetching**: ``http(s)://`` through urllib; ``s3://`` through boto3, which reads
   ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` and
@@ -8,7 +8,12 @@ node-local shard cache and the byte source that serves one sample's image from a
   ``AWS_MAX_ATTEMPTS``, default 8) handle throttling (SlowDown); on top, a whole download is
   retried with exponential backoff when the connection breaks, the server still throttles or
   the bytes do not hash to the shard's SHA-256. At most ``max_concurrency`` downloads run at
-  once in a process.
+  once in a process. boto3 was chosen by measurement (``tools/bench_shards.py``'s ``fetch``
+  stage, docs/shards.md): obstore is faster but hangs in a forked DataLoader worker, s3fs is
+  slower. ``gs://bucket/object``: Cloud Storage's JSON API media download through urllib,
+  with an OAuth token from google-auth's application default credentials (extra ``gcs``;
+  ``GOOGLE_APPLICATION_CREDENTIALS``), or at ``STORAGE_EMULATOR_HOST`` without credentials,
+  as Google's own clients do; retried like ``http(s)://``.
 - **Cache**: one file per shard named by its SHA-256 under ``$CATMAP_CACHE_DIR/shards``
   (0700, owned by this user), capped in bytes, least recently used shard evicted first. A
   per-shard file lock makes the local ranks of a machine download each shard once; a download
@@ -22,12 +27,14 @@ node-local shard cache and the byte source that serves one sample's image from a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +43,7 @@ from typing import Any, BinaryIO
 import numpy as np
 from filelock import FileLock
 
-from .._common import CatmapErrorWithFields, missing_dependency
+from .._common import CatmapErrorWithFields, MissingDependencyError, missing_dependency
 from .cache import cache_dir
 from .records_file import foreign
 
@@ -82,7 +89,7 @@ def is_url(location: str) -> bool:
 
 def _split_s3(url: str) -> tuple[str, str]:
     if not url.startswith(("s3://", "s3a://")):
-        raise ShardFetchError(f"{url}: only s3://, http(s):// and local directories are "
+        raise ShardFetchError(f"{url}: only s3://, gs://, http(s):// and local directories are "
                               "supported", url=url)
     bucket, _, key = url.partition("://")[2].partition("/")
     return bucket, key
@@ -111,6 +118,46 @@ def _s3_client() -> Any:
             _clients.clear()
             _clients[pid] = boto3.session.Session().client("s3", config=config)
         return _clients[pid]
+
+
+_GCS_SCOPE = "https://www.googleapis.com/auth/devstorage.read_only"
+_gcs_credentials: dict[int, Any] = {}
+
+
+def _gcs_request(url: str) -> urllib.request.Request:
+    """The media download request of ``gs://bucket/object`` (ShardFetchError without usable
+    credentials, MissingDependencyError without google-auth)."""
+    bucket, _, name = url.partition("://")[2].partition("/")
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "").strip().rstrip("/")
+    base = emulator if "://" in emulator else f"http://{emulator}" if emulator else (
+        "https://storage.googleapis.com")
+    quote = functools.partial(urllib.parse.quote, safe="")
+    request = urllib.request.Request(
+        f"{base}/download/storage/v1/b/{quote(bucket)}/o/{quote(name)}?alt=media")
+    if emulator:
+        return request
+    try:
+        import google.auth
+        import google.auth.transport.requests
+        from google.auth.exceptions import GoogleAuthError
+    except ImportError:
+        raise missing_dependency("google-auth", "gcs", "reading gs:// shards") from None
+    with _client_lock:
+        credentials = _gcs_credentials.get(os.getpid())
+        try:
+            if credentials is None:
+                credentials = google.auth.default(scopes=[_GCS_SCOPE])[0]
+                _gcs_credentials.clear()
+                _gcs_credentials[os.getpid()] = credentials
+            if not credentials.valid:
+                credentials.refresh(google.auth.transport.requests.Request())
+        except GoogleAuthError as exc:
+            raise ShardFetchError(
+                f"{url}: no usable Google credentials ({exc}); set "
+                "GOOGLE_APPLICATION_CREDENTIALS or run `gcloud auth application-default login` "
+                "(STORAGE_EMULATOR_HOST for an emulator)", url=url) from exc
+    request.add_header("Authorization", f"Bearer {credentials.token}")
+    return request
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -145,12 +192,17 @@ def _stream(url: str, sink: Callable[[bytes], Any]) -> None:
         except FileNotFoundError as exc:
             raise ShardNotFoundError(f"{path}: no such file", url=url) from exc
         return
-    if url.startswith(("http://", "https://")):
+    if url.startswith(("http://", "https://", "gs://")):
+        gcs = url.startswith("gs://")
         try:
-            with urllib.request.urlopen(url, timeout=60) as response:
+            with urllib.request.urlopen(_gcs_request(url) if gcs else url,
+                                        timeout=60) as response:
                 while chunk := response.read(_CHUNK):
                     sink(chunk)
         except urllib.error.HTTPError as exc:
+            if gcs and exc.code in (401, 403):
+                raise ShardFetchError(f"{url}: HTTP {exc.code}, access denied (the credentials "
+                                      "cannot read this object)", url=url) from exc
             if exc.code in (403, 404, 410):
                 raise ShardNotFoundError(f"{url}: HTTP {exc.code}", url=url) from exc
             raise
@@ -173,7 +225,7 @@ def _with_retries(url: str, attempts: int, action: Callable[[], Any]) -> Any:
     for attempt in range(attempts):
         try:
             return action()
-        except (ShardNotFoundError, ShardFetchError):
+        except (ShardNotFoundError, ShardFetchError, MissingDependencyError):
             raise
         except ShardCorruptError:
             if attempt + 1 == attempts:
