@@ -10,11 +10,9 @@ batches are the same for any ``num_workers``, after a restore and on any world s
 from __future__ import annotations
 
 import collections
-import ctypes
 import dataclasses
 import logging
 import operator
-import os
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -47,35 +45,6 @@ def seed_this_process(seed: int) -> None:
     seed_generator(derive_seed(seed, 3))
 
 
-#: glibc gives a freed heap top back to the OS once it passes twice the largest block freed
-#: so far; a worker's batch (16 decoded and resized images, ~40 MB) passes that, so every batch
-#: faulted its pages in again: ~500 minor faults and ~1.8 ms of system time per image, a third
-#: of the worker's CPU (measured in tools.bench_loader). Workers keep up to this much freed
-#: heap instead, and allocate blocks below the mmap limit (glibc's maximum) from the heap.
-WORKER_HEAP_KEEP_BYTES = 256 << 20
-_MMAP_LIMIT_BYTES = 32 << 20
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt's parameter numbers (malloc.h)
-
-
-def keep_worker_heap() -> bool:
-    """In a loader worker: make glibc keep freed heap for the next batch (see
-    :data:`WORKER_HEAP_KEEP_BYTES`); False where that is not glibc or the user set
-    ``MALLOC_TRIM_THRESHOLD_`` / ``MALLOC_MMAP_THRESHOLD_`` (theirs is kept).
-
-    Example:
-        >>> keep_worker_heap() in (True, False)
-        True
-    """
-    if any(name in os.environ for name in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")):
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # not glibc (macOS, Windows): nothing to tune
-        return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_LIMIT_BYTES)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, WORKER_HEAP_KEEP_BYTES))
-
-
 def worker_init_reset_seed(worker_id: int) -> None:
     """A ``worker_init_fn`` spreading torch's worker seed to numpy, ``random`` and augmentations."""
     seed_this_process(derive_seed(torch.initial_seed(), worker_id))
@@ -98,7 +67,6 @@ class WorkerSeeder:
         return derive_seed(self.seed, self.rank, worker_id, self.pass_index)
 
     def __call__(self, worker_id: int) -> None:
-        keep_worker_heap()
         seed_this_process(self.worker_seed(worker_id))
 
 

@@ -20,6 +20,7 @@ def test_bench_shards_reports_every_stage(tmp_path):
                     "--resume-shards", "10", "--index-samples", "2000", "--index-shards",
                     "100", "--index-workers", "1", "--fetch-big", "2", "--fetch-big-mb", "0.25",
                     "--fetch-small", "3", "--fetch-small-kb", "4", "--fetch-rounds", "1",
+                    "--ranks", "2", "--rank-workers", "0",
                     "--dir", str(tmp_path / "work"), "--json", str(out)])
     assert json.loads(out.read_text()) == results
     assert results["write"]["images"] == 40
@@ -27,6 +28,8 @@ def test_bench_shards_reports_every_stage(tmp_path):
         figures = results["throughput"]["0_workers"][loader]
         assert figures["img_per_s"] > 0 and figures["first_batch_s"] > 0
     assert set(results["first_batch"]) == {"5_shards_cold", "5_shards_warm", "5_shards_write_s"}
+    ranks = results["ranks"]["5_shards_2_ranks"]
+    assert len(ranks["first_batch_s"]) == 2 and ranks["machine_pss_mb"] > 0
     big = results["big_index"]
     assert big["samples"] == 2000 and big["shards"] == 100
     for run in ("cold", "warm"):

@@ -10,6 +10,9 @@ Measured side by side in one run:
 3. ``first-batch``: time from ``register_shards`` to the first batch for each of ``--shards``
    shard counts (one sample a shard; the records reuse the images), cold (the index decoded)
    and warm (records from the catalog's disk cache, as in a restarted job), and the write time;
+3b. ``ranks``: the same shards read by each of ``--ranks`` local ranks (torchrun, gloo; cold:
+   a fresh catalog cache), ``--rank-workers`` workers each: every rank's time to its first
+   batch and the PSS of the machine (all ranks and workers, once every rank holds a batch);
 4. ``big_index``: the same from a big index, ``--index-samples`` records in ``--index-shards``
    shards (one real shard of tiny samples hard-linked; columns and records tiled), cold and
    warm, with the PSS of the process and of its ``--index-workers`` loader workers;
@@ -134,17 +137,25 @@ def _stage_shuffle(urls: list[str], sizes: list[int], window: int) -> dict[str, 
             "webdataset": shuffle_quality(np.array(keys), shard_of)}
 
 
-def _stage_first_batch(source: str, counts: list[int], out: Path, batch_size: int) -> dict:
+def _one_sample_shards(source: str, count: int, out: Path) -> tuple[Path, float]:
+    """``count`` shards of one sample each (records of ``source`` reused): (dir, seconds)."""
     records = DatasetCatalog.get(source)
+    name = f"bench_shards_ttfb_{count}"
+    if name not in DatasetCatalog:
+        DatasetCatalog.register(name, lambda n=count: [
+            {**records[i % len(records)], "image_id": i} for i in range(n)])
+    directory = out / f"ttfb_{count}"
+    start = time.perf_counter()
+    write_shards(name, directory, shard_size=1, workers=4)
+    return directory, time.perf_counter() - start
+
+
+def _stage_first_batch(source: str, counts: list[int], out: Path, batch_size: int) -> dict:
     results = {}
     for count in counts:
         name = f"bench_shards_ttfb_{count}"
-        DatasetCatalog.register(name, lambda n=count: [
-            {**records[i % len(records)], "image_id": i} for i in range(n)])
-        directory = out / f"ttfb_{count}"
-        write_start = time.perf_counter()
-        write_shards(name, directory, shard_size=1, workers=4)
-        results[f"{count}_shards_write_s"] = round(time.perf_counter() - write_start, 1)
+        directory, seconds = _one_sample_shards(source, count, out)
+        results[f"{count}_shards_write_s"] = round(seconds, 1)
         for run in ("cold", "warm"):  # warm: the records from the catalog's disk cache
             if run == "warm":
                 DatasetCatalog.remove(f"{name}_read")
@@ -240,7 +251,59 @@ def _stage_resume(samples: int, shards: int) -> dict[str, float]:
             "resume_ms_first": times[0], "resume_ms": min(times[1:])}
 
 
-_STAGES = ("throughput", "first_batch", "big_index", "resume", "shuffle", "fetch")
+#: one rank of the ``ranks`` stage, started by torchrun: register, first batch, then (all
+#: ranks holding their loaders) the PSS of this rank and its workers
+_RANK = """
+import json, os, sys, time
+import torch.distributed as dist
+from catalog import register_shards
+from tools._memory_pss import process_tree_pss
+from tools.bench_shards import _catmap_loader
+directory, workers, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+dist.init_process_group("gloo")
+start = time.perf_counter()
+index = register_shards("bench_shards_ranks", directory)
+loader = _catmap_loader("bench_shards_ranks", [s.count for s in index.shards], workers, batch, 4)
+iterator = iter(loader)
+next(iterator)
+first = time.perf_counter() - start
+dist.barrier()
+(own, _), (children, _) = process_tree_pss(os.getpid())
+print(json.dumps({"first_batch_s": round(first, 3), "pss": own + children}), flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def _stage_ranks(source: str, counts: list[int], ranks: list[int], workers: int, out: Path,
+                 batch_size: int) -> dict[str, Any]:
+    """Time to the first batch on each of R local ranks (torchrun, gloo) and the PSS of the
+    machine (ranks and their workers), cold: a fresh catalog cache each run."""
+    script = out / "bench_shards_rank.py"
+    script.write_text(_RANK)
+    root = str(Path(__file__).resolve().parents[1])
+    results: dict[str, Any] = {"workers_per_rank": workers}
+    for count in counts:
+        directory, _ = _one_sample_shards(source, count, out)
+        for world in ranks:
+            env = dict(os.environ, CATMAP_CACHE_DIR=tempfile.mkdtemp(prefix="bench_ranks_"),
+                       PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+            done = subprocess.run(
+                [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                 f"--nproc-per-node={world}", str(script), str(directory), str(workers),
+                 str(min(batch_size, count))], capture_output=True, text=True, env=env,
+                timeout=900)
+            lines = [json.loads(line) for line in done.stdout.splitlines() if
+                     line.startswith("{")]
+            if done.returncode or len(lines) != world:
+                raise RuntimeError(f"ranks stage, {world} ranks: {done.stderr[-2000:]}")
+            results[f"{count}_shards_{world}_ranks"] = {
+                "first_batch_s": [line["first_batch_s"] for line in lines],
+                "machine_pss_mb": round(sum(line["pss"] for line in lines) / 2**20)}
+    return results
+
+
+_STAGES = ("throughput", "first_batch", "ranks", "big_index", "resume", "shuffle", "fetch")
 
 
 def _boto3_client(endpoint: str) -> Callable[[str, str], bytes]:
@@ -374,6 +437,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--window", type=int, default=4, help="open shards (catmap order)")
     parser.add_argument("--shards", type=int, nargs="+", default=[100, 10000],
                         help="shard counts of the first-batch stage")
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2],
+                        help="local ranks (torchrun) of the ranks stage, at each --shards count")
+    parser.add_argument("--rank-workers", type=int, default=1, help="loader workers per rank")
     parser.add_argument("--index-samples", type=int, default=10_000_000,
                         help="samples of the big-index first-batch stage (0: skip it)")
     parser.add_argument("--index-shards", type=int, default=10_000)
@@ -394,7 +460,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     work = args.dir or Path(tempfile.mkdtemp(prefix="bench_shards_"))
     results: dict[str, Any] = {"cpus": os.cpu_count()}
     stages = set(args.stages)
-    if stages & {"throughput", "first_batch", "big_index", "shuffle"}:
+    if stages & {"throughput", "first_batch", "ranks", "big_index", "shuffle"}:
         shapes = generate_shapes_dataset(work / "shapes", num_images=args.images)
         source = register_shapes_dataset("bench_shards_source", shapes)
         start = time.perf_counter()
@@ -417,6 +483,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                          args.batch_size)}
     if "first_batch" in stages:
         results["first_batch"] = _stage_first_batch(source, args.shards, work, args.batch_size)
+    if "ranks" in stages:
+        results["ranks"] = _stage_ranks(source, args.shards, args.ranks, args.rank_workers,
+                                        work, args.batch_size)
     if args.index_samples and "big_index" in stages:
         results["big_index"] = _stage_big_index(source, work / "big", args.index_samples,
                                                 args.index_shards, args.batch_size,

@@ -131,8 +131,8 @@ def resize_array(
     ``backend="pil"``: detectron2's pixels (Pillow's resize for uint8, within 1 level where
     torch or OpenCV compute it faster; torch.interpolate for float images; nearest for other
     dtypes by Pillow's rule). ``"opencv"``: cv2.resize where the dtype allows (nearest always
-    by Pillow's rule). ``output_space``: ``(shape, dtype) -> array or None``, asked for the
-    memory OpenCV resizes straight into (a loader's shared slab); other paths ignore it.
+    by Pillow's rule). ``output_space``: ``(shape, dtype) -> array or None``, the memory the
+    result goes to (a loader's shared slab): OpenCV resizes straight into it, other paths copy.
 
     Example:
         >>> resize_array(np.zeros((4, 6, 3), np.uint8), 2, 3, "bilinear").shape
@@ -149,6 +149,13 @@ def resize_array(
         out = output_space((new_h, new_w, img.shape[2]), img.dtype)  # OpenCV's path below
         if out is not None:
             return _resize_cv2(img, new_h, new_w, name, dst=out)
+    elif output_space is not None and img.ndim == 3:  # copied there: no batch of images left
+        result = resize_array(img, new_h, new_w, name, backend)  # on the heap to free
+        out = output_space(result.shape, result.dtype)
+        if out is not None:
+            np.copyto(out, result)
+            return out
+        return result
     if img.shape[0] == new_h and img.shape[1] == new_w:
         return img
     if name == "nearest":
