@@ -259,7 +259,7 @@ import torch.distributed as dist
 from catalog import register_shards
 from tools._memory_pss import process_tree_pss
 from tools.bench_shards import _catmap_loader
-directory, workers, batch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+directory, workers, batch, report = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 dist.init_process_group("gloo")
 start = time.perf_counter()
 index = register_shards("bench_shards_ranks", directory)
@@ -269,7 +269,8 @@ next(iterator)
 first = time.perf_counter() - start
 dist.barrier()
 (own, _), (children, _) = process_tree_pss(os.getpid())
-print(json.dumps({"first_batch_s": round(first, 3), "pss": own + children}), flush=True)
+with open(f"{report}.{dist.get_rank()}", "w") as f:  # one file per rank: no interleaving
+    json.dump({"first_batch_s": round(first, 3), "pss": own + children}, f)
 dist.barrier()
 dist.destroy_process_group()
 """
@@ -288,15 +289,15 @@ def _stage_ranks(source: str, counts: list[int], ranks: list[int], workers: int,
         for world in ranks:
             env = dict(os.environ, CATMAP_CACHE_DIR=tempfile.mkdtemp(prefix="bench_ranks_"),
                        PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+            report = out / f"ranks_{count}_{world}"
             done = subprocess.run(
                 [sys.executable, "-m", "torch.distributed.run", "--standalone",
                  f"--nproc-per-node={world}", str(script), str(directory), str(workers),
-                 str(min(batch_size, count))], capture_output=True, text=True, env=env,
-                timeout=900)
-            lines = [json.loads(line) for line in done.stdout.splitlines() if
-                     line.startswith("{")]
-            if done.returncode or len(lines) != world:
+                 str(min(batch_size, count)), str(report)], capture_output=True, text=True,
+                env=env, timeout=900)
+            if done.returncode:
                 raise RuntimeError(f"ranks stage, {world} ranks: {done.stderr[-2000:]}")
+            lines = [json.loads(Path(f"{report}.{rank}").read_text()) for rank in range(world)]
             results[f"{count}_shards_{world}_ranks"] = {
                 "first_batch_s": [line["first_batch_s"] for line in lines],
                 "machine_pss_mb": round(sum(line["pss"] for line in lines) / 2**20)}
