@@ -166,6 +166,8 @@ def build_from_config(entry: Mapping[str, Any], registry: Registry, where: str) 
 
 
 def build_augmentations(augmentations: Sequence[Any], owner: str) -> T.AugmentationList:
+    """An AugmentationList of objects and ``{"type": ...}`` dicts (built through
+    :data:`AUGMENTATIONS`); errors name ``owner``."""
     built = list(augmentations)
     for i, entry in enumerate(built):
         if isinstance(entry, Mapping):
