@@ -541,8 +541,7 @@ class InstanceOptions:
                 anno.pop("keypoints", None)
             kept.append(anno)
         source = f"file {file_name!r}" if file_name is not None else "image"
-        if not isinstance(transforms, TransformList):
-            transforms = as_transform_list(transforms)
+        transforms = as_transform_list(transforms)
         _transform_many(  # transform_annotations on ``kept`` itself
             kept, transforms, image_size, self.keypoint_hflip_indices,
             lambda i: _where(f"{source}, annotation {i}", kept[i]), source,

@@ -37,7 +37,8 @@ from .image_io import (
 )
 from .structures import Boxes
 from .transforms.transform import (
-    HFlipTransform, NoOpTransform, ResizeTransform, TransformList, VFlipTransform
+    HFlipTransform, NoOpTransform, ResizeTransform, TransformList, VFlipTransform,
+    as_transform_list
 )
 from .transforms.resample import get_cv2
 
@@ -216,9 +217,7 @@ def apply_planned_image(
         >>> apply_planned_image(np.zeros((4, 6, 3), np.uint8), plan).shape
         (2, 3, 3)
     """
-    if not isinstance(transforms, TransformList):
-        single = isinstance(transforms, T.Transform)
-        transforms = TransformList([transforms] if single else transforms)
+    transforms = as_transform_list(transforms)
     horizontal = vertical = False
     resizes = []
     for tfm in transforms.transforms:
