@@ -203,6 +203,35 @@ def reduced_decode_size(transforms: TransformList) -> tuple[int, int] | None:
     return None
 
 
+class _PreparedRecord:
+    """A record's copy, checked size, drawn transforms and instances (:meth:`DatasetMapper.prepare`)."""
+
+    __slots__ = ("sample", "size", "plan", "instances")
+
+    def __init__(self, sample: dict[str, Any], size: tuple[int, int] | None,
+                 plan: TransformList | None) -> None:
+        self.sample, self.size, self.plan = sample, size, plan
+        self.instances: Instances | None = None
+
+
+def _planned_output_size(
+    size: tuple[int, int] | None, plan: TransformList | None
+) -> tuple[int, int] | None:
+    """The (h, w) :func:`apply_planned_image` gives an image of ``size`` for a plan of flips
+    and resizes; None for any other plan."""
+    if size is None or plan is None or any(type(t) not in _FUSABLE for t in plan.transforms):
+        return None
+    resizes = [t for t in plan.transforms if type(t) is ResizeTransform]
+    return (resizes[-1].new_h, resizes[-1].new_w) if resizes else size
+
+
+def _draws_only_from_generator(aug: T.Augmentation) -> bool:
+    if type(aug) in (T.AugmentationList, T.RandomApply):
+        inner = aug.augs if type(aug) is T.AugmentationList else [aug.aug]
+        return all(map(_draws_only_from_generator, inner))
+    return type(aug).__module__ == T.RandomFlip.__module__  # augmentation_impl's own classes
+
+
 def apply_planned_image(
     image: np.ndarray, transforms: T.Transform | Sequence[T.Transform], *, owned: bool = False
 ) -> np.ndarray:
@@ -247,17 +276,27 @@ def apply_planned_image(
     return image
 
 
-def read_and_augment(
+def _plan_record(
     results: dict[str, Any], load: LoadImage, augmentations: T.AugmentationList
+) -> tuple[tuple[int, int] | None, TransformList | None]:
+    """(the record's checked size, the transforms drawn from it): drawn before decoding when
+    the size is known and the augmentations read only the shape, else (size or None, None)."""
+    size = record_image_size(results)  # RecordFormatError for a malformed height/width
+    if size is None or "sem_seg_file_name" in results:
+        return size, None
+    return size, augmentations.plan((size[0], size[1], 1 if load.format == "L" else 3))
+
+
+def read_and_augment(
+    results: dict[str, Any], load: LoadImage, augmentations: T.AugmentationList,
+    planned: tuple[tuple[int, int] | None, TransformList | None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None, TransformList] | None:
     """Read ``results``' image (and ``sem_seg_file_name``, popped) and augment it: (image,
     sem_seg, transforms), or None for a skipped image. The transforms are drawn from the
-    record's size before decoding when the augmentations read only the shape: the same
-    draws either way, the image equal up to rounding (a flip runs before a resize)."""
-    size = record_image_size(results)  # RecordFormatError for a malformed height/width
-    plan = None
-    if size is not None and "sem_seg_file_name" not in results:
-        plan = augmentations.plan((size[0], size[1], 1 if load.format == "L" else 3))
+    record's size before decoding (:func:`_plan_record`, or ``planned``, its result) when the
+    augmentations read only the shape: the same draws either way, the image equal up to
+    rounding (a flip runs before a resize)."""
+    size, plan = _plan_record(results, load, augmentations) if planned is None else planned
     min_size = reduced_decode_size(plan) if plan is not None and load.reduced_decode else None
     if load.load(results, size, min_size) is None:
         return None
@@ -471,11 +510,46 @@ class DatasetMapper:
         mode = "training" if self.is_train else "inference"
         logger.info("DatasetMapper in %s mode, augmentations: %s", mode, self.augmentations)
 
+    @property
+    def uses_global_rngs(self) -> bool:
+        """Whether mapping may draw from ``random``, numpy's or torch's global RNG. catmap's own
+        augmentations draw only from the sample's generator, so a loader skips seeding those
+        per sample; any other augmentation (or a subclass of this mapper) may use them."""
+        return type(self) is not DatasetMapper or not _draws_only_from_generator(self.augmentations)
+
     def __call__(self, dataset_dict: dict[str, Any]) -> dict[str, Any] | None:
         """Map one record (left unmodified) to its keys plus ``image`` (CHW uint8), ``sem_seg``,
         ``instances`` (training), ``proposals``; None for a skipped record."""
+        return self.finish(self.prepare(dataset_dict))
+
+    def prepare(self, dataset_dict: dict[str, Any]) -> _PreparedRecord:
+        """The part of mapping a record that needs no pixels: its copy, the transforms drawn
+        from its size, the training instances. A loader worker prepares a batch's records
+        before decoding their images: between two images this Python costs several times as much.
+
+        Example:
+            >>> mapper = DatasetMapper(is_train=True, augmentations=[])
+            >>> mapper.prepare({"file_name": "a.jpg", "height": 4, "width": 6}).size
+            (4, 6)
+        """
         sample = dict(dataset_dict)
-        loaded = read_and_augment(sample, self._load, self.augmentations)
+        prepared = _PreparedRecord(sample, *_plan_record(sample, self._load, self.augmentations))
+        output_size = _planned_output_size(prepared.size, prepared.plan)
+        annotations = sample.get("annotations")
+        if self.is_train and annotations is not None and output_size is not None:
+            try:
+                prepared.instances = self._options.instances(
+                    list(map(dict, annotations)), prepared.plan, output_size,
+                    file_name=sample.get("file_name"))
+            except Exception:  # noqa: BLE001 (finish makes them again and raises as before)
+                prepared.instances = None
+        return prepared
+
+    def finish(self, prepared: _PreparedRecord) -> dict[str, Any] | None:
+        """Map a prepared record (see :meth:`prepare`); None for a skipped record."""
+        sample = prepared.sample
+        loaded = read_and_augment(sample, self._load, self.augmentations,
+                                  (prepared.size, prepared.plan))
         if loaded is None:
             return None
         image, sem_seg, transforms = loaded
@@ -483,7 +557,9 @@ class DatasetMapper:
         if sem_seg is not None:
             sample["sem_seg"] = torch.as_tensor(sem_seg.astype(np.int64))
         annotations = sample.pop("annotations", None)
-        if self.is_train and annotations is not None:
+        if self.is_train and prepared.instances is not None:
+            sample["instances"] = prepared.instances
+        elif self.is_train and annotations is not None:
             try:
                 sample["instances"] = self._options.instances(
                     list(map(dict, annotations)), transforms, image.shape[:2],

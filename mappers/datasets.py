@@ -366,20 +366,35 @@ class MapDataset(data.Dataset):
         self.__dict__.update(state)
 
     def __getitem__(self, index: int) -> Any:
-        n = len(self._dataset)
-        requested = operator.index(index)
-        if not -n <= requested < n:
-            raise IndexError(f"MapDataset: index {requested} out of range for {n} records")
-        requested %= n
+        return self.finish(index, None)
+
+    def prepare(self, index: int) -> tuple[Any, Any] | None:
+        """``(record, map_func.prepare(record))`` for a map function that maps in two steps
+        (``DatasetMapper``: see its ``prepare``), else None, also on any error (``finish``
+        without it then maps as ``self[index]``, raising that error in its place)."""
+        prepare = getattr(self.map_func, "prepare", None)
+        if prepare is None:
+            return None
+        try:
+            record = self._dataset[self._checked_index(index)]
+            return record, prepare(record)
+        except Exception:  # noqa: BLE001
+            return None
+
+    def finish(self, index: int, prepared: tuple[Any, Any] | None) -> Any:
+        """``self[index]``, its first attempt finished from ``prepared = self.prepare(index)``
+        by ``map_func.finish``."""
+        requested = self._checked_index(index)
         sample, current, recent = current_sample(), requested, []
         for attempt in range(self.max_refetch + 1):
             if attempt:
                 rng = (sample.next_attempt() if sample is not None else
                        attempt_generator(index_sample_seed(self.seed, requested), attempt))
-                current = int(rng.integers(n))
-            record = self._dataset[current]
+                current = int(rng.integers(len(self._dataset)))
+            record = prepared[0] if prepared is not None and not attempt else self._dataset[current]
             try:
-                result = self._map_func(record)
+                result = (self.map_func.finish(prepared[1]) if prepared is not None and not attempt
+                          else self._map_func(record))
             except Exception as exc:
                 context = f"MapDataset: map_func failed on {_describe(current, record)}"
                 if current != requested:
@@ -398,6 +413,12 @@ class MapDataset(data.Dataset):
             f"None (max_refetch={self.max_refetch}); last failing indices: {recent}. "
             f"{failures.num_failures} failures so far in this process.",
             index=requested, tried=self.max_refetch + 1, last_failed=recent)
+
+    def _checked_index(self, index: int) -> int:
+        n, requested = len(self._dataset), operator.index(index)
+        if not -n <= requested < n:
+            raise IndexError(f"MapDataset: index {requested} out of range for {n} records")
+        return requested % n
 
     def _failed(self, index: int, record: Any, stream: bool = False) -> int:
         """Count a None result; warn once per index (per power of two for a stream)."""

@@ -184,9 +184,12 @@ _MT19937_STATE_BYTES = 624 * 4 + 4
 
 
 @contextlib.contextmanager
-def sample_scope(seed: int, *, seed_globals: bool = True) -> Iterator[SampleRandomness]:
-    """Map one sample with the randomness of its seed; outside a DataLoader worker the global
-    RNG states are restored when the block ends."""
+def sample_scope(
+    seed: int | SampleRandomness, *, seed_globals: bool = True
+) -> Iterator[SampleRandomness]:
+    """Map one sample with the randomness of its seed (or of a ``SampleRandomness`` made with
+    ``seed_globals=False`` ahead of time); outside a DataLoader worker the global RNG states are
+    restored when the block ends."""
     saved = None
     if seed_globals and get_worker_info() is None:  # save the global RNG states
         bit_generator = np.random.mtrand._rand._bit_generator
@@ -196,7 +199,13 @@ def sample_scope(seed: int, *, seed_globals: bool = True) -> Iterator[SampleRand
         )
         saved = random.getstate(), numpy_state, torch.default_generator.get_state()
     try:
-        sample = SampleRandomness(seed, seed_globals=seed_globals)
+        if type(seed) is SampleRandomness:  # made ahead: its globals are seeded now
+            sample = seed
+            sample.seed_globals = seed_globals
+            if seed_globals:
+                seed_global_rngs(attempt_seed(sample.seed, sample.attempt))
+        else:
+            sample = SampleRandomness(seed, seed_globals=seed_globals)
         token_sample = _sample.set(sample)
         token_override = _override.set(None)
         try:

@@ -22,8 +22,12 @@ from torch.utils.data import DataLoader, Sampler
 
 from catalog import _common
 from catalog._common import derive_seed, torch_generator
+from catalog.storage.records import SerializedList
 from mappers.image_io import limit_opencv_threads
-from mappers.random_state import sample_scope, sample_seed, seed_generator, seed_global_rngs
+from mappers.datasets import DatasetFromList, MapDataset
+from mappers.random_state import (
+    SampleRandomness, sample_scope, sample_seed, seed_generator, seed_global_rngs,
+)
 
 from .errors import NotResumableError
 from .slabs import DEFAULT_SLAB_BYTES
@@ -94,16 +98,58 @@ class SampleSeededDataset:
     def __getitem__(self, key: Any) -> Any:
         if not isinstance(key, tuple):
             return self.dataset[key]
-        if len(key) == 3:  # (index, global position, loader seed)
-            seed = sample_seed(operator.index(key[2]), operator.index(key[1]))
-        elif len(key) == 2:
-            seed = operator.index(key[1])
-        else:
-            raise TypeError(f"SampleSeededDataset: a key is an index, an (index, seed) pair or an "
-                            f"(index, position, seed) triple, got {key!r}")
-        with sample_scope(seed, seed_globals=self.seed_globals):
+        with sample_scope(self._seed(key), seed_globals=self.seed_globals):
+            if len(key) == 3 and type(key[1]) is SampleRandomness and key[2] is not None:
+                return self.dataset.finish(operator.index(key[0]), key[2])
             return self.dataset[operator.index(key[0])]
 
+    def __getitems__(self, keys: list[Any]) -> list[Any]:
+        return [self[key] for key in self.prepare_keys(keys)]
+
+    def prepare_keys(self, keys: list[Any]) -> list[Any]:
+        """A batch's keys with their randomness (``(index, SampleRandomness, prepared)``), and,
+        for a ``MapDataset`` of a mapper using no global RNG, the pixel-free part of each
+        sample (``MapDataset.prepare``), all done before any image is decoded: between two
+        images' decode and resize, this Python costs a worker several times as much."""
+        ahead = getattr(self.dataset, "prepare", None) if not self.seed_globals else None
+        prepared = []
+        for key in keys:
+            if not isinstance(key, tuple):
+                prepared.append(key)
+                continue
+            seed = self._seed(key)
+            sample = SampleRandomness(seed, seed_globals=False) if type(seed) is int else seed
+            part = None
+            if ahead is not None and sample.attempt == 0:
+                with sample_scope(sample, seed_globals=False):
+                    part = ahead(operator.index(key[0]))
+                if part is None:  # it drew nothing that counts: the sample starts again
+                    sample = SampleRandomness(sample.seed, seed_globals=False)
+            prepared.append((key[0], sample, part))
+        return prepared
+
+    @staticmethod
+    def _seed(key: tuple[Any, ...]) -> int | SampleRandomness:
+        if type(key[1]) is SampleRandomness:
+            return key[1]
+        if len(key) == 3:  # (index, global position, loader seed)
+            return sample_seed(operator.index(key[2]), operator.index(key[1]))
+        if len(key) == 2:
+            return operator.index(key[1])
+        raise TypeError(f"SampleSeededDataset: a key is an index, an (index, seed) pair or an "
+                        f"(index, position, seed) triple, got {key!r}")
+
+
+
+def _uses_global_rngs(dataset: Any) -> bool:
+    """False for records mapped by a mapper whose ``uses_global_rngs`` is False (a
+    DatasetMapper with catmap's augmentations): seeding random, numpy and torch per sample
+    would cost the workers about 2% for nothing."""
+    return not (type(dataset) is MapDataset and type(dataset.dataset) in _RECORD_LISTS
+                and getattr(dataset.map_func, "uses_global_rngs", True) is False)
+
+
+_RECORD_LISTS = (SerializedList, DatasetFromList, list, tuple)  # records: no code of a user
 
 
 @dataclasses.dataclass(eq=False)
@@ -168,7 +214,8 @@ class ResumableLoader:
             transport=transport, num_workers=num_workers, prefetch_factor=prefetch_factor,
             persistent_workers=persistent_workers, pin_memory=pin_memory, timeout=timeout,
             slabs=slabs, slab_bytes=slab_bytes)
-        mapped = SampleSeededDataset(dataset) if self.sample_seeds else dataset
+        mapped = SampleSeededDataset(dataset, seed_globals=_uses_global_rngs(dataset)) \
+            if self.sample_seeds else dataset
         collate_fn = collate_fn or trivial_batch_collator
         if num_workers == 0:
             kwargs = {"dataset": mapped, "batch_sampler": self._tracker, "collate_fn": collate_fn,

@@ -237,7 +237,8 @@ class WorkerDataset:
         space = self.writer.space(ticket) if ticket is not None and self.writer else None
         token = image_output_space.set(space)
         try:
-            for key in keys:
+            prepare = getattr(dataset, "prepare_keys", None)  # a batch's seeds, made together
+            for key in keys if prepare is None else prepare(keys):
                 index = _dataset_index(key)
                 indices.append(index)
                 if board is not None and worker is not None and index is not None:
