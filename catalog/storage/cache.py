@@ -154,8 +154,7 @@ def _json_default(value: Any) -> Any:
         return value.item()
     raise TypeError(
         f"loader option value {value!r} of type {type(value).__name__} cannot be part of a "
-        "cache key (use JSON-compatible options or cache=False)"
-    )
+        "cache key (use JSON-compatible options or cache=False)")
 
 
 @dataclass(frozen=True)
@@ -410,8 +409,7 @@ class DiskCache:
                 os.unlink(tmp, dir_fd=dfd)
             if isinstance(exc, OSError):
                 raise CacheError(
-                    f"cannot write the cache of dataset {key.name!r} to {where}: {exc}"
-                ) from exc
+                    f"cannot write the cache of dataset {key.name!r} to {where}: {exc}") from exc
             raise
         prefix = name[: -len(CACHE_SUFFIX) - 21]  # "<slug>-<identity>": older versions
         for other in self.directory.glob(f"{prefix}-*{CACHE_SUFFIX}"):
