@@ -117,8 +117,7 @@ def lock_timeout() -> float:
     if not (math.isfinite(seconds) and seconds > 0):
         raise CacheSettingError(
             f"CATMAP_CACHE_LOCK_TIMEOUT={value!r} is not a positive number of seconds",
-            variable="CATMAP_CACHE_LOCK_TIMEOUT", value=value,
-        )  # fmt: skip
+            variable="CATMAP_CACHE_LOCK_TIMEOUT", value=value)
     return seconds
 
 
@@ -394,9 +393,8 @@ class DiskCache:
         try:
             fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
         except OSError as exc:
-            raise CacheError(
-                f"cannot write the cache of dataset {key.name!r} in {self.directory}: {exc}"
-            ) from exc
+            raise CacheError(f"cannot write the cache of dataset {key.name!r} in "
+                             f"{self.directory}: {exc}") from exc
         try:
             with open(fd, "wb", closefd=False) as out:
                 write_records(out, records, key=key.fields(), extra=extra)
