@@ -58,8 +58,7 @@ class CatmapErrorWithFields(CatmapError):
         if unknown:
             raise TypeError(
                 f"{type(self).__name__} got unexpected keyword argument(s) {unknown}; "
-                f"its fields are {list(self.field_names)}"
-            )
+                f"its fields are {list(self.field_names)}")
         super().__init__(message)
         for name in self.field_names:
             setattr(self, name, fields.get(name))

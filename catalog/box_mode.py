@@ -54,8 +54,7 @@ class BoxMode(IntEnum):
         if {from_mode, to_mode} & {BoxMode.XYXY_REL, BoxMode.XYWH_REL}:
             raise BoxModeError(
                 f"cannot convert a box from {from_mode.name} to {to_mode.name}: relative modes "
-                "need the image size; scale by (width, height) first"
-            )
+                "need the image size; scale by (width, height) first")
         expected = 5 if from_mode == BoxMode.XYWHA_ABS else 4
         torch = sys.modules.get("torch")  # a tensor means torch is imported
         if torch is not None and isinstance(box, torch.Tensor):
@@ -67,17 +66,14 @@ class BoxMode(IntEnum):
             arr = box if isinstance(box, np.ndarray) else np.asarray(box)
         except (TypeError, ValueError) as exc:
             raise BoxModeError(
-                f"a {from_mode.name} box must be {expected} numbers, got {box!r} ({exc})"
-            ) from None
+                f"a {from_mode.name} box must be {expected} numbers, got {box!r} ({exc})") from None
         if arr.dtype.kind not in "iuf":
             raise BoxModeError(
-                f"a {from_mode.name} box must hold {expected} numbers, got dtype {arr.dtype}"
-            )
+                f"a {from_mode.name} box must hold {expected} numbers, got dtype {arr.dtype}")
         if arr is not box and arr.ndim != 1:
             raise BoxModeError(
                 f"a list or tuple is one {from_mode.name} box of {expected} numbers (as in "
-                f"detectron2); got shape {arr.shape}: pass several boxes as an array or tensor"
-            )
+                f"detectron2); got shape {arr.shape}: pass several boxes as an array or tensor")
         _check_shape(arr.shape, expected, from_mode)
         out = _convert_absolute(arr, from_mode, to_mode, np)
         if arr is box:
@@ -93,8 +89,7 @@ def _check_shape(shape: tuple[int, ...], expected: int, mode: BoxMode) -> None:
     if len(shape) not in (1, 2) or shape[-1] != expected:
         raise BoxModeError(
             f"a {mode.name} box has {expected} numbers (shape ({expected},) or (N, {expected})), "
-            f"got shape {shape}"
-        )
+            f"got shape {shape}")
 
 
 def _convert_absolute(box: Any, from_mode: BoxMode, to_mode: BoxMode, xp: Any) -> Any:

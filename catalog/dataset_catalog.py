@@ -96,8 +96,7 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         if not callable(func):
             raise TypeError(
                 f"the loader of dataset {name!r} must be callable (a function returning a list "
-                f"of dicts), got {type(func).__name__}"
-            )
+                f"of dicts), got {type(func).__name__}")
         entry = DatasetEntry(name=name, func=func, source_files=tuple(map(str, source_files or ())),
                              cache_key=dict(cache_key) if cache_key is not None else None,
                              options=dict(options or {}))
@@ -119,9 +118,8 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         provider = self._lazy
         if provider is None:
             return []
-        return [
-            n for n in provider.names() if n not in self._registry and n not in self._suppressed
-        ]
+        return [n for n in provider.names()
+                if n not in self._registry and n not in self._suppressed]
 
     def _materialize(self, name: object) -> bool:
         """Register ``name`` through the lazy provider if it is one of its names."""
@@ -183,14 +181,11 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
                 if not isinstance(record, dict):
                     raise TypeError(
                         f"the loader of dataset {name!r} returned a list whose element "
-                        f"{index} is a {type(record).__name__}, not a dict"
-                    )
+                        f"{index} is a {type(record).__name__}, not a dict")
             records = SerializedList(result, name=name)
         after = MetadataCatalog.get(name, warn_unregistered=False).as_dict()
-        changed = {}
-        for key, value in after.items():
-            if key != "name" and (key not in before or not values_equal(before[key], value)):
-                changed[key] = value
+        changed = {key: value for key, value in after.items()
+                   if key != "name" and (key not in before or not values_equal(before[key], value))}
         return records, {"metadata": changed}
 
     # ------------------------------------------------------------------ management
@@ -229,10 +224,8 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
         return dict(self._cache), set(self._suppressed), self._lazy
 
     def _set_extra_state(self, state: Any) -> None:
-        cache, suppressed, lazy = state
-        self._cache = dict(cache)
-        self._suppressed = set(suppressed)
-        self._lazy = lazy
+        cache, suppressed, self._lazy = state
+        self._cache, self._suppressed = dict(cache), set(suppressed)
 
 
 #: The process-wide dataset registry.
@@ -259,9 +252,7 @@ def get_detection_dataset_dicts(names: str | Sequence[str], filter_empty: bool =
         1
         >>> DatasetCatalog.remove("doc_a")
     """
-    if isinstance(names, str):
-        names = [names]
-    names = list(names)
+    names = [names] if isinstance(names, str) else list(names)
     if not names:
         raise ValueError("get_detection_dataset_dicts needs at least one dataset name")
     for name in names:
@@ -285,8 +276,7 @@ def get_detection_dataset_dicts(names: str | Sequence[str], filter_empty: bool =
             raise MetadataConflictError(
                 f"datasets {first_name!r} and {name!r} have different thing_classes: "
                 f"{list(first_classes)!r:.300} vs {list(classes)!r:.300}; pass "
-                "check_consistency=False to join them anyway"
-            )
+                "check_consistency=False to join them anyway")
 
     label = names[0] if len(names) == 1 else "+".join(names)
     # One dataset's own list, or a view over the shared buffers of several: nothing is copied.
@@ -316,8 +306,7 @@ def get_detection_dataset_dicts(names: str | Sequence[str], filter_empty: bool =
     if len(dataset) == 0:
         raise EmptyDatasetError(
             f"no images left in {label} after filtering (filter_empty={filter_empty}, "
-            f"min_keypoints={min_keypoints})"
-        )
+            f"min_keypoints={min_keypoints})")
 
     if logger.isEnabledFor(logging.INFO):  # the table is only made to be logged
         classes = MetadataCatalog.get(names[0]).get("thing_classes")
@@ -361,13 +350,10 @@ def _format_counts(parts: Sequence[SerializedList], keep: np.ndarray,
     labels = list(map(str, range(num_classes)))
     if class_names is not None:
         labels[: len(class_names)] = map(str, class_names)
-    name_width = max(len("category"), max(map(len, labels)), len("total"))
-    count_width = max(len("#instances"), len(str(int(counts.sum()))))
-    lines = [f"{'category':<{name_width}} | {'#instances':>{count_width}}"]
+    rows = [("category", "#instances"), *zip(labels, counts.tolist(), strict=True),
+            ("total", int(counts.sum()))]
+    name_width = max(len(str(name)) for name, _ in rows)
+    count_width = max(len(str(count)) for _, count in rows)
+    lines = [f"{name:<{name_width}} | {count:>{count_width}}" for name, count in rows]
     rule = f"{'-' * name_width} | {'-' * count_width}"
-    lines.append(rule)
-    for label, count in zip(labels, counts.tolist(), strict=True):
-        lines.append(f"{label:<{name_width}} | {count:>{count_width}}")
-    lines.append(rule)
-    lines.append(f"{'total':<{name_width}} | {int(counts.sum()):>{count_width}}")
-    return "\n".join(lines)
+    return "\n".join([lines[0], rule, *lines[1:-1], rule, lines[-1]])

@@ -44,14 +44,12 @@ def values_equal(a: Any, b: Any) -> bool:
         return True
     if _is_array(a) or _is_array(b):
         try:
-            arr_a = _to_numpy(a)
-            arr_b = _to_numpy(b)
+            arr_a, arr_b = _to_numpy(a), _to_numpy(b)
         except (TypeError, ValueError):
             return False
         if arr_a.shape != arr_b.shape:
             return False
-        both_float = np.issubdtype(arr_a.dtype, np.floating) and np.issubdtype(
-            arr_b.dtype, np.floating)  # fmt: skip
+        both_float = all(np.issubdtype(arr.dtype, np.floating) for arr in (arr_a, arr_b))
         try:
             return bool(np.array_equal(arr_a, arr_b, equal_nan=both_float))
         except TypeError:
@@ -67,8 +65,7 @@ def values_equal(a: Any, b: Any) -> bool:
     if isinstance(result, (bool, np.bool_)):
         return bool(result) or (  # NaN equals NaN, as in arrays
             isinstance(a, (float, np.floating)) and isinstance(b, (float, np.floating))
-            and math.isnan(a) and math.isnan(b)
-        )
+            and math.isnan(a) and math.isnan(b))
     try:
         return bool(np.all(result))
     except Exception:
@@ -120,8 +117,7 @@ class Metadata:
         keys = self._keys()
         raise AttributeError(
             f"metadata of dataset {self._label()} has no key {key!r}.{did_you_mean(key, keys)} "
-            f"Keys present: {', '.join(keys) if keys else '(none)'}"
-        )
+            f"Keys present: {', '.join(keys) if keys else '(none)'}")
 
     def get(self, key: str, default: Any = None) -> Any:
         """The value of ``key``, or ``default`` when it is not set."""
@@ -130,16 +126,11 @@ class Metadata:
 
     def as_dict(self) -> dict[str, Any]:
         """A shallow copy of every key and value."""
-        values = {}
-        for key, value in self.__dict__.items():
-            if not key.startswith("_"):
-                values[key] = value
-        return values
+        return {key: value for key, value in self.__dict__.items() if not key.startswith("_")}
 
     def __contains__(self, key: object) -> bool:
-        return (
-            isinstance(key, str) and not key.startswith("_") and self._resolve(key) in self.__dict__
-        )
+        return (isinstance(key, str) and not key.startswith("_")
+                and self._resolve(key) in self.__dict__)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._keys())
@@ -160,17 +151,17 @@ class Metadata:
             if new_key in resolved and not values_equal(resolved[new_key], value):
                 raise MetadataConflictError(
                     f"metadata of dataset {self._label()}: {key!r} and {new_key!r} given "
-                    f"different values in one set(): {short_repr(resolved[new_key], 200)} vs {short_repr(value, 200)}"
-                )
+                    f"different values in one set(): {short_repr(resolved[new_key], 200)} vs "
+                    f"{short_repr(value, 200)}")
             resolved[new_key] = value
         with self._lock:
             for key, value in resolved.items():
                 if key in self.__dict__ and not values_equal(self.__dict__[key], value):
                     raise MetadataConflictError(
                         f"metadata key {key!r} of dataset {self._label()} is already set to "
-                        f"{short_repr(self.__dict__[key], 200)}; refusing to change it to {short_repr(value, 200)}. "
-                        f"Use MetadataCatalog.remove({self.get('name')!r}) to start over."
-                    )
+                        f"{short_repr(self.__dict__[key], 200)}; refusing to change it to "
+                        f"{short_repr(value, 200)}. "
+                        f"Use MetadataCatalog.remove({self.get('name')!r}) to start over.")
             for key, value in resolved.items():
                 if key not in self.__dict__:
                     self.__dict__[key] = value
@@ -179,8 +170,7 @@ class Metadata:
     def __delattr__(self, key: str) -> None:
         raise AttributeError(
             f"metadata keys cannot be deleted (key {key!r} of dataset {self._label()}); "
-            "use MetadataCatalog.remove(name) to start over"
-        )
+            "use MetadataCatalog.remove(name) to start over")
 
     # ------------------------------------------------------------------ helpers
     def _keys(self) -> list[str]:
@@ -364,11 +354,9 @@ class _MetadataCatalog(NamedContainer[Metadata]):
             hook(name)
         with self._lock:
             meta = self._registry.find(name)
-            if meta is None:
+            created = meta is None
+            if created:
                 meta = self._registry.add(name, Metadata(name=name))
-                created = True
-            else:
-                created = False
         if created and warn_unregistered:
             self._warn_if_unregistered(name)
         return meta

@@ -186,10 +186,8 @@ COCO_PERSON_KEYPOINT_NAMES: tuple[str, ...] = (
 )  # fmt: skip
 #: The keypoints exchanged by a horizontal flip (every left_* with its right_*).
 COCO_PERSON_KEYPOINT_FLIP_MAP: tuple[tuple[str, str], ...] = tuple(
-    (name, "right_" + name[len("left_"):])
-    for name in COCO_PERSON_KEYPOINT_NAMES
-    if name.startswith("left_")
-)
+    (name, "right_" + name[len("left_"):]) for name in COCO_PERSON_KEYPOINT_NAMES
+    if name.startswith("left_"))
 _SKELETON = (
     ("left_ear", "left_eye"), ("right_ear", "right_eye"), ("left_eye", "nose"),
     ("nose", "right_eye"), ("left_shoulder", "right_shoulder"), ("left_shoulder", "left_elbow"),
@@ -245,11 +243,8 @@ def class_colors(count: int, start: int = 0) -> list[list[int]]:
 #: Lines drawn between keypoints by visualizers: (keypoint, keypoint, RGB color) for each bone
 #: of the COCO person skeleton (face, arms, legs).
 KEYPOINT_CONNECTION_RULES: tuple[tuple[str, str, tuple[int, ...]], ...] = tuple(
-    (a, b, tuple(color))
-    for (a, b), color in zip(
-        _SKELETON, class_colors(len(_SKELETON), start=len(_COCO_CATEGORIES) + 1), strict=True
-    )
-)
+    (a, b, tuple(color)) for (a, b), color in zip(
+        _SKELETON, class_colors(len(_SKELETON), start=len(_COCO_CATEGORIES) + 1), strict=True))
 
 
 def _coco_instances() -> dict[str, Any]:
@@ -427,18 +422,12 @@ def _register_checked(name: str, root: str, needs: list[tuple[str, str, bool]],
     set_metadata(name, metadata)
 
 
-def _coco(kind: str, image_dir: str, json_rel: str, name: str, root: str) -> None:
+def _coco(kind: str, image_dir: str, json_rel: str, name: str, root: str, *,
+          register: Callable[..., None] = register_coco_instances,
+          what: str = "annotation file") -> None:
     json_file = os.path.join(root, json_rel)
-    register_coco_instances(name, get_builtin_metadata(kind), json_file,
-                            os.path.join(root, image_dir))
-    _guard_entry(name, root, [(json_file, "annotation file", False)])
-
-
-def _lvis(kind: str, json_rel: str, name: str, root: str) -> None:
-    json_file = os.path.join(root, json_rel)
-    register_lvis_instances(name, get_builtin_metadata(kind), json_file,
-                            os.path.join(root, "coco", ""))
-    _guard_entry(name, root, [(json_file, "LVIS annotation file", False)])
+    register(name, get_builtin_metadata(kind), json_file, os.path.join(root, image_dir))
+    _guard_entry(name, root, [(json_file, what, False)])
 
 
 def _voc(dirname: str, split: str, year: int, name: str, root: str) -> None:
@@ -531,7 +520,8 @@ def _registrars() -> dict[str, Callable[[str, str], None]]:
         out[prefix + "_panoptic"] = partial(_panoptic_standard, prefix)
     for kind, splits in _LVIS.items():
         for name, json_rel in splits.items():
-            out[name] = partial(_lvis, kind, json_rel)
+            out[name] = partial(_coco, kind, os.path.join("coco", ""), json_rel,
+                                register=register_lvis_instances, what="LVIS annotation file")
     for split in _CITYSCAPES_SPLITS:
         for task in ("instance_seg", "sem_seg"):
             out[f"cityscapes_fine_{task}_{split}"] = partial(_cityscapes, split, task)

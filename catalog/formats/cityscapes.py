@@ -165,11 +165,8 @@ def _contours(mask: np.ndarray, x0: int, y0: int) -> list[list[float]]:
         raise missing_dependency("opencv-python-headless", "opencv",
                                  "Cityscapes instances as polygons") from None
     found = cv2.findContours(mask.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
-    return [
-        (c.reshape(-1, 2).astype(np.float64) + (x0 + 0.5, y0 + 0.5)).reshape(-1).tolist()
-        for c in found[-2]
-        if len(c) >= 3
-    ]
+    return [(c.reshape(-1, 2).astype(np.float64) + (x0 + 0.5, y0 + 0.5)).reshape(-1).tolist()
+            for c in found[-2] if len(c) >= 3]
 
 
 def _rle(mask: np.ndarray, x0: int, y0: int, height: int, width: int) -> dict[str, Any]:

@@ -456,7 +456,8 @@ def evaluate_coco(dataset_name: str, results: Sequence[Mapping[str, Any]] | str 
             raise CocoEvaluationError(
                 f"dataset {dataset_name!r}: {carrying} of {len(results)} results carry "
                 f"{field!r}; {iou_type} needs it in every result", dataset=dataset_name, key=field)
-        if iou_type == "keypoints" and not _gt_has_keypoints(coco_gt):
+        if iou_type == "keypoints" and not any(
+                "keypoints" in a for a in coco_gt.dataset["annotations"][:1]):
             if not results:
                 continue
             raise CocoEvaluationError(f"dataset {dataset_name!r} has no keypoints to evaluate "
@@ -466,10 +467,6 @@ def evaluate_coco(dataset_name: str, results: Sequence[Mapping[str, Any]] | str 
             _run(COCOeval, coco_gt, results, iou_type, img_ids, kpt_oks_sigmas, dataset_name)
             if results else None, iou_type, names)
     return answer
-
-
-def _gt_has_keypoints(coco_gt: Any) -> bool:
-    return any("keypoints" in a for a in coco_gt.dataset["annotations"][:1])
 
 
 def _run(COCOeval: Any, coco_gt: Any, results: list[dict], iou_type: str,

@@ -53,12 +53,10 @@ def read_bytes(path: str, *, limit: int | None = None, nofollow: bool = False,
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise AnnotationFormatError(
-                f"{what} {path!r} is not a regular file (a directory, FIFO, socket or device)"
-            )
+                f"{what} {path!r} is not a regular file (a directory, FIFO, socket or device)")
         if limit is not None and info.st_size > limit:
             raise AnnotationFormatError(
-                f"{what} {path!r} has {info.st_size} bytes; the limit is {limit}"
-            )
+                f"{what} {path!r} has {info.st_size} bytes; the limit is {limit}")
         data = f.read() if limit is None else f.read(limit + 1)
     if limit is not None and len(data) > limit:  # grew while being read
         raise AnnotationFormatError(f"{what} {path!r} has more than {limit} bytes")
@@ -90,8 +88,7 @@ def _decode_utf8(data: bytes, path: str) -> str:
     except UnicodeDecodeError as exc:
         raise AnnotationFormatError(
             f"{path}: not valid UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 4]!r}); "
-            "annotation and class files must be UTF-8"
-        ) from None
+            "annotation and class files must be UTF-8") from None
 
 
 def read_text_lines(path: str, *, limit: int = MAX_TEXT_FILE_BYTES,
@@ -248,8 +245,7 @@ def parse_yaml(data: bytes, path: str, *, max_depth: int = MAX_DEPTH,
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = " ".join(p for p in (exc.context, exc.problem) if p)
         raise AnnotationFormatError(
-            f"{path}: {where}not valid YAML for a bounded yaml.safe_load: {problem}"
-        ) from None
+            f"{path}: {where}not valid YAML for a bounded yaml.safe_load: {problem}") from None
     except (yaml.YAMLError, ValueError, OverflowError, RecursionError, TypeError) as exc:
         raise AnnotationFormatError(
             f"{path}: not valid YAML for a bounded yaml.safe_load ({type(exc).__name__}: {exc})"
@@ -307,8 +303,7 @@ def parse_xml_bytes(data: bytes, path: str) -> ET.Element:
         parser.Parse(data, True)
     except _Refused as exc:
         raise AnnotationFormatError(
-            f"{path}: XML refused near line {parser.CurrentLineNumber}: {exc}"
-        ) from None
+            f"{path}: XML refused near line {parser.CurrentLineNumber}: {exc}") from None
     except expat.ExpatError as exc:
         raise AnnotationFormatError(f"{path}: not well-formed XML: {exc}") from None
     except (LookupError, ValueError) as exc:  # an unknown or multi-byte declared encoding

@@ -47,9 +47,7 @@ _INSTANCE_TARGETS = {**{v: k for k, v in _INSTANCE_KEYS.items()}, "bbox_mode": "
 def check_record_format(record_format: Any) -> str:
     """Return ``record_format`` if it is one of :data:`RECORD_FORMATS`, else raise ValueError."""
     if record_format not in RECORD_FORMATS:
-        raise ValueError(
-            f"record_format must be one of {RECORD_FORMATS}, got {record_format!r}"
-        )
+        raise ValueError(f"record_format must be one of {RECORD_FORMATS}, got {record_format!r}")
     return record_format
 
 
@@ -60,9 +58,7 @@ def to_detectron2_record(entry: dict, *, index: int, path: str) -> dict:
         raise AnnotationFieldError(
             f"{path}: data_list entry {index} has no 'img_path' string, so it cannot become a "
             "record with a 'file_name' (pass record_format='openmmlab' to keep entries as "
-            "they are)",
-            path=path, index=index, img_id=img_id, key="img_path",
-        )
+            "they are)", path=path, index=index, img_id=img_id, key="img_path")
     record: dict[str, Any] = {k: v for k, v in entry.items() if k not in _ENTRY_TARGETS.values()}
     for key, value in entry.items():
         if key == "instances":
@@ -87,9 +83,7 @@ def _check_shadowing(item: dict, converted: dict, targets: dict[str, str], where
                 f"{where} holds {target!r} (value {short_repr(item[target])}) beside "
                 f"{source!r}; the record's {target!r} is made from {source!r}, so the file may "
                 "not set it differently (pass record_format='openmmlab' to keep entries as "
-                "they are)",
-                key=target, **fields,
-            )
+                "they are)", key=target, **fields)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -106,8 +100,7 @@ def _annotation(inst: dict, j: int, *, index: int, img_id: Any, path: str) -> di
                 f"{path}: data_list entry {index} (img_id {img_id!r}) instance {j} has no "
                 f"{required!r}; a catmap annotation needs a box and a class (pass "
                 "record_format='openmmlab' to keep entries as they are)",
-                path=path, index=index, img_id=img_id, instance=j, key=required,
-            )
+                path=path, index=index, img_id=img_id, instance=j, key=required)
     annotation: dict[str, Any] = {k: v for k, v in inst.items()
                                   if k not in _INSTANCE_TARGETS and k not in _INSTANCE_KEYS}
     for key, value in inst.items():
@@ -168,22 +161,17 @@ def _check_top_level(content: Any, ann_file: str) -> dict:
     if type(content) is not dict:
         raise AnnotationFieldTypeError(
             f"{ann_file}: the top level of an annotation file must be a dict with 'metainfo' "
-            f"and 'data_list', got a {type(content).__name__}",
-            path=ann_file,
-        )
+            f"and 'data_list', got a {type(content).__name__}", path=ann_file)
     missing = [k for k in ("metainfo", "data_list") if k not in content]
     if missing:
         raise AnnotationFormatError(
             f"{ann_file}: missing top-level key(s) {missing}; an OpenMMLab 2.0 annotation file "
-            f"has 'metainfo' and 'data_list', found keys {sorted(map(str, content))[:50]}"
-        )
+            f"has 'metainfo' and 'data_list', found keys {sorted(map(str, content))[:50]}")
     for key, expected in (("metainfo", dict), ("data_list", list)):
         if type(content[key]) is not expected:
             raise AnnotationFieldTypeError(
                 f"{ann_file}: {key!r} must be a {expected.__name__}, got a "
-                f"{type(content[key]).__name__}",
-                path=ann_file, key=key,
-            )
+                f"{type(content[key]).__name__}", path=ann_file, key=key)
     return content
 
 
@@ -196,16 +184,14 @@ def _classes_file(value: str | os.PathLike, data_root: str) -> list[str]:
         if norm == os.pardir or norm.startswith(os.pardir + os.sep):
             raise AnnotationFormatError(
                 f"metainfo 'classes' file {given!r} leaves data_root {data_root!r} with '..'; "
-                "pass an absolute path to read a file outside data_root"
-            )
+                "pass an absolute path to read a file outside data_root")
         path = os.path.join(data_root, norm)
     try:
         classes = read_text_lines(path, what="metainfo 'classes' file")
     except (FileNotFoundError, PermissionError, IsADirectoryError) as exc:
         where = f" (resolved under data_root {data_root!r})" if path != given else ""
         raise AnnotationFormatError(
-            f"metainfo 'classes' file {given!r}{where} cannot be read: {exc.strerror}"
-        ) from None
+            f"metainfo 'classes' file {given!r}{where} cannot be read: {exc.strerror}") from None
     logger.debug("metainfo 'classes' read from %s", path)
     return classes
 
@@ -224,15 +210,12 @@ def _caller_metainfo(argument: dict | None, data_root: str) -> dict[str, Any]:
     ):
         raise TypeError(
             "metainfo['classes'] must be a list of class names or the path of a text file "
-            f"with one per line, got {type(classes).__name__}"
-        )
+            f"with one per line, got {type(classes).__name__}")
     return merged
 
 
-def _read_file(
-    ann_file: str | os.PathLike, data_root: str, metainfo: dict | None, allow_pickle: bool,
-    allow_yaml_aliases: bool,
-) -> tuple[str, dict, dict[str, Any]]:
+def _read_file(ann_file: str | os.PathLike, data_root: str, metainfo: dict | None,
+               allow_pickle: bool, allow_yaml_aliases: bool) -> tuple[str, dict, dict[str, Any]]:
     """``(path, content, metainfo)``: the file's metainfo (checked, never read as file names)
     updated by the caller's ``metainfo``."""
     path = _resolve(ann_file, data_root)
@@ -241,14 +224,9 @@ def _read_file(
     return path, content, {**content["metainfo"], **_caller_metainfo(metainfo, data_root)}
 
 
-def read_metainfo(
-    ann_file: str | os.PathLike,
-    *,
-    data_root: str | os.PathLike = "",
-    metainfo: dict | None = None,
-    allow_pickle: bool = False,
-    allow_yaml_aliases: bool = False,
-) -> dict[str, Any]:
+def read_metainfo(ann_file: str | os.PathLike, *, data_root: str | os.PathLike = "",
+                  metainfo: dict | None = None, allow_pickle: bool = False,
+                  allow_yaml_aliases: bool = False) -> dict[str, Any]:
     """The merged metainfo of an annotation file (argument over file), records not built."""
     return _read_file(ann_file, os.fspath(data_root), metainfo, allow_pickle,
                       allow_yaml_aliases)[2]
@@ -260,15 +238,10 @@ def _num_classes(metainfo: dict[str, Any]) -> int | None:
 
 
 def load_annotation_file(
-    ann_file: str | os.PathLike,
-    *,
-    data_root: str | os.PathLike = "",
-    data_prefix: dict[str, str] | None = None,
-    metainfo: dict | None = None,
-    parse_data_info: ParseDataInfo | None = None,
-    allow_pickle: bool = False,
-    allow_yaml_aliases: bool = False,
-    record_format: str = "detectron2",
+    ann_file: str | os.PathLike, *, data_root: str | os.PathLike = "",
+    data_prefix: dict[str, str] | None = None, metainfo: dict | None = None,
+    parse_data_info: ParseDataInfo | None = None, allow_pickle: bool = False,
+    allow_yaml_aliases: bool = False, record_format: str = "detectron2",
     allow_outside_root: bool = False,
 ) -> tuple[dict[str, Any], list[dict]]:
     """Load an OpenMMLab 2.0 annotation file: ``(metainfo, records)``.
@@ -314,9 +287,7 @@ def load_annotation_file(
         elif not isinstance(parsed, list) or not all(isinstance(p, dict) for p in parsed):
             raise ParseDataInfoError(
                 f"{path}: parse_data_info returned a {type(parsed).__name__} for data_list "
-                f"entry {index}; it must return a dict or a list of dicts",
-                index=index,
-            )
+                f"entry {index}; it must return a dict or a list of dicts", index=index)
         for record in parsed:
             if prefixes:
                 record = dict(record)  # a YAML alias may share one dict between entries
@@ -326,8 +297,7 @@ def load_annotation_file(
                     found = "no key" if key not in record else f"a {type(value).__name__} under"
                     raise RecordFormatError(
                         f"{path}: data_list entry {index} has {found} {key!r} named in "
-                        f"data_prefix (its keys: {sorted(map(str, record))[:50]})"
-                    )
+                        f"data_prefix (its keys: {sorted(map(str, record))[:50]})")
                 record[key] = os.path.join(prefix, value)
             if record_format == "detectron2":
                 record = to_detectron2_record(record, index=index, path=path)
@@ -378,13 +348,8 @@ class AnnotationFileOptions(TypedDict, total=False):
     allow_outside_root: bool
 
 
-def register_annotation_file(
-    name: str,
-    ann_file: str | os.PathLike,
-    *,
-    cache: bool = True,
-    **options: Unpack[AnnotationFileOptions],
-) -> None:
+def register_annotation_file(name: str, ann_file: str | os.PathLike, *, cache: bool = True,
+                             **options: Unpack[AnnotationFileOptions]) -> None:
     """Register an OpenMMLab 2.0 annotation file as dataset ``name``.
 
     Example:
@@ -397,8 +362,7 @@ def register_annotation_file(
     if name in DatasetCatalog:  # fail before reading the file; register() re-checks
         raise DatasetAlreadyRegisteredError(
             f"dataset {name!r} is already registered; call DatasetCatalog.remove({name!r}) "
-            "first to replace it"
-        )
+            "first to replace it")
     bound = _LOAD_SIGNATURE.bind(ann_file, **options)  # TypeError for an unknown option
     bound.apply_defaults()
     opts = bound.arguments
@@ -407,10 +371,8 @@ def register_annotation_file(
     data_root = os.fspath(opts["data_root"])
     path = _resolve(ann_file, data_root)
     parse_data_info, metainfo = opts["parse_data_info"], opts["metainfo"]
-    safety = {
-        "allow_pickle": opts["allow_pickle"],
-        "allow_yaml_aliases": opts["allow_yaml_aliases"],
-    }
+    safety = {"allow_pickle": opts["allow_pickle"],
+              "allow_yaml_aliases": opts["allow_yaml_aliases"]}
     # ann_file, not path: read_metainfo and load_annotation_file join data_root themselves
     # (passing path would join a relative data_root twice).
     meta = read_metainfo(ann_file, data_root=data_root, metainfo=metainfo, **safety)
@@ -418,41 +380,24 @@ def register_annotation_file(
     # The classes are read once, now: a classes file changed later does not change the
     # records' label check behind the metadata's back.
     fixed_metainfo = None if metainfo is None else {**metainfo, **_pick(meta, metainfo)}
-    load_options = {
-        **opts,
-        "data_root": data_root,
-        "data_prefix": prefix,
-        "metainfo": fixed_metainfo,
-    }
+    load_options = {**opts, "data_root": data_root, "data_prefix": prefix,
+                    "metainfo": fixed_metainfo}
 
     def load() -> list[dict]:
         return load_annotation_file(**load_options)[1]
 
     parser_name = None
     if parse_data_info is not None:
-        parser_name = (
-            f"{getattr(parse_data_info, '__module__', '?')}."
-            f"{getattr(parse_data_info, '__qualname__', repr(parse_data_info))}"
-        )
+        parser_name = (f"{getattr(parse_data_info, '__module__', '?')}."
+                       f"{getattr(parse_data_info, '__qualname__', repr(parse_data_info))}")
     cache_key = {
-        "loader": "catalog.annotation_file.load_annotation_file",
-        "catmap_version": __version__,
-        "ann_file": os.path.abspath(path),
-        "data_root": data_root,
-        "data_prefix": prefix,
-        "parse_data_info": parser_name,
-        "allow_yaml_aliases": safety["allow_yaml_aliases"],
-        "record_format": record_format,
-        "allow_outside_root": opts["allow_outside_root"],
-        "num_classes": _num_classes(meta),
-    }
-    DatasetCatalog.register(
-        name,
-        load,
-        source_files=(path,),
-        cache_key=cache_key if parse_data_info is None else None,
-        options={"cache": cache},
-    )
+        "loader": "catalog.annotation_file.load_annotation_file", "catmap_version": __version__,
+        "ann_file": os.path.abspath(path), "data_root": data_root, "data_prefix": prefix,
+        "parse_data_info": parser_name, "allow_yaml_aliases": safety["allow_yaml_aliases"],
+        "record_format": record_format, "allow_outside_root": opts["allow_outside_root"],
+        "num_classes": _num_classes(meta)}
+    DatasetCatalog.register(name, load, source_files=(path,), options={"cache": cache},
+                            cache_key=cache_key if parse_data_info is None else None)
     values = {"ann_file": path, **meta}
     if "classes" in meta and "thing_classes" not in meta:
         values["thing_classes"] = meta["classes"]

@@ -114,8 +114,7 @@ def register_sem_seg(name: str, metadata: Mapping[str, Any] | None, gt_root: str
     _suffix(gt_ext, "gt_ext"), _suffix(image_ext, "image_ext")
     if metadata is not None and not isinstance(metadata, Mapping):
         raise TypeError(
-            f"metadata of dataset {name!r} must be a mapping, got {type(metadata).__name__}"
-        )
+            f"metadata of dataset {name!r} must be a mapping, got {type(metadata).__name__}")
     values = {"ignore_label": 255, **dict(metadata or {})}
 
     def load() -> list[dict[str, Any]]:

@@ -117,8 +117,7 @@ RLE_CHARS = r"\A[0-o]*\Z"
 
 _repr = reprlib.Repr()
 _repr.maxlevel = 3
-_repr.maxstring = 60
-_repr.maxother = 60
+_repr.maxstring = _repr.maxother = 60
 _repr.maxlist = _repr.maxdict = 8
 
 
@@ -191,8 +190,7 @@ MAX_LABEL = 2**31 - 1
 RESERVED_METAINFO_KEYS = frozenset({"name", "ann_file", "get", "set", "as_dict"})
 
 _short = reprlib.Repr()
-_short.maxstring = 60
-_short.maxother = 60
+_short.maxstring = _short.maxother = 60
 _short.maxlist = 6
 _short.maxdict = 4
 _short.maxlevel = 2

@@ -82,8 +82,7 @@ def _check_id(file_id: str, split_file: str, line_number: int) -> None:
     ):
         raise AnnotationFormatError(
             f"{split_file}: entry {line_number}: image id {short_repr(file_id)} is not a plain "
-            "file name (one id per line, no spaces or path separators)"
-        )
+            "file name (one id per line, no spaces or path separators)")
 
 
 def _text(element: ET.Element | None) -> str | None:
@@ -107,8 +106,7 @@ def _side(root: ET.Element, key: str, xml_file: str) -> int | None:
     if value is None or not 1 <= value <= MAX_IMAGE_SIDE:
         raise AnnotationFormatError(
             f"{xml_file}: 'size/{key}' is {short_repr(text)}, not an integer in "
-            f"[1, {MAX_IMAGE_SIDE}]"
-        )
+            f"[1, {MAX_IMAGE_SIDE}]")
     return value
 
 
@@ -123,8 +121,7 @@ def _objects(root: ET.Element, classes: dict[str, int], xml_file: str,
         if category is None:
             raise AnnotationFormatError(
                 f"{xml_file}: object {index} has class {short_repr(name)}, which is not among "
-                f"the class names {short_repr(list(classes))}"
-            )
+                f"the class names {short_repr(list(classes))}")
         box = obj.find("bndbox")
         if box is None:
             raise AnnotationFormatError(f"{xml_file}: object {index} ({name}) has no 'bndbox'")
@@ -146,8 +143,7 @@ def _coordinate(box: ET.Element, key: str, index: int, xml_file: str) -> float:
     if not math.isfinite(value):
         raise AnnotationFormatError(
             f"{xml_file}: object {index}: 'bndbox/{key}' is {short_repr(text)}, not a finite "
-            "number"
-        )
+            "number")
     return value
 
 

@@ -117,8 +117,7 @@ def lock_timeout() -> float:
     if not (math.isfinite(seconds) and seconds > 0):
         raise CacheSettingError(
             f"CATMAP_CACHE_LOCK_TIMEOUT={value!r} is not a positive number of seconds",
-            variable="CATMAP_CACHE_LOCK_TIMEOUT", value=value,
-        )  # fmt: skip
+            variable="CATMAP_CACHE_LOCK_TIMEOUT", value=value)
     return seconds
 
 
@@ -154,8 +153,7 @@ def _json_default(value: Any) -> Any:
         return value.item()
     raise TypeError(
         f"loader option value {value!r} of type {type(value).__name__} cannot be part of a "
-        "cache key (use JSON-compatible options or cache=False)"
-    )
+        "cache key (use JSON-compatible options or cache=False)")
 
 
 @dataclass(frozen=True)
@@ -395,9 +393,8 @@ class DiskCache:
         try:
             fd = os.open(tmp, flags, 0o600, dir_fd=dfd)
         except OSError as exc:
-            raise CacheError(
-                f"cannot write the cache of dataset {key.name!r} in {self.directory}: {exc}"
-            ) from exc
+            raise CacheError(f"cannot write the cache of dataset {key.name!r} in "
+                             f"{self.directory}: {exc}") from exc
         try:
             with open(fd, "wb", closefd=False) as out:
                 write_records(out, records, key=key.fields(), extra=extra)
@@ -410,8 +407,7 @@ class DiskCache:
                 os.unlink(tmp, dir_fd=dfd)
             if isinstance(exc, OSError):
                 raise CacheError(
-                    f"cannot write the cache of dataset {key.name!r} to {where}: {exc}"
-                ) from exc
+                    f"cannot write the cache of dataset {key.name!r} to {where}: {exc}") from exc
             raise
         prefix = name[: -len(CACHE_SUFFIX) - 21]  # "<slug>-<identity>": older versions
         for other in self.directory.glob(f"{prefix}-*{CACHE_SUFFIX}"):

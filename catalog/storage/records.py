@@ -127,8 +127,7 @@ class RecordColumns:
             raise ValueError(
                 f"record columns disagree: {n} heights, {len(self.widths)} widths, "
                 f"{len(self.category_offsets)} category offsets, {len(self.category_ids)} "
-                f"category ids, {len(self.iscrowd)} crowd flags"
-            )
+                f"category ids, {len(self.iscrowd)} crowd flags")
         for arr in (self.heights, self.widths, self.category_ids, self.iscrowd,
                     self.category_offsets):
             arr.flags.writeable = False
@@ -328,8 +327,7 @@ class SerializedList(Sequence):
             raise ValueError(f"{len(ends)} record offsets but {len(columns.heights)} column rows")
         if len(ends) and int(ends[-1]) != len(buffer):
             raise ValueError(
-                f"record offsets end at {int(ends[-1])} but the buffer holds {len(buffer)} bytes"
-            )
+                f"record offsets end at {int(ends[-1])} but the buffer holds {len(buffer)} bytes")
         self.name = name
         buffer.flags.writeable = ends.flags.writeable = False  # views: the caller keeps its own
         self._buffer, self._ends, self._columns = buffer, ends, columns
@@ -364,9 +362,8 @@ class SerializedList(Sequence):
     columns = property(lambda self: self._columns)
     #: what keeps the arrays alive (a mapped file, shared memory), or None
     owner = property(lambda self: self._owner)
-    nbytes = property(
-        lambda self: int(self._buffer.nbytes + self._ends.nbytes + self._columns.nbytes)
-    )
+    nbytes = property(lambda self: int(self._buffer.nbytes + self._ends.nbytes
+                                       + self._columns.nbytes))
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -385,8 +382,7 @@ class SerializedList(Sequence):
             return self.subset(range(len(self))[index])
         if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
             raise TypeError(
-                f"SerializedList indices must be integers or slices, not {type(index).__name__}"
-            )
+                f"SerializedList indices must be integers or slices, not {type(index).__name__}")
         i, n = operator.index(index), len(self)
         if not -n <= i < n:
             where = f" of dataset {self.name!r}" if self.name else ""
@@ -397,8 +393,7 @@ class SerializedList(Sequence):
         raise ImmutableRecordsError(
             f"SerializedList records are read-only (dataset {self.name!r}, index {index!r}): "
             "build a new list (SerializedList([fix(r) for r in records])) or change records "
-            "in the loader or the mapper"
-        )
+            "in the loader or the mapper")
 
     def __delitem__(self, index: Any) -> None:
         self.__setitem__(index, None)
@@ -523,8 +518,7 @@ class SerializedListView(SerializedList):
     def __init__(self, *args: Any, **kwargs: Any) -> None:  # noqa: D107
         raise TypeError(
             "make views with SerializedList.subset(), slicing or concat_records(), "
-            "not SerializedListView(...)"
-        )
+            "not SerializedListView(...)")
 
     @classmethod
     def _over(cls, bases: Sequence[SerializedList], index: np.ndarray | None,
@@ -546,9 +540,8 @@ class SerializedListView(SerializedList):
     #: the plain lists holding the records
     bases = property(lambda self: self._bases)
     #: positions in the concatenation of the bases, one per record of the view
-    index = property(
-        lambda self: np.arange(self._starts[-1]) if self._index is None else self._index
-    )
+    index = property(lambda self: np.arange(self._starts[-1]) if self._index is None
+                     else self._index)
     owner = property(lambda self: None)
 
     def __len__(self) -> int:
@@ -611,13 +604,10 @@ def concat_records(parts: Sequence[SerializedList], name: str | None = None) -> 
         >>> [r["i"] for r in joined], joined.bases == (a, b)
         ([0, 2], True)
     """
-    nonempty = []
     for part in parts:
         if not isinstance(part, SerializedList):
             raise TypeError(f"concat_records joins SerializedLists, got {type(part).__name__}")
-        if len(part):
-            nonempty.append(part)
-    parts = nonempty
+    parts = [part for part in parts if len(part)]
     if not parts:
         return SerializedList([], name=name)
     if len(parts) == 1 and not isinstance(parts[0], SerializedListView):

@@ -129,8 +129,7 @@ def read_header(fd: int, where: str) -> tuple[dict[str, Any], int, int, int]:
     if header_len > _MAX_HEADER or size != start + payload_len:
         raise CacheCorruptError(
             f"{where}: the file is {size} bytes but its preamble says {start + payload_len} "
-            "(truncated or overwritten)"
-        )
+            "(truncated or overwritten)")
     try:
         header = decode(os.pread(fd, header_len, _PREAMBLE.size))
     except (msgspec.DecodeError, ValueError, TypeError) as exc:

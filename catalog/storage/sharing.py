@@ -40,19 +40,16 @@ Build = Callable[[], tuple[SerializedList, dict[str, Any]]]
 
 _SETTING_TYPES: dict[str, Any] = {
     "node": str, "name": str, "share": bool, "cache": bool, "share_env": (str, type(None)),
-    "cache_env": (str, type(None)), "version": str, "pid": int,
-}  # fmt: skip
+    "cache_env": (str, type(None)), "version": str, "pid": int}  # fmt: skip
 _DESCRIPTOR_TYPES: dict[str, Any] = {
     "pid": int, "fd": int, "device": int, "inode": int, "path": (str, type(None)), "size": int,
-    "crc": int, "num_records": int,
-}  # fmt: skip
+    "crc": int, "num_records": int}  # fmt: skip
 _CATMAP_VERSION = __version__
 _MAX_BACKEND_MESSAGE = 300
 _EXIT_GRACE = 1.0  # seconds to wait for a rank whose connection dropped to show as exited
 _HANDSHAKE_SUSPECTS = (
     "suspected: a rank that died, or one that did not call DatasetCatalog.get for this dataset "
-    "(every rank must load the same datasets in the same order, whatever CATMAP_SHARE says)"
-)
+    "(every rank must load the same datasets in the same order, whatever CATMAP_SHARE says)")
 _gloo: dict[str, Any] = {}
 _collective_lock = threading.RLock()  # one rank's threads must not interleave collectives
 _in_build = threading.local()  # the dataset this thread builds for the other local ranks
@@ -94,8 +91,7 @@ def rank_settings(name: str) -> dict[str, Any]:
         "node": node_id(), "name": name, "share": env_flag("CATMAP_SHARE", default=True),
         "cache": env_flag("CATMAP_CACHE", default=True),
         "share_env": os.environ.get("CATMAP_SHARE"), "cache_env": os.environ.get("CATMAP_CACHE"),
-        "version": _CATMAP_VERSION, "pid": os.getpid(),
-    }  # fmt: skip
+        "version": _CATMAP_VERSION, "pid": os.getpid()}  # fmt: skip
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
@@ -122,11 +118,8 @@ def settings_disagreements(gathered: Sequence[Any], name: str) -> list[str]:
         ['rank 1 has CATMAP_SHARE=0 (sharing off), ranks 0,2 share']
     """
     for rank, item in enumerate(gathered):
-        _check_fields(
-            item, _SETTING_TYPES,
-            f"dataset {name!r}: rank {rank} sent malformed settings at the sharing handshake "
-            "(it runs a different catmap version)",
-        )  # fmt: skip
+        _check_fields(item, _SETTING_TYPES, f"dataset {name!r}: rank {rank} sent malformed "
+                      "settings at the sharing handshake (it runs a different catmap version)")
 
     def groups(key: str) -> dict[Any, list[int]]:
         out: dict[Any, list[int]] = {}
@@ -143,8 +136,7 @@ def settings_disagreements(gathered: Sequence[Any], name: str) -> list[str]:
         by_rank = ", ".join(f"rank {r}: {item['name']!r}" for r, item in enumerate(gathered))
         problems.append(
             f"ranks are loading different datasets at the same time ({by_rank}); every rank "
-            "must call DatasetCatalog.get for the same datasets in the same order"
-        )
+            "must call DatasetCatalog.get for the same datasets in the same order")
     for var, on, off in (("share", "shares", "sharing off"), ("cache", "caches", "cache off")):
         split = groups(var)
         if len(split) > 1:
@@ -232,8 +224,7 @@ def _gather(dist: Any, group: Any, value: Any, name: str, step: str,
         except (msgspec.DecodeError, ValueError, TypeError) as exc:
             raise SharedAttachError(
                 f"dataset {name!r}: rank {rank} sent a malformed message at the {step} step "
-                f"({exc}); it runs a different catmap version"
-            ) from exc
+                f"({exc}); it runs a different catmap version") from exc
     return values
 
 
@@ -300,8 +291,7 @@ def publish_records(records: SerializedList) -> tuple[SerializedList, dict[str, 
         records = owner.records(records.name)
     descriptor = {
         "pid": os.getpid(), "fd": owner.fd, "device": owner.device, "inode": owner.inode,
-        "path": owner.path, "size": owner.size, "crc": owner.crc, "num_records": len(records),
-    }  # fmt: skip
+        "path": owner.path, "size": owner.size, "crc": owner.crc, "num_records": len(records)}
     return records, descriptor
 
 
@@ -339,7 +329,7 @@ def share_across_local_ranks(name: str, build: Build) -> tuple[SerializedList, d
     # a process group needs torch.distributed imported: no import of torch for one process
     dist = sys.modules.get("torch.distributed")
     if (dist is None or not dist.is_available() or not dist.is_initialized()
-            or dist.get_world_size() == 1 or getattr(_this_rank_only, "depth", 0) > 0):  # fmt: skip
+            or dist.get_world_size() == 1 or this_rank_only_active()):  # fmt: skip
         return build()
     outer = getattr(_in_build, "name", None)
     if outer is not None:
@@ -348,8 +338,7 @@ def share_across_local_ranks(name: str, build: Build) -> tuple[SerializedList, d
             f"the loader of dataset {outer!r}, which this rank runs for the other local ranks "
             f"while they wait; they cannot load {name!r} with it. Call "
             f"DatasetCatalog.get({name!r}) on every rank before DatasetCatalog.get({outer!r}), "
-            f"or call the loader function of {name!r} directly inside the outer loader"
-        )
+            f"or call the loader function of {name!r} directly inside the outer loader")
     with _collective_lock:
         group, rank = _gloo_group(dist), dist.get_rank()
         mine = rank_settings(name)
@@ -364,10 +353,8 @@ def share_across_local_ranks(name: str, build: Build) -> tuple[SerializedList, d
         return _share(dist, group, topology, settings, name, build)
 
 
-def _share(
-    dist: Any, group: Any, topology: LocalGroup, settings: list[dict[str, Any]], name: str,
-    build: Build,
-) -> tuple[SerializedList, dict[str, Any]]:  # fmt: skip
+def _share(dist: Any, group: Any, topology: LocalGroup, settings: list[dict[str, Any]],
+           name: str, build: Build) -> tuple[SerializedList, dict[str, Any]]:
     rank = topology.rank
     others = [r for r in range(len(settings)) if r != rank]
     loaders = sorted(set(topology.leaders.values()) - {rank})
@@ -389,10 +376,8 @@ def _share(
         finally:
             _in_build.name = None
     role = "loading the dataset" if loaders else "waiting for the records"
-    everything = _gather(
-        dist, group, published, name, "publish",
-        lambda: describe_suspects(rank, settings, loaders or others, role),
-    )  # fmt: skip
+    everything = _gather(dist, group, published, name, "publish",
+                         lambda: describe_suspects(rank, settings, loaders or others, role))
     failed = [(r, p[1]) for r, p in enumerate(everything) if p and p[0] == "error"]
     if failed:
         if failure is not None:
@@ -401,8 +386,7 @@ def _share(
         which = "this" if leader == topology.leader else "another"
         raise SharedAttachError(
             f"rank {rank} did not get dataset {name!r}: rank {leader}, which loads it for "
-            f"{which} machine, failed: {message}"
-        )
+            f"{which} machine, failed: {message}")
     status: list[Any] = ["ok"]
     if not topology.is_leader:
         published = everything[topology.leader]
@@ -419,10 +403,8 @@ def _share(
                       f"rank {rank} (local rank {topology.local_rank} on node {topology.node!r}) "
                       f"could not attach to the records of dataset {name!r} published by rank "
                       f"{topology.leader}: tried {tried}; {type(exc).__name__}: {exc}"]  # fmt: skip
-    statuses = _gather(
-        dist, group, status, name, "attach",
-        lambda: describe_suspects(rank, settings, others, "attaching to the records"),
-    )  # fmt: skip
+    statuses = _gather(dist, group, status, name, "attach", lambda: describe_suspects(
+        rank, settings, others, "attaching to the records"))
     errors = [s[1] for s in statuses if s[0] != "ok"]
     if errors:
         raise SharedAttachError("; ".join(errors))
