@@ -140,7 +140,6 @@ class SampleSeededDataset:
                         f"(index, position, seed) triple, got {key!r}")
 
 
-
 def _uses_global_rngs(dataset: Any) -> bool:
     """False for records mapped by a mapper whose ``uses_global_rngs`` is False (a
     DatasetMapper with catmap's augmentations): seeding random, numpy and torch per sample
