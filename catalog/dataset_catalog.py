@@ -184,8 +184,10 @@ class _DatasetCatalog(NamedContainer[DatasetEntry]):
                         f"{index} is a {type(record).__name__}, not a dict")
             records = SerializedList(result, name=name)
         after = MetadataCatalog.get(name, warn_unregistered=False).as_dict()
-        changed = {key: value for key, value in after.items()
-                   if key != "name" and (key not in before or not values_equal(before[key], value))}
+        changed = {}
+        for key, value in after.items():
+            if key != "name" and (key not in before or not values_equal(before[key], value)):
+                changed[key] = value
         return records, {"metadata": changed}
 
     # ------------------------------------------------------------------ management

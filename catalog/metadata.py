@@ -126,7 +126,11 @@ class Metadata:
 
     def as_dict(self) -> dict[str, Any]:
         """A shallow copy of every key and value."""
-        return {key: value for key, value in self.__dict__.items() if not key.startswith("_")}
+        values = {}  # a loop, not a comprehension: one function fewer on every record's path
+        for key, value in self.__dict__.items():
+            if not key.startswith("_"):
+                values[key] = value
+        return values
 
     def __contains__(self, key: object) -> bool:
         return (isinstance(key, str) and not key.startswith("_")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -203,15 +203,13 @@ def reduced_decode_size(transforms: TransformList) -> tuple[int, int] | None:
     return None
 
 
-class _PreparedRecord:
-    """A record's copy, checked size, drawn transforms and instances (:meth:`DatasetMapper.prepare`)."""
+class _PreparedRecord(NamedTuple):
+    """A record's copy, size, drawn transforms and instances: see ``DatasetMapper.prepare``."""
 
-    __slots__ = ("sample", "size", "plan", "instances")
-
-    def __init__(self, sample: dict[str, Any], size: tuple[int, int] | None,
-                 plan: TransformList | None) -> None:
-        self.sample, self.size, self.plan = sample, size, plan
-        self.instances: Instances | None = None
+    sample: dict[str, Any]
+    size: tuple[int, int] | None
+    plan: TransformList | None
+    instances: Instances | None
 
 
 def _planned_output_size(
@@ -219,17 +217,13 @@ def _planned_output_size(
 ) -> tuple[int, int] | None:
     """The (h, w) :func:`apply_planned_image` gives an image of ``size`` for a plan of flips
     and resizes; None for any other plan."""
-    if size is None or plan is None or any(type(t) not in _FUSABLE for t in plan.transforms):
+    if size is None or plan is None:
         return None
-    resizes = [t for t in plan.transforms if type(t) is ResizeTransform]
-    return (resizes[-1].new_h, resizes[-1].new_w) if resizes else size
-
-
-def _draws_only_from_generator(aug: T.Augmentation) -> bool:
-    if type(aug) in (T.AugmentationList, T.RandomApply):
-        inner = aug.augs if type(aug) is T.AugmentationList else [aug.aug]
-        return all(map(_draws_only_from_generator, inner))
-    return type(aug).__module__ == T.RandomFlip.__module__  # augmentation_impl's own classes
+    for tfm in plan.transforms:  # a loop: no comprehension on every record's path
+        if type(tfm) not in _FUSABLE:
+            return None
+        size = (tfm.new_h, tfm.new_w) if type(tfm) is ResizeTransform else size
+    return size
 
 
 def apply_planned_image(
@@ -515,7 +509,16 @@ class DatasetMapper:
         """Whether mapping may draw from ``random``, numpy's or torch's global RNG. catmap's own
         augmentations draw only from the sample's generator, so a loader skips seeding those
         per sample; any other augmentation (or a subclass of this mapper) may use them."""
-        return type(self) is not DatasetMapper or not _draws_only_from_generator(self.augmentations)
+        if type(self) is not DatasetMapper:
+            return True
+        pending: list[T.Augmentation] = [self.augmentations]
+        while pending:
+            aug = pending.pop()
+            if type(aug) is T.AugmentationList or type(aug) is T.RandomApply:
+                pending.extend(aug.augs if type(aug) is T.AugmentationList else [aug.aug])
+            elif type(aug).__module__ != T.RandomFlip.__module__:  # not augmentation_impl's
+                return True
+        return False
 
     def __call__(self, dataset_dict: dict[str, Any]) -> dict[str, Any] | None:
         """Map one record (left unmodified) to its keys plus ``image`` (CHW uint8), ``sem_seg``,
@@ -533,17 +536,16 @@ class DatasetMapper:
             (4, 6)
         """
         sample = dict(dataset_dict)
-        prepared = _PreparedRecord(sample, *_plan_record(sample, self._load, self.augmentations))
-        output_size = _planned_output_size(prepared.size, prepared.plan)
+        size, plan = _plan_record(sample, self._load, self.augmentations)
+        output_size, instances = _planned_output_size(size, plan), None
         annotations = sample.get("annotations")
         if self.is_train and annotations is not None and output_size is not None:
             try:
-                prepared.instances = self._options.instances(
-                    list(map(dict, annotations)), prepared.plan, output_size,
-                    file_name=sample.get("file_name"))
+                instances = self._options.instances(list(map(dict, annotations)), plan,
+                                                    output_size, file_name=sample.get("file_name"))
             except Exception:  # noqa: BLE001 (finish makes them again and raises as before)
-                prepared.instances = None
-        return prepared
+                instances = None
+        return _PreparedRecord(sample, size, plan, instances)
 
     def finish(self, prepared: _PreparedRecord) -> dict[str, Any] | None:
         """Map a prepared record (see :meth:`prepare`); None for a skipped record."""

@@ -22,9 +22,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from catalog import _common
 from catalog._common import derive_seed, torch_generator
-from catalog.storage.records import SerializedList
 from mappers.image_io import limit_opencv_threads
-from mappers.datasets import DatasetFromList, MapDataset
 from mappers.random_state import (
     SampleRandomness, sample_scope, sample_seed, seed_generator, seed_global_rngs,
 )
@@ -104,7 +102,7 @@ class SampleSeededDataset:
             return self.dataset[operator.index(key[0])]
 
     def __getitems__(self, keys: list[Any]) -> list[Any]:
-        return [self[key] for key in self.prepare_keys(keys)]
+        return list(map(self.__getitem__, self.prepare_keys(keys)))
 
     def prepare_keys(self, keys: list[Any]) -> list[Any]:
         """A batch's keys with their randomness (``(index, SampleRandomness, prepared)``), and,
@@ -138,17 +136,6 @@ class SampleSeededDataset:
             return operator.index(key[1])
         raise TypeError(f"SampleSeededDataset: a key is an index, an (index, seed) pair or an "
                         f"(index, position, seed) triple, got {key!r}")
-
-
-def _uses_global_rngs(dataset: Any) -> bool:
-    """False for records mapped by a mapper whose ``uses_global_rngs`` is False (a
-    DatasetMapper with catmap's augmentations): seeding random, numpy and torch per sample
-    would cost the workers about 2% for nothing."""
-    return not (type(dataset) is MapDataset and type(dataset.dataset) in _RECORD_LISTS
-                and getattr(dataset.map_func, "uses_global_rngs", True) is False)
-
-
-_RECORD_LISTS = (SerializedList, DatasetFromList, list, tuple)  # records: no code of a user
 
 
 @dataclasses.dataclass(eq=False)
@@ -213,8 +200,10 @@ class ResumableLoader:
             transport=transport, num_workers=num_workers, prefetch_factor=prefetch_factor,
             persistent_workers=persistent_workers, pin_memory=pin_memory, timeout=timeout,
             slabs=slabs, slab_bytes=slab_bytes)
-        mapped = SampleSeededDataset(dataset, seed_globals=_uses_global_rngs(dataset)) \
-            if self.sample_seeds else dataset
+        # a MapDataset of catmap's own DatasetMapper draws only from the sample's generator
+        seed_globals = getattr(dataset, "uses_global_rngs", True) is not False
+        mapped = (SampleSeededDataset(dataset, seed_globals=seed_globals) if self.sample_seeds
+                  else dataset)
         collate_fn = collate_fn or trivial_batch_collator
         if num_workers == 0:
             kwargs = {"dataset": mapped, "batch_sampler": self._tracker, "collate_fn": collate_fn,
