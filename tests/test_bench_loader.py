@@ -54,3 +54,10 @@ def test_torchvision_v2_baseline_runs(tmp_path):
     results = bench.main(["--quick", "--max-workers", "0", "--pipelines", "tv2"])
     (row,) = [r for r in results["rows"] if r["pipeline"] == "tv2"]
     assert row["img_s"] > 0 and not [n for n in results.get("notes", []) if "tv2" in n]
+
+
+def test_paired_run_measures_both_worker_paths():
+    results = bench.main(["--quick", "--paired", "--max-workers", "1"])
+    (run,) = results["paired"]
+    assert run["two_passes_us"] > 0 and run["one_at_a_time_us"] > 0
+    assert run["ratio"] == pytest.approx(run["one_at_a_time_us"] / run["two_passes_us"])

@@ -21,8 +21,15 @@ images/s to ``bare`` at the same N, and of main-process CPU to ``torch-dl``'s, a
 time per image of all processes (main + workers, psutil; the steadier figure on a busy
 machine: with N workers on N cores, images/s is at most N / that).
 
+``--paired``: instead, the default loader's two passes per batch (every sample's randomness
+and ``DatasetMapper.prepare`` first, then the images) against mapping one sample at a time
+with the global RNGs seeded (how workers mapped before), as two loaders in one process whose
+batches are taken alternately: the worker CPU time per image of each, measured side by side,
+so a busy machine's drift falls on both.
+
 Usage:
     python -m tools.bench_loader --max-workers 2 --batches 12 --repeats 3
+    python -m tools.bench_loader --paired --max-workers 1 --batches 40 --repeats 3
     python -m tools.bench_loader --quick              # development: tiny and fast
 """
 
@@ -276,13 +283,45 @@ def _run_loader(pipeline: str, records: list[dict[str, Any]], workers: int, batc
                         "all_us": (cpu + workers_cpu) / images * 1e6}
 
 
+def _run_paired(records: list[dict[str, Any]], workers: int, batch: int, batches: int,
+                warmup: int) -> dict[str, Any]:
+    """Worker CPU µs per image of two passes vs one sample at a time, batches alternating."""
+    import torch
+
+    torch.set_num_threads(1)
+    streams = {}
+    for name in ("two_passes_us", "one_at_a_time_us"):
+        before = set(_children_cpu())
+        loader = _make_loader("catmap", records, workers, batch)
+        if name == "one_at_a_time_us":  # the worker path as it was: no prepare, globals seeded
+            seeded = loader.loader.dataset.dataset
+            seeded.seed_globals, seeded.prepare_keys = True, None
+        iterator = iter(loader)
+        next(iterator)  # workers started
+        streams[name] = (iterator, set(_children_cpu()) - before)
+    for _ in range(warmup):
+        for iterator, _pids in streams.values():
+            next(iterator)
+    start = _children_cpu()
+    for step in range(batches):
+        for name in sorted(streams, reverse=step % 2 == 1):  # alternate which goes first
+            next(streams[name][0])
+    end = _children_cpu()
+    result = {name: 1e6 * sum(end[pid] - start[pid] for pid in pids) / (batches * batch)
+              for name, (_iterator, pids) in streams.items()}
+    result["ratio"] = result["one_at_a_time_us"] / result["two_passes_us"]
+    return result
+
+
 def _child(args: argparse.Namespace) -> None:
     records = json.loads(Path(args.records).read_text())
     # one pass must cover the run: a finite loader (torch-dl, tv2) restarting its workers
     # inside the timed batches would pay worker start-up
     needed = (args.warmup + args.batches + 1) * args.batch * 2
     records = [dict(r) for _ in range(-(-needed // len(records))) for r in records]
-    if args.pipeline == "bare":
+    if args.pipeline == "paired":
+        result = _run_paired(records, args.workers, args.batch, args.batches, args.warmup)
+    elif args.pipeline == "bare":
         result = _run_bare(records, args.workers, args.batches * args.batch)
     else:
         result = _run_loader(args.pipeline, records, args.workers, args.batch, args.batches,
@@ -331,6 +370,23 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _paired_main(args: argparse.Namespace) -> dict[str, Any]:
+    workers = max(1, args.max_workers)
+    with tempfile.TemporaryDirectory(prefix="bench_loader_") as tmp:
+        records_file = Path(tmp) / "records.json"
+        records_file.write_text(json.dumps(make_photo_dataset(Path(tmp), args.images)))
+        runs = [r for r in (_spawn("paired", workers, args, records_file)
+                            for _ in range(args.repeats)) if r is not None]
+    print(f"{args.images} photo JPEGs, batch {args.batch}, {workers} worker(s) per loader, "
+          f"{args.batches} alternating batches after {args.warmup}; worker CPU µs per image")
+    for run in runs:
+        print(f"  two passes {run['two_passes_us']:7.0f}   one at a time "
+              f"{run['one_at_a_time_us']:7.0f}   one at a time / two passes {run['ratio']:.3f}")
+    results = {"paired": runs, "workers": workers}
+    write_json_results(args.json_out, results)
+    return results
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the benchmark; print the table; return the figures."""
     parser = argparse.ArgumentParser(
@@ -344,6 +400,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--pipelines", default=",".join(PIPELINES))
     parser.add_argument("--quick", action="store_true", help="tiny settings for development")
+    parser.add_argument("--paired", action="store_true",
+                        help="two passes vs one sample at a time, worker CPU per image")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--records", help=argparse.SUPPRESS)
@@ -360,6 +418,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             parser.error(f"--{name} must be >= 1")
     if args.warmup < 0 or args.max_workers < 0:
         parser.error("--warmup and --max-workers must be >= 0")
+    if args.paired:
+        return _paired_main(args)
     pipelines = [p for p in args.pipelines.split(",") if p]
     unknown = sorted(set(pipelines) - set(PIPELINES))
     if unknown:
