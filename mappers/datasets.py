@@ -391,7 +391,13 @@ class MapDataset(data.Dataset):
 
     def finish(self, index: int, prepared: tuple[Any, Any] | None) -> Any:
         """``self[index]``, its first attempt finished from ``prepared = self.prepare(index)``
-        by ``map_func.finish``."""
+        by ``map_func.finish``.
+
+        Example:
+            >>> ds = MapDataset([1, 2], lambda x: x * 10, seed=0)  # a function: one step
+            >>> ds.prepare(1), ds.finish(1, None)
+            (None, 20)
+        """
         n, requested = len(self._dataset), operator.index(index)
         if not -n <= requested < n:
             raise IndexError(f"MapDataset: index {requested} out of range for {n} records")

@@ -108,7 +108,13 @@ class SampleSeededDataset:
         """A batch's keys with their randomness (``(index, SampleRandomness, prepared)``), and,
         for a ``MapDataset`` of a mapper using no global RNG, the pixel-free part of each
         sample (``MapDataset.prepare``), all done before any image is decoded: between two
-        images' decode and resize, this Python costs a worker several times as much."""
+        images' decode and resize, this Python costs a worker several times as much.
+
+        Example:
+            >>> (key,) = SampleSeededDataset([5, 6]).prepare_keys([(1, 0, 3)])
+            >>> key[0], type(key[1]).__name__, key[2]
+            (1, 'SampleRandomness', None)
+        """
         ahead = getattr(self.dataset, "prepare", None) if not self.seed_globals else None
         prepared = []
         for key in keys:
