@@ -212,20 +212,6 @@ class _PreparedRecord(NamedTuple):
     instances: Instances | None
 
 
-def _planned_output_size(
-    size: tuple[int, int] | None, plan: TransformList | None
-) -> tuple[int, int] | None:
-    """The (h, w) :func:`apply_planned_image` gives an image of ``size`` for a plan of flips
-    and resizes; None for any other plan."""
-    if size is None or plan is None:
-        return None
-    for tfm in plan.transforms:  # a loop: no comprehension on every record's path
-        if type(tfm) not in _FUSABLE:
-            return None
-        size = (tfm.new_h, tfm.new_w) if type(tfm) is ResizeTransform else size
-    return size
-
-
 def apply_planned_image(
     image: np.ndarray, transforms: T.Transform | Sequence[T.Transform], *, owned: bool = False
 ) -> np.ndarray:
@@ -528,7 +514,8 @@ class DatasetMapper:
     def prepare(self, dataset_dict: dict[str, Any]) -> _PreparedRecord:
         """The part of mapping a record that needs no pixels: its copy, the transforms drawn
         from its size, the training instances. A loader worker prepares a batch's records
-        before decoding their images: between two images this Python costs several times as much.
+        before decoding their images: between two images, this Python costs several times as
+        much.
 
         Example:
             >>> mapper = DatasetMapper(is_train=True, augmentations=[])
@@ -537,7 +524,12 @@ class DatasetMapper:
         """
         sample = dict(dataset_dict)
         size, plan = _plan_record(sample, self._load, self.augmentations)
-        output_size, instances = _planned_output_size(size, plan), None
+        output_size, instances = size if plan is not None else None, None
+        for tfm in plan.transforms if plan is not None else ():  # the size apply_planned_image
+            if type(tfm) not in _FUSABLE:  # gives, for flips and resizes only
+                output_size = None
+                break
+            output_size = (tfm.new_h, tfm.new_w) if type(tfm) is ResizeTransform else output_size
         annotations = sample.get("annotations")
         if self.is_train and annotations is not None and output_size is not None:
             try:

@@ -378,11 +378,13 @@ class MapDataset(data.Dataset):
 
     def prepare(self, index: int) -> tuple[Any, Any] | None:
         """``(record, map_func.prepare(record))`` for a map function that maps in two steps
-        (``DatasetMapper``: see its ``prepare``), else None, also on any error (``finish``
-        without it then maps as ``self[index]``, raising that error in its place)."""
-        prepare = getattr(unwrap(self._map_func), "prepare", None)
-        if prepare is None:
+        and uses no global RNG (``DatasetMapper`` with catmap's augmentations, not a subclass
+        that may map otherwise), else None, also on any error (``finish`` without it then maps
+        as ``self[index]``, raising that error in its place)."""
+        map_func = unwrap(self._map_func)
+        if getattr(map_func, "uses_global_rngs", True) is not False:
             return None
+        prepare = map_func.prepare
         try:
             record = self._dataset[index]  # out of range: finish raises IndexError
             return record, prepare(record)
@@ -402,9 +404,10 @@ class MapDataset(data.Dataset):
         if not -n <= requested < n:
             raise IndexError(f"MapDataset: index {requested} out of range for {n} records")
         requested %= n
-        sample, current, recent = current_sample(), requested, []
+        current, recent = requested, []
         for attempt in range(self.max_refetch + 1):
             if attempt:
+                sample = current_sample()
                 rng = (sample.next_attempt() if sample is not None else
                        attempt_generator(index_sample_seed(self.seed, requested), attempt))
                 current = int(rng.integers(n))

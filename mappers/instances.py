@@ -101,14 +101,14 @@ class Instances:
                 f"Instances field {name!r} must have a length (tensor, array, list), got "
                 f"{type(value).__name__}"
             ) from None
-        others = [k for k in self._fields if k != name]
-        if others:
-            expected = len(self._fields[others[0]])
-            if length != expected:
-                raise ValueError(
-                    f"Instances field {name!r} has length {length}, but the other fields "
-                    f"({others[0]!r} ...) have length {expected}"
-                )
+        for other, existing in self._fields.items():
+            if other != name:  # the first other field has the length of them all
+                if len(existing) != length:
+                    raise ValueError(
+                        f"Instances field {name!r} has length {length}, but the other fields "
+                        f"({other!r} ...) have length {len(existing)}"
+                    )
+                break
         self._fields[name] = value
 
     def has(self, name: str) -> bool:

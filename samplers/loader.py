@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import logging
 import operator
 import weakref
@@ -159,7 +160,9 @@ class _TrackingBatchSampler(Sampler[list[Any]]):
         for batch in inner if seed is None else inner.iter_with_positions():
             if self.track:
                 self.pending.append(inner.state_dict())
-            yield batch if seed is None else [(i, p, seed) for i, p in batch]
+            if seed is not None:  # (index, position, seed) keys, built without a comprehension
+                batch = list(zip(*zip(*batch), itertools.repeat(seed, len(batch))))
+            yield batch
 
     def __len__(self) -> int:
         return len(self.inner)
