@@ -135,7 +135,7 @@ class SampleSeededDataset:
 
     @staticmethod
     def _seed(key: tuple[Any, ...]) -> int | SampleRandomness:
-        if type(key[1]) is SampleRandomness:
+        if len(key) in (2, 3) and type(key[1]) is SampleRandomness:  # from prepare_keys
             return key[1]
         if len(key) == 3:  # (index, global position, loader seed)
             return sample_seed(operator.index(key[2]), operator.index(key[1]))
