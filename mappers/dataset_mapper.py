@@ -180,7 +180,7 @@ def build_augmentations(augmentations: Sequence[Any], owner: str) -> T.Augmentat
     return T.AugmentationList(built)
 
 
-_FUSABLE = (HFlipTransform, VFlipTransform, ResizeTransform, NoOpTransform)
+_FUSABLE = frozenset({HFlipTransform, VFlipTransform, ResizeTransform, NoOpTransform})
 
 #: Where a planned resize writes the output image: a loader worker sets a function
 #: ``(shape, dtype) -> array or None`` handing out space in the batch's shared-memory slab,
@@ -524,12 +524,12 @@ class DatasetMapper:
         """
         sample = dict(dataset_dict)
         size, plan = _plan_record(sample, self._load, self.augmentations)
-        output_size, instances = size if plan is not None else None, None
-        for tfm in plan.transforms if plan is not None else ():  # the size apply_planned_image
-            if type(tfm) not in _FUSABLE:  # gives, for flips and resizes only
-                output_size = None
-                break
-            output_size = (tfm.new_h, tfm.new_w) if type(tfm) is ResizeTransform else output_size
+        output_size, instances = None, None  # known for plans apply_planned_image fuses
+        if plan is not None and _FUSABLE.issuperset(map(type, plan.transforms)):
+            output_size = size  # the last resize's, if any (inline: fewer calls per record)
+            for tfm in plan.transforms:
+                if type(tfm) is ResizeTransform:
+                    output_size = tfm.new_h, tfm.new_w
         annotations = sample.get("annotations")
         if self.is_train and annotations is not None and output_size is not None:
             try:

@@ -659,9 +659,6 @@ def read_record_image(record: dict[str, Any], image_format: str = "RGB", *,
 
 def image_to_tensor(image: np.ndarray) -> torch.Tensor:
     """An HWC (or HW) image as a CHW tensor sharing its memory when possible."""
-    flags = image.flags
-    if image.ndim == 3 and flags.c_contiguous and flags.writeable:  # the usual decoded image
-        return torch.from_numpy(image.transpose(2, 0, 1))  # one torch call: 2x cheaper
     image = image[:, :, None] if image.ndim == 2 else image
     if not image.flags.writeable:
         image = image.copy()
