@@ -343,9 +343,10 @@ class TicketedBatchSampler(Sampler[list[Any]]):
         return self._batches(self.generation)
 
     def _batches(self, generation: int) -> Iterator[list[Any]]:
+        # the DataLoader hands an iterator's k-th index batch to worker k % num_workers
         pool = self.pool
-        for batch in self.inner:
-            ticket = pool.assign(generation)
+        for lane, batch in enumerate(self.inner):
+            ticket = pool.assign(generation, lane)
             yield batch if ticket is None else [ticket, *batch]
 
     def __len__(self) -> int:
@@ -383,7 +384,8 @@ class LoaderTransport:
         self.pool: SlabPool | None = None
         if self.kind == "slab":
             count = slabs if slabs is not None else num_workers * (prefetch_factor or 2) + _SPARE_SLABS
-            self.pool = SlabPool(count, slab_bytes=slab_bytes, pin_memory=self.pin_memory)
+            self.pool = SlabPool(count, slab_bytes=slab_bytes, pin_memory=self.pin_memory,
+                                 lanes=num_workers)
         self._sampler: TicketedBatchSampler | None = None
 
     def dataloader_kwargs(self, dataset: Any, batch_sampler: Any,

@@ -35,6 +35,7 @@ from samplers import (
 )
 from samplers.errors import LoaderTimeoutError, SamplerConfigError
 from samplers.loader import WorkerSeeder, seed_this_process
+from samplers.slabs import SlabPool
 from tests.work_counting import WorkBudgetExceeded
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="Linux only")
@@ -506,3 +507,37 @@ def test_dataset_mapper_images_are_resized_straight_into_the_slab(tmp_path):
     assert [canonical(b) for b in slab] == [canonical(b) for b in plain]  # the same batches
     own = [b for b in itertools.islice(loader("slab", collate_fn=lambda b: list(b)), 2)]
     assert not any(s["placed"] for b in own for s in b)  # a collate of one's own may copy them
+
+
+def _worker_tagging_mapper(record):
+    info = torch.utils.data.get_worker_info()
+    return {"image": torch.zeros(3, 4, 5, dtype=torch.uint8), "worker": info.id if info else -1}
+
+
+def test_each_worker_writes_only_its_own_slabs(monkeypatch):
+    # a worker's first write to a slab faults in all its pages: steady state must not rotate
+    # every slab through every worker
+    loader = build_detection_train_loader(
+        _records(), mapper=_worker_tagging_mapper, total_batch_size=4, num_workers=3, seed=0)
+    pool = loader.transport.pool
+    assert pool.lanes == 3
+    seen = []  # (slab, worker) in the order batches arrive
+    receive = pool.receive
+    monkeypatch.setattr(pool, "receive", lambda handle: seen.append(
+        (handle.slab, handle.skeleton[0]["worker"])) or receive(handle))
+    workers = [batch[0]["worker"] for batch in itertools.islice(loader, 30)]
+    assert len(seen) >= 30 and set(workers) == {0, 1, 2}
+    assert all(slab % 3 == worker for slab, worker in seen) and pool.fallbacks == 0
+
+
+def test_a_lane_without_a_free_slab_borrows_and_the_slab_goes_home():
+    pool = SlabPool(5, slab_bytes=1 << 16, lanes=2)  # lane 0: slabs 0, 2, 4; lane 1: 1, 3
+    own = [pool.assign(1, lane=1) for _ in range(2)]
+    assert sorted(t.slab for t in own) == [1, 3]
+    borrowed = pool.assign(1, lane=1)  # lane 1 is empty: from lane 0, the one with most
+    assert borrowed.slab % 2 == 0 and pool.free_count() == 2
+    pool.release(borrowed.slab, borrowed.serial)
+    assert pool.assign(1, lane=1).slab == borrowed.slab  # home again, borrowed again
+    assert [pool.assign(1, lane=0) is not None for _ in range(3)] == [True, True, False]
+    assert pool.fallbacks == 1
+    pool.close()
