@@ -22,8 +22,7 @@ import torch
 from catalog.box_mode import BoxMode
 from catalog._common import (
     RecordFormatError, check_int, config_value, is_detectron2_config, plain_container,
-    warn_limited
-)
+    warn_limited)
 from catalog.registry import Registry
 
 from . import transforms as T
@@ -33,13 +32,11 @@ from .instances import Instances, as_detectron2_types
 from .keypoint_annotations import create_keypoint_hflip_indices
 from .image_io import (
     check_image_size, image_to_tensor, read_record_image, read_segmentation, read_sized_image,
-    record_image_size, record_name
-)
+    record_image_size, record_name)
 from .structures import Boxes
 from .transforms.transform import (
     HFlipTransform, NoOpTransform, ResizeTransform, TransformList, VFlipTransform,
-    as_transform_list
-)
+    as_transform_list)
 from .transforms.resample import get_cv2
 
 __all__ = [
@@ -89,8 +86,7 @@ def image_size_of(results: dict[str, Any], step: str) -> tuple[int, int]:
     image = results.get("image")
     if image is None:
         raise RecordFormatError(
-            f"{step}: record ({record_name(results)}) has no 'image'; it must come after LoadImage"
-        )
+            f"{step}: record ({record_name(results)}) has no 'image'; it must come after LoadImage")
     height, width = image.shape[-2:] if isinstance(image, torch.Tensor) else np.shape(image)[:2]
     return int(height), int(width)
 
@@ -135,8 +131,7 @@ class LoadImage(SkippingStep):
         if self.key != "file_name":
             if self.key not in results:
                 raise RecordFormatError(
-                    f"LoadImage: record ({record_name(results)}) has no key {self.key!r}"
-                )
+                    f"LoadImage: record ({record_name(results)}) has no key {self.key!r}")
             results["file_name"] = results[self.key]
         try:
             results["image"] = read_sized_image(results, size, self.format, self.decoder, min_size)
@@ -204,12 +199,14 @@ def reduced_decode_size(transforms: TransformList) -> tuple[int, int] | None:
 
 
 class _PreparedRecord(NamedTuple):
-    """A record's copy, size, drawn transforms and instances: see ``DatasetMapper.prepare``."""
+    """A record's copy, size, drawn transforms and instances (``DatasetMapper.prepare``), and
+    once ``DatasetMapper.read`` ran, its image, sem_seg and transforms (False: skipped)."""
 
     sample: dict[str, Any]
     size: tuple[int, int] | None
     plan: TransformList | None
     instances: Instances | None
+    loaded: tuple[np.ndarray, np.ndarray | None, TransformList] | bool | None = None
 
 
 def apply_planned_image(
@@ -308,8 +305,7 @@ class LoadProposals:
         transforms = results.get("transforms")
         transforms = T.NoOpTransform() if transforms is None else transforms
         results["proposals"] = self.proposals(
-            results, transforms, image_size_of(results, "LoadProposals")
-        )
+            results, transforms, image_size_of(results, "LoadProposals"))
         return results
 
     def proposals(
@@ -330,8 +326,7 @@ class LoadProposals:
         if len(logits) != len(boxes):
             raise RecordFormatError(
                 f"record ({name}): {len(boxes)} 'proposal_boxes' but "
-                f"{len(logits)} 'proposal_objectness_logits'"
-            )
+                f"{len(logits)} 'proposal_objectness_logits'")
         if mode != BoxMode.XYXY_ABS:
             boxes = np.asarray(BoxMode.convert(boxes, mode, BoxMode.XYXY_ABS), dtype=np.float64)
         if len(boxes):
@@ -374,8 +369,7 @@ _INSTANCE_OPTIONS = ("use_instance_mask", "use_keypoint", "instance_mask_format"
 
 def _check_flag(value: Any, name: str, hint: str = "") -> bool:
     is_flag = type(value).__name__ in ("bool", "bool_") or (
-        isinstance(value, int) and value in (0, 1)
-    )
+        isinstance(value, int) and value in (0, 1))
     if not is_flag:
         raise MapperArgumentError(
             f"DatasetMapper: {name} must be True or False{hint}, got "
@@ -415,8 +409,7 @@ def _resolve_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[st
         )
     if positional and "is_train" in kwargs:
         raise MapperArgumentError(
-            "DatasetMapper got is_train both by position and by keyword", argument="is_train"
-        )
+            "DatasetMapper got is_train both by position and by keyword", argument="is_train")
     is_train = _check_flag(
         positional[0] if positional else kwargs.pop("is_train", True), "is_train",
         " (the first argument may also be a detectron2-style config)",
@@ -473,8 +466,7 @@ class DatasetMapper:
         if self.image_format not in _FORMATS:
             raise ValueError(
                 "DatasetMapper: image_format must be 'RGB', 'BGR' or 'L', got "
-                f"{self.image_format!r}"
-            )
+                f"{self.image_format!r}")
         augmentations = options["augmentations"]
         if isinstance(augmentations, (T.Augmentation, T.Transform)):
             augmentations = [augmentations]
@@ -539,12 +531,24 @@ class DatasetMapper:
                 instances = None
         return _PreparedRecord(sample, size, plan, instances)
 
+    def read(self, prepared: _PreparedRecord) -> _PreparedRecord:
+        """``prepared`` with its image read, decoded and augmented: a loader worker does a
+        batch's pixel work back to back, so the rest of ``finish`` runs warm. On any error,
+        ``prepared`` unchanged (``finish`` reads again and raises in its place)."""
+        try:
+            loaded = read_and_augment(prepared.sample, self._load, self.augmentations,
+                                      (prepared.size, prepared.plan))
+        except Exception:  # noqa: BLE001
+            return prepared
+        return prepared._replace(loaded=loaded or False)
+
     def finish(self, prepared: _PreparedRecord) -> dict[str, Any] | None:
         """Map a prepared record (see :meth:`prepare`); None for a skipped record."""
-        sample = prepared.sample
-        loaded = read_and_augment(sample, self._load, self.augmentations,
-                                  (prepared.size, prepared.plan))
+        sample, loaded = prepared.sample, prepared.loaded
         if loaded is None:
+            loaded = read_and_augment(sample, self._load, self.augmentations,
+                                      (prepared.size, prepared.plan))
+        if not loaded:
             return None
         image, sem_seg, transforms = loaded
         sample["image"] = image_to_tensor(image)  # CHW, sharing the image's memory
@@ -592,8 +596,7 @@ class DatasetMapper:
             if flip not in ("horizontal", "vertical"):
                 raise ValueError(
                     "config key INPUT.RANDOM_FLIP must be 'horizontal', 'vertical' or 'none', "
-                    f"got {flip!r}"
-                )
+                    f"got {flip!r}")
             augs.append(T.RandomFlip(horizontal=flip == "horizontal", vertical=flip == "vertical"))
         mask_on = bool(config_value(cfg, "MODEL.MASK_ON", False))
         recompute_boxes = False
@@ -607,8 +610,7 @@ class DatasetMapper:
         if keypoint_on:
             datasets = config_value(cfg, "DATASETS.TRAIN", ())
             indices = create_keypoint_hflip_indices(
-                [datasets] if isinstance(datasets, str) else list(datasets)
-            )
+                [datasets] if isinstance(datasets, str) else list(datasets))
         topk = None
         if config_value(cfg, "MODEL.LOAD_PROPOSALS", False):
             key = "MODEL.RPN.POST_NMS_TOPK_TRAIN" if is_train else "MODEL.RPN.POST_NMS_TOPK_TEST"
@@ -642,5 +644,4 @@ class DatasetMapper:
             f"image_format={self.image_format!r}, use_instance_mask={self.use_instance_mask}, "
             f"use_keypoint={self.use_keypoint}, instance_mask_format="
             f"{self.instance_mask_format!r}, recompute_boxes={self.recompute_boxes}, "
-            f"skip_bad_images={self.skip_bad_images})"
-        )
+            f"skip_bad_images={self.skip_bad_images})")

@@ -236,20 +236,17 @@ class DatasetFromList(data.Dataset):
         if isinstance(lst, data.IterableDataset):
             raise TypeError(
                 f"DatasetFromList: lst must be a list of records, got the IterableDataset "
-                f"{type(lst).__name__}; use it as it is (MapDataset, the loader builders)"
-            )
+                f"{type(lst).__name__}; use it as it is (MapDataset, the loader builders)")
         if not hasattr(lst, "__len__"):
             if serialize is not True:
                 raise TypeError(
                     f"DatasetFromList: lst must be a sized sequence of records unless "
-                    f"serialize=True, got {type(lst).__name__}"
-                )
+                    f"serialize=True, got {type(lst).__name__}")
             lst = list(lst)
         if not isinstance(serialize, bool) and not callable(serialize):
             raise TypeError(
                 f"DatasetFromList: serialize must be a bool or a callable, got "
-                f"{type(serialize).__name__}"
-            )
+                f"{type(serialize).__name__}")
         self._copy = bool(copy)
         self._serialized = serialize is not False or isinstance(lst, (SerializedList, PickledList))
         if isinstance(lst, (SerializedList, PickledList)):
@@ -320,8 +317,7 @@ class MapDataset(data.Dataset):
         if not callable(map_func):
             raise TypeError(f"MapDataset: map_func must be callable, got {type(map_func).__name__}")
         self.max_refetch = check_int(
-            max_refetch, "max_refetch", minimum=0, error=ValueError, where="MapDataset"
-        )
+            max_refetch, "max_refetch", minimum=0, error=ValueError, where="MapDataset")
         self._dataset = dataset
         self._map_func = map_func  # wrapped for pickling when pickled (spawn workers)
         self.seed = int(seed) if seed is not None else derive_seed(torch.initial_seed())
@@ -390,6 +386,11 @@ class MapDataset(data.Dataset):
             return record, prepare(record)
         except Exception:  # noqa: BLE001
             return None
+
+    def read(self, prepared: tuple[Any, Any]) -> tuple[Any, Any]:
+        """``prepared`` (from :meth:`prepare`) with ``map_func.read`` done: its image decoded
+        and augmented, ahead of ``finish``."""
+        return prepared[0], unwrap(self._map_func).read(prepared[1])
 
     def finish(self, index: int, prepared: tuple[Any, Any] | None) -> Any:
         """``self[index]``, its first attempt finished from ``prepared = self.prepare(index)``
@@ -519,8 +520,7 @@ class ToIterableDataset(data.IterableDataset):
         if not isinstance(sampler, Iterable):
             raise TypeError(
                 f"ToIterableDataset: sampler must be an iterable of indices, got "
-                f"{type(sampler).__name__}"
-            )
+                f"{type(sampler).__name__}")
         self.dataset = dataset
         self.sampler = sampler
         self.shard_sampler = bool(shard_sampler)
@@ -550,5 +550,4 @@ class ToIterableDataset(data.IterableDataset):
     def __repr__(self) -> str:
         return (
             f"ToIterableDataset({self.dataset!r}, sampler={self.sampler!r}, "
-            f"shard_chunk_size={self.shard_chunk_size})"
-        )
+            f"shard_chunk_size={self.shard_chunk_size})")

@@ -176,6 +176,8 @@ def get_cv2() -> Any | None:
     into the pool there (setNumThreads too) can deadlock, so it keeps the parent's setting.
     """
     global _cv2_configured
+    if _cv2_configured:  # per image: no import statement, no worker lookup
+        return sys.modules.get("cv2")
     inherited = "cv2" in sys.modules and torch.utils.data.get_worker_info() is not None
     try:
         import cv2

@@ -105,11 +105,13 @@ class SampleSeededDataset:
     def __getitems__(self, keys: list[Any]) -> list[Any]:
         return list(map(self.__getitem__, self.prepare_keys(keys)))
 
-    def prepare_keys(self, keys: list[Any]) -> list[Any]:
+    def prepare_keys(self, keys: list[Any],
+                     progress: Callable[[int], None] | None = None) -> list[Any]:
         """A batch's keys with their randomness (``(index, SampleRandomness, prepared)``), and,
         for a ``MapDataset`` of a mapper using no global RNG, the pixel-free part of each
-        sample (``MapDataset.prepare``), all done before any image is decoded: between two
-        images' decode and resize, this Python costs a worker several times as much.
+        sample (``MapDataset.prepare``), then the images of all (``MapDataset.read``, after
+        ``progress(index)``): between two images' decode and resize, Python costs a worker
+        several times as much, so the rest of each sample is left to run warm.
 
         Example:
             >>> (key,) = SampleSeededDataset([5, 6]).prepare_keys([(1, 0, 3)])
@@ -131,6 +133,12 @@ class SampleSeededDataset:
                 if part is None:  # it drew nothing that counts: the sample starts again
                     sample = SampleRandomness(sample.seed, seed_globals=False)
             prepared.append((key[0], sample, part))
+        read = getattr(self.dataset, "read", None) if ahead is not None else None
+        for number, key in enumerate(prepared if read is not None else ()):
+            if type(key) is tuple and key[2] is not None:
+                if progress is not None:
+                    progress(key[0])
+                prepared[number] = (key[0], key[1], read(key[2]))
         return prepared
 
     @staticmethod

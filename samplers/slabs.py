@@ -471,14 +471,9 @@ def _open_writer(token: str, dupfds: list[Any]) -> SlabWriter:
 
 
 class SlabPool:
-    """``num_slabs`` shared slabs of ``slab_bytes`` (virtual, sparse) each.
-
-    Slab ``s`` belongs to lane ``s % lanes``; a loader's lane is the worker that maps the batch.
-    A worker's first write to a slab faults in every page of it (one fault per 4 KiB, ~10,000
-    for a batch of 16 training images), so keeping each worker on its own few slabs makes that a
-    one-time cost per worker instead of one per (worker, slab) pair. A lane with no free slab
-    borrows from the lane with the most.
-    """
+    """``num_slabs`` shared slabs of ``slab_bytes`` (virtual, sparse) each; slab ``s`` serves
+    lane (worker) ``s % lanes`` first: a process's first write to a slab faults in each page
+    (~10,000 for 16 training images), once per worker, not per (worker, slab) pair."""
 
     def __init__(self, num_slabs: int, *, slab_bytes: int = DEFAULT_SLAB_BYTES,
                  pin_memory: bool = False, lanes: int = 1) -> None:
@@ -552,8 +547,7 @@ class SlabPool:
             else:
                 raise TransportError(
                     f"a batch arrived for slab {handle.slab} serial {handle.serial}, which is no "
-                    "longer assigned to it (the loader was reset while the batch was in flight)"
-                )
+                    "longer assigned to it (the loader was reset while the batch was in flight)")
         return ReceivedBatch(self, handle)
 
     def release(self, slab: int, serial: int) -> None:

@@ -8,6 +8,7 @@ shared-memory tensors. A worker exception travels whole (:class:`WorkerFailure`)
 
 from __future__ import annotations
 
+import functools
 import logging
 import mmap
 import operator
@@ -238,7 +239,9 @@ class WorkerDataset:
         token = image_output_space.set(space)
         try:
             prepare = getattr(dataset, "prepare_keys", None)  # a batch's seeds, made together
-            for key in keys if prepare is None else prepare(keys):
+            progress = (functools.partial(board.set, worker)
+                        if board is not None and worker is not None else None)
+            for key in keys if prepare is None else prepare(keys, progress):
                 index = _dataset_index(key)
                 indices.append(index)
                 if board is not None and worker is not None and index is not None:
@@ -362,20 +365,17 @@ class LoaderTransport:
                  slab_bytes: int = DEFAULT_SLAB_BYTES) -> None:
         if transport not in TRANSPORTS:
             raise SamplerConfigError(
-                f"loader: transport must be one of {TRANSPORTS}, got {transport!r}"
-            )
+                f"loader: transport must be one of {TRANSPORTS}, got {transport!r}")
         if transport == "slab" and num_workers and not transport_supported():
             raise SamplerConfigError(
-                "loader: transport='slab' needs os.memfd_create (Linux); use transport='auto'"
-            )
+                "loader: transport='slab' needs os.memfd_create (Linux); use transport='auto'")
         # "auto" off Linux: the DataLoader's own transport
         self.kind = "slab" if num_workers and transport != "dataloader" and transport_supported() else "dataloader"
         # seconds for one batch: None gives DEFAULT_TIMEOUT with workers (0 without); 0: forever
         self.timeout = (
             (DEFAULT_TIMEOUT if num_workers > 0 else 0.0) if timeout is None
             else check_float(timeout, "timeout (seconds)", minimum=0, finite=False,
-                             error=SamplerConfigError, where="loader")
-        )
+                             error=SamplerConfigError, where="loader"))
         self.num_workers = num_workers
         self.persistent_workers = bool(persistent_workers) and num_workers > 0
         self.pin_memory = bool(pin_memory)
@@ -436,8 +436,7 @@ class LoaderTransport:
             raise item.to_exception()
         if kind is SlabBatch:
             raise TransportError(
-                f"a batch arrived for slab {item.slab} of a closed loader (pool {item.token})"
-            )
+                f"a batch arrived for slab {item.slab} of a closed loader (pool {item.token})")
         if self.pool is not None and self.pool.pin_memory:
             return _pin_batch(item)
         return item

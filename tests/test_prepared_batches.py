@@ -1,8 +1,8 @@
-"""A batch is mapped in two passes (issue 25): each sample's randomness and the part of
+"""A batch is mapped in three passes (issue 25): each sample's randomness and the part of
 ``DatasetMapper`` that needs no pixels (record copy, drawn transforms, instances) for the whole
-batch first, then the images. Between two images' decode and resize that Python costs a
-worker several times as much. The samples must be exactly those of mapping one at a time,
-with refetches, skips and errors in the same places."""
+batch first, then the images of all, then the rest of each sample. Between two images' decode
+and resize, Python costs a worker several times as much. The samples must be exactly those of
+mapping one at a time, with refetches, skips and errors in the same places."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from catalog import RecordFormatError
+from mappers.errors import ImageReadError
 from mappers import DatasetMapper
 from mappers import transforms as T
 from mappers.datasets import DatasetFromList, MapDataset
@@ -101,6 +102,37 @@ def test_a_malformed_record_raises_with_its_index_from_the_second_pass(tmp_path)
     with pytest.raises(RecordFormatError, match="height") as raised:
         dataset[keys[5]]
     assert "index 5" in str(raised.value)
+
+
+def test_images_are_read_in_a_pass_of_their_own_and_skips_are_counted_once(tmp_path):
+    records = _records(tmp_path, broken_image={3})
+    mapper = DatasetMapper(is_train=True, augmentations=AUGS, skip_bad_images=True)
+    mapped = MapDataset(DatasetFromList(records), mapper, seed=0)
+    dataset = SampleSeededDataset(mapped, seed_globals=False)
+    reported = []
+    keys = dataset.prepare_keys([(i, i, 0) for i in range(6)], reported.append)
+    assert reported == list(range(6))  # each index named before its image is read
+    assert all(type(key[2][1].loaded) is tuple for key in keys if key[0] != 3)
+    assert keys[3][2][1].loaded is False and mapper.num_skipped == 1  # skipped in the read pass
+    samples = [dataset[key] for key in keys]
+    assert mapper.num_skipped == 1 and samples[3]["image_id"] != 3  # not counted again
+    one_at_a_time = SampleSeededDataset(mapped, seed_globals=True)
+    assert ([_canonical(s) for s in samples]
+            == [_canonical(one_at_a_time[(i, i, 0)]) for i in range(6)])
+
+
+def test_an_image_failing_in_the_read_pass_raises_in_its_place(tmp_path):
+    records = _records(tmp_path, broken_image={2})
+    mapped = MapDataset(DatasetFromList(records),
+                        DatasetMapper(is_train=True, augmentations=AUGS), seed=0)
+    dataset = SampleSeededDataset(mapped, seed_globals=False)
+    keys = dataset.prepare_keys([(i, i, 0) for i in range(4)])
+    assert keys[2][2][1].loaded is None  # left for finish, which raises
+    dataset[keys[0]], dataset[keys[1]]
+    with pytest.raises(ImageReadError, match="2.jpg") as raised:
+        dataset[keys[2]]
+    if hasattr(raised.value, "add_note"):  # an OSError's context is a note (Python 3.11+)
+        assert "index 2" in str(raised.value.__notes__)
 
 
 class DrawsFromNumpy(T.Augmentation):

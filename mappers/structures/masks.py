@@ -114,7 +114,7 @@ class PolygonMasks:
 
     def nonempty(self) -> torch.Tensor:
         """Bool tensor: whether each instance has at least one polygon."""
-        return torch.tensor([len(p) > 0 for p in self.polygons], dtype=torch.bool)
+        return torch.tensor(list(map(len, self.polygons)), dtype=torch.int64) > 0
 
     def area(self) -> torch.Tensor:
         """Per instance, the sum of its polygons' shoelace areas (float32 tensor).

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..image_io import get_cv2 as _configured_cv2
+from ..image_io import get_cv2  # one thread per process (see there)
 
 #: Pillow's resampling constants, by value.
 INTERP_NAMES = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
@@ -32,11 +32,6 @@ RESIZE_BACKENDS = ("pil", "opencv")
 
 
 @functools.lru_cache(maxsize=1)
-def get_cv2() -> Any | None:
-    """``cv2`` set to one thread (see ``mappers.image_io``), or None without OpenCV."""
-    return _configured_cv2()
-
-
 @functools.lru_cache(maxsize=1)
 def _get_pil_image() -> Any | None:
     try:
