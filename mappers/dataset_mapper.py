@@ -534,7 +534,10 @@ class DatasetMapper:
     def read(self, prepared: _PreparedRecord) -> _PreparedRecord:
         """``prepared`` with its image read, decoded and augmented: a loader worker does a
         batch's pixel work back to back, so the rest of ``finish`` runs warm. On any error,
-        ``prepared`` unchanged (``finish`` reads again and raises in its place)."""
+        ``prepared`` unchanged (``finish`` reads again and raises in its place); also without
+        a plan (no record size): drawing from the decoded image needs the sample's scope."""
+        if prepared.plan is None:
+            return prepared
         try:
             loaded = read_and_augment(prepared.sample, self._load, self.augmentations,
                                       (prepared.size, prepared.plan))

@@ -47,7 +47,7 @@ def _canonical(sample):
 
 
 def _both_ways(records, mapper, keys):
-    """(two passes, the loader's way; one sample at a time with the global RNGs seeded)."""
+    """(three passes, the loader's way; one sample at a time with the global RNGs seeded)."""
     mapped = MapDataset(DatasetFromList(records), mapper, seed=0)
     batch = SampleSeededDataset(mapped, seed_globals=False).__getitems__(keys)
     single = SampleSeededDataset(mapped, seed_globals=True)
@@ -119,6 +119,15 @@ def test_images_are_read_in_a_pass_of_their_own_and_skips_are_counted_once(tmp_p
     one_at_a_time = SampleSeededDataset(mapped, seed_globals=True)
     assert ([_canonical(s) for s in samples]
             == [_canonical(one_at_a_time[(i, i, 0)]) for i in range(6)])
+
+
+def test_records_without_a_size_draw_their_transforms_in_their_own_scope(tmp_path):
+    records = _records(tmp_path)
+    for record in records[::2]:
+        del record["height"], record["width"]  # the plan is drawn from the decoded image
+    mapper = DatasetMapper(is_train=True, augmentations=AUGS)
+    batch, single = _both_ways(records, mapper, [(i, 50 + i, 3) for i in range(12)])
+    assert [_canonical(s) for s in batch] == [_canonical(s) for s in single]
 
 
 def test_an_image_failing_in_the_read_pass_raises_in_its_place(tmp_path):
