@@ -8,11 +8,15 @@ catmap's internal API
 Utilities that ``catalog``, ``mappers`` and ``samplers`` share live in one internal module,
 imported from there (never from ``catalog`` itself); they may change between releases:
 
-- :mod:`catalog._common`: errors (``CatmapError``, the base of every catmap error, pickles
-  whole; ``CatmapErrorWithFields``; ``missing_dependency``), checks (``check_int``,
-  ``check_seed``, ``is_int`` ...), seeding (``derive_seed``), configs (``config_value``,
-  ``plain_container``) and ``env_flag``, the one reader of on/off variables.
+- :mod:`catalog._common` errors: ``CatmapError`` (base of every catmap error; pickles whole),
+  ``CatmapErrorWithFields`` (keyword fields as attributes), ``missing_dependency``.
+- :mod:`catalog._common` checks: ``check_int``, ``check_seed``, ``is_int`` ..., used by
+  constructors and config builders alike.
+- :mod:`catalog._common` seeding: ``derive_seed`` and the generators derived from it.
 - :mod:`catalog._log_limits` warnings: ``warn_limited``, limited per kind across processes.
+- :mod:`catalog._common` configs: ``config_value``, ``plain_container`` (detectron2-style and
+  OmegaConf configs).
+- :mod:`catalog._common` switches: ``env_flag``, the one reader of on/off variables.
 - :mod:`catalog.registry`: ``Registry``, the one lookup by name with "did you mean"
   (transforms, samplers; the catalogs through :mod:`catalog.metadata`).
 - :mod:`catalog.storage.sharing` (``share_across_local_ranks``) and
