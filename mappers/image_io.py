@@ -181,15 +181,15 @@ def get_cv2() -> Any | None:
     inherited = "cv2" in sys.modules and torch.utils.data.get_worker_info() is not None
     try:
         import cv2
-    except ImportError:
+    except ImportError:  # not installed: no search per image (None in sys.modules: a test's)
+        _cv2_configured = "cv2" not in sys.modules
         return None
-    if not _cv2_configured:
-        _cv2_configured = True
-        raw = os.environ.get(_OPENCV_THREADS_ENV, "1")
-        if not raw.strip().isdigit():
-            raise ValueError(f"{_OPENCV_THREADS_ENV} must be an integer >= 0, got {raw!r}")
-        if not inherited:
-            cv2.setNumThreads(int(raw))
+    _cv2_configured = True
+    raw = os.environ.get(_OPENCV_THREADS_ENV, "1")
+    if not raw.strip().isdigit():
+        raise ValueError(f"{_OPENCV_THREADS_ENV} must be an integer >= 0, got {raw!r}")
+    if not inherited:
+        cv2.setNumThreads(int(raw))
     return cv2
 
 

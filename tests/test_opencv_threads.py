@@ -81,3 +81,26 @@ def test_limit_before_workers_and_resize_in_forked_workers():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(list(range(300, 308)))
+
+
+def test_without_opencv_it_is_looked_for_once_and_resizes_still_work():
+    out = _run(
+        """
+        import sys
+        class NoOpenCV:  # as if opencv were not installed
+            looked = 0
+            def find_spec(self, name, path=None, target=None):
+                if name == "cv2":
+                    NoOpenCV.looked += 1
+                    raise ModuleNotFoundError("No module named 'cv2'")
+        sys.meta_path.insert(0, NoOpenCV())
+        import numpy as np
+        from mappers.image_io import get_cv2
+        from mappers.transforms import ResizeTransform
+        shapes = [ResizeTransform(6, 8, 3, 4).apply_image(np.zeros((6, 8, 3), np.uint8)).shape
+                  for _ in range(3)]
+        print(get_cv2(), NoOpenCV.looked, shapes[-1])
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["None", "1", "(3,", "4,", "3)"]

@@ -32,7 +32,6 @@ RESIZE_BACKENDS = ("pil", "opencv")
 
 
 @functools.lru_cache(maxsize=1)
-@functools.lru_cache(maxsize=1)
 def _get_pil_image() -> Any | None:
     try:
         from PIL import Image
