@@ -54,6 +54,13 @@ def _both_ways(records, mapper, keys):
     return batch, [single[key] for key in keys]
 
 
+def _stepwise(records, **options):
+    """(the loader's dataset of a DatasetMapper with ``options``, mapping in passes; its mapper)."""
+    mapper = DatasetMapper(is_train=True, augmentations=AUGS, **options)
+    mapped = MapDataset(DatasetFromList(records), mapper, seed=0)
+    return SampleSeededDataset(mapped, seed_globals=False), mapper
+
+
 def test_two_passes_give_the_samples_of_one_at_a_time_with_refetches(tmp_path):
     records = _records(tmp_path, broken_image={2, 7})
     mapper = DatasetMapper(is_train=True, augmentations=AUGS, skip_bad_images=True)
@@ -91,10 +98,7 @@ def test_bad_annotations_are_skipped_or_raised_where_one_at_a_time_does(tmp_path
 
 
 def test_a_malformed_record_raises_with_its_index_from_the_second_pass(tmp_path):
-    records = _records(tmp_path, bad_height={5})
-    mapped = MapDataset(DatasetFromList(records),
-                        DatasetMapper(is_train=True, augmentations=AUGS), seed=0)
-    dataset = SampleSeededDataset(mapped, seed_globals=False)
+    dataset, _ = _stepwise(_records(tmp_path, bad_height={5}))
     keys = dataset.prepare_keys([(i, i, 0) for i in range(8)])
     assert keys[5][2] is None and keys[4][2] is not None  # prepared all but the bad one
     for key in keys[:5]:
@@ -105,10 +109,7 @@ def test_a_malformed_record_raises_with_its_index_from_the_second_pass(tmp_path)
 
 
 def test_images_are_read_in_a_pass_of_their_own_and_skips_are_counted_once(tmp_path):
-    records = _records(tmp_path, broken_image={3})
-    mapper = DatasetMapper(is_train=True, augmentations=AUGS, skip_bad_images=True)
-    mapped = MapDataset(DatasetFromList(records), mapper, seed=0)
-    dataset = SampleSeededDataset(mapped, seed_globals=False)
+    dataset, mapper = _stepwise(_records(tmp_path, broken_image={3}), skip_bad_images=True)
     reported = []
     keys = dataset.prepare_keys([(i, i, 0) for i in range(6)], reported.append)
     assert reported == list(range(6))  # each index named before its image is read
@@ -116,7 +117,7 @@ def test_images_are_read_in_a_pass_of_their_own_and_skips_are_counted_once(tmp_p
     assert keys[3][2][1].loaded is False and mapper.num_skipped == 1  # skipped in the read pass
     samples = [dataset[key] for key in keys]
     assert mapper.num_skipped == 1 and samples[3]["image_id"] != 3  # not counted again
-    one_at_a_time = SampleSeededDataset(mapped, seed_globals=True)
+    one_at_a_time = SampleSeededDataset(dataset.dataset, seed_globals=True)
     assert ([_canonical(s) for s in samples]
             == [_canonical(one_at_a_time[(i, i, 0)]) for i in range(6)])
 
@@ -131,10 +132,7 @@ def test_records_without_a_size_draw_their_transforms_in_their_own_scope(tmp_pat
 
 
 def test_an_image_failing_in_the_read_pass_raises_in_its_place(tmp_path):
-    records = _records(tmp_path, broken_image={2})
-    mapped = MapDataset(DatasetFromList(records),
-                        DatasetMapper(is_train=True, augmentations=AUGS), seed=0)
-    dataset = SampleSeededDataset(mapped, seed_globals=False)
+    dataset, _ = _stepwise(_records(tmp_path, broken_image={2}))
     keys = dataset.prepare_keys([(i, i, 0) for i in range(4)])
     assert keys[2][2][1].loaded is None  # left for finish, which raises
     dataset[keys[0]], dataset[keys[1]]
