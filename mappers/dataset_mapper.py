@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -31,8 +32,8 @@ from .errors import ImageReadError, MapperArgumentError, PipelineStepError
 from .instances import Instances, as_detectron2_types
 from .keypoint_annotations import create_keypoint_hflip_indices
 from .image_io import (
-    check_image_size, image_to_tensor, read_record_image, read_segmentation, read_sized_image,
-    record_image_size, record_name)
+    check_image_size, get_image_limits, image_to_tensor, read_file_bytes, read_record_image,
+    read_segmentation, read_sized_image, record_image_size, record_name)
 from .structures import Boxes
 from .transforms.transform import (
     HFlipTransform, NoOpTransform, ResizeTransform, TransformList, VFlipTransform,
@@ -54,6 +55,7 @@ TRANSFORMS = Registry("transform")
 #: The augmentations a config names: every name in ``mappers.transforms.__all__``.
 AUGMENTATIONS = Registry("augmentation", module=T)
 _FORMATS = ("RGB", "BGR", "L")
+_READ_AHEAD = 4 << 20  # a larger image file is read in the read pass (bytes held per batch)
 _MAX_WARNED_FILES = 4096
 
 
@@ -125,16 +127,19 @@ class LoadImage(SkippingStep):
         results: dict[str, Any],
         size: tuple[int, int] | None,
         min_size: tuple[int, int] | None = None,
+        data: bytes | None = None,
     ) -> dict[str, Any] | None:
         """Read the image into ``results`` (the caller's own copy); ``size``: the record's
-        checked (h, w) or None; ``min_size`` allows a reduced JPEG decode down to it."""
+        checked (h, w) or None; ``min_size`` allows a reduced JPEG decode down to it; ``data``:
+        the file's bytes, read ahead."""
         if self.key != "file_name":
             if self.key not in results:
                 raise RecordFormatError(
                     f"LoadImage: record ({record_name(results)}) has no key {self.key!r}")
             results["file_name"] = results[self.key]
         try:
-            results["image"] = read_sized_image(results, size, self.format, self.decoder, min_size)
+            results["image"] = read_sized_image(results, size, self.format, self.decoder, min_size,
+                                                data)
         except ImageReadError as exc:
             if not self.skip_bad_images:
                 raise
@@ -206,6 +211,7 @@ class _PreparedRecord(NamedTuple):
     size: tuple[int, int] | None
     plan: TransformList | None
     instances: Instances | None
+    data: bytes | None = None  # the image file's bytes, read ahead (until ``read``)
     loaded: tuple[np.ndarray, np.ndarray | None, TransformList] | bool | None = None
 
 
@@ -267,15 +273,16 @@ def _plan_record(
 def read_and_augment(
     results: dict[str, Any], load: LoadImage, augmentations: T.AugmentationList,
     planned: tuple[tuple[int, int] | None, TransformList | None] | None = None,
+    data: bytes | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None, TransformList] | None:
     """Read ``results``' image (and ``sem_seg_file_name``, popped) and augment it: (image,
     sem_seg, transforms), or None for a skipped image. The transforms are drawn from the
     record's size before decoding (:func:`_plan_record`, or ``planned``, its result) when the
     augmentations read only the shape: the same draws either way, the image equal up to
-    rounding (a flip runs before a resize)."""
+    rounding (a flip runs before a resize). ``data``: the image file's bytes, read ahead."""
     size, plan = _plan_record(results, load, augmentations) if planned is None else planned
     min_size = reduced_decode_size(plan) if plan is not None and load.reduced_decode else None
-    if load.load(results, size, min_size) is None:
+    if load.load(results, size, min_size, data) is None:
         return None
     image, sem_seg = results.pop("image"), results.pop("sem_seg", None)
     if plan is None and size is None and sem_seg is None:
@@ -505,9 +512,9 @@ class DatasetMapper:
 
     def prepare(self, dataset_dict: dict[str, Any]) -> _PreparedRecord:
         """The part of mapping a record that needs no pixels: its copy, the transforms drawn
-        from its size, the training instances. A loader worker prepares a batch's records
-        before decoding their images: between two images, this Python costs several times as
-        much.
+        from its size, the training instances, its file's bytes. A loader worker prepares a
+        batch's records before decoding their images: between two images, this Python costs
+        several times as much.
 
         Example:
             >>> mapper = DatasetMapper(is_train=True, augmentations=[])
@@ -529,7 +536,13 @@ class DatasetMapper:
                                                     output_size, file_name=sample.get("file_name"))
             except Exception:  # noqa: BLE001 (finish makes them again and raises as before)
                 instances = None
-        return _PreparedRecord(sample, size, plan, instances)
+        try:  # a local file's bytes (up to 4 MiB) now: the read pass then decodes back to back
+            local = plan is not None and "://" not in os.fsdecode(sample["file_name"])
+            limit = min(get_image_limits().max_bytes or _READ_AHEAD, _READ_AHEAD)
+            data = read_file_bytes(sample["file_name"], limit) if local else None
+        except Exception:  # noqa: BLE001 (missing, too large ...: read there, raised there)
+            data = None
+        return _PreparedRecord(sample, size, plan, instances, data)
 
     def read(self, prepared: _PreparedRecord) -> _PreparedRecord:
         """``prepared`` with its image read, decoded and augmented: a loader worker does a
@@ -540,17 +553,17 @@ class DatasetMapper:
             return prepared
         try:
             loaded = read_and_augment(prepared.sample, self._load, self.augmentations,
-                                      (prepared.size, prepared.plan))
+                                      (prepared.size, prepared.plan), prepared.data)
         except Exception:  # noqa: BLE001
             return prepared
-        return prepared._replace(loaded=loaded or False)
+        return prepared._replace(data=None, loaded=loaded or False)
 
     def finish(self, prepared: _PreparedRecord) -> dict[str, Any] | None:
         """Map a prepared record (see :meth:`prepare`); None for a skipped record."""
         sample, loaded = prepared.sample, prepared.loaded
         if loaded is None:
             loaded = read_and_augment(sample, self._load, self.augmentations,
-                                      (prepared.size, prepared.plan))
+                                      (prepared.size, prepared.plan), prepared.data)
         if not loaded:
             return None
         image, sem_seg, transforms = loaded

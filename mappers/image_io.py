@@ -638,15 +638,16 @@ def check_image_size(record: dict[str, Any], image: np.ndarray) -> None:
 
 
 def read_sized_image(record: dict[str, Any], expected: tuple[int, int] | None,
-                     image_format: str, decoder: str | None,
-                     min_size: tuple[int, int] | None) -> np.ndarray:
-    """Read ``record["file_name"]`` whose size was validated (``expected``, or None)."""
+                     image_format: str, decoder: str | None, min_size: tuple[int, int] | None,
+                     data: bytes | None = None) -> np.ndarray:
+    """Read ``record["file_name"]`` (bytes ``data`` if read ahead), sized ``expected`` or None."""
     file_name = record.get("file_name")
     if file_name is None:
         raise RecordFormatError(
             f"record ({record_name(record)}) has no 'file_name' key; keys: {sorted(record)}")
-    image = read_image(file_name, image_format, min_size=min_size, decoder=decoder,
-                       expected_size=expected)
+    path = os.fsdecode(file_name)
+    image = decode_image(read_file_bytes(path) if data is None else data, image_format,
+                         min_size=min_size, decoder=decoder, source=path, expected_size=expected)
     if expected is None:
         check_image_size(record, image)  # fills height/width from the image
     return image

@@ -109,9 +109,9 @@ class SampleSeededDataset:
                      progress: Callable[[int], None] | None = None) -> list[Any]:
         """A batch's keys with their randomness (``(index, SampleRandomness, prepared)``), and,
         for a ``MapDataset`` of a mapper using no global RNG, the pixel-free part of each
-        sample (``MapDataset.prepare``), then the images of all (``MapDataset.read``, after
-        ``progress(index)``): between two images' decode and resize, Python costs a worker
-        several times as much, so the rest of each sample is left to run warm.
+        sample (``MapDataset.prepare``), then the images of all (``MapDataset.read``); each
+        calls ``progress(index)`` first (both may read files): between two images' decode and
+        resize, Python costs a worker several times as much, so the rest is left to run warm.
 
         Example:
             >>> (key,) = SampleSeededDataset([5, 6]).prepare_keys([(1, 0, 3)])
@@ -128,6 +128,8 @@ class SampleSeededDataset:
             sample = SampleRandomness(seed, seed_globals=False) if type(seed) is int else seed
             part = None
             if ahead is not None and sample.attempt == 0:
+                if progress is not None:  # it reads the image file
+                    progress(key[0])
                 with sample_scope(sample, seed_globals=False):
                     part = ahead(operator.index(key[0]))
                 if part is None:  # it drew nothing that counts: the sample starts again

@@ -288,14 +288,14 @@ def write_batch(plan: BatchPlan, arena: torch.Tensor, arena_np: np.ndarray) -> N
         start, stop = region.offset, region.offset + region.nbytes
         if region.kind == "t":
             target = arena[start:stop].view(_TORCH_DTYPES[region.dtype]).view(region.shape)
-            copy = torch.Tensor.copy_
+            stack, copy = torch.cat, torch.Tensor.copy_
         else:
             target = arena_np[start:stop].view(region.dtype).reshape(region.shape)
-            copy = np.copyto
-        row = 0
-        for source, rows in zip(sources, region.rows or (None,), strict=True):
-            copy(target if rows is None else target[row:row + rows], source)
-            row += rows or 0
+            stack, copy = np.concatenate, np.copyto
+        if region.rows is None:
+            copy(target, sources[0])
+        else:  # the batch's arrays of one key, stacked by one call
+            stack(sources, out=target)
 
 
 class _Views:

@@ -392,14 +392,14 @@ def test_reduced_decode_for_shrinking_augmentations(tmp_path):
     import mappers.image_io as dm  # where the mapper's image reading happens
 
     seen = []
-    real_read = dm.read_image
+    real_decode = dm.decode_image
 
-    def spy(file_name, fmt=None, **kwargs):
-        image = real_read(file_name, fmt, **kwargs)
+    def spy(data, fmt=None, **kwargs):
+        image = real_decode(data, fmt, **kwargs)
         seen.append(image.shape)
         return image
 
-    dm.read_image = spy
+    dm.decode_image = spy
     try:
         for seed in range(3):
             seed_generator(seed)
@@ -410,7 +410,7 @@ def test_reduced_decode_for_shrinking_augmentations(tmp_path):
             assert torch.equal(a["instances"].gt_boxes.tensor, b["instances"].gt_boxes.tensor)
             assert (a["image"].float() - b["image"].float()).abs().mean() < 3
     finally:
-        dm.read_image = real_read
+        dm.decode_image = real_decode
     assert seen[0] == (100, 150, 3)  # decoded at 1/4 scale: exactly the output size
     assert seen[1] == (400, 600, 3)
     # an upscale, or a wrong record size, is not affected

@@ -140,14 +140,14 @@ def test_compose_pipelines_also_decode_reduced(record, tmp_path, monkeypatch):
     Image.fromarray(big).save(path, quality=90)
     rec = dict(record, file_name=str(path), height=400, width=600, annotations=[])
     seen = []
-    real = record_io.read_image
+    real = record_io.decode_image
 
     def spy(*args, **kwargs):
         image = real(*args, **kwargs)
         seen.append(image.shape[:2])
         return image
 
-    monkeypatch.setattr(record_io, "read_image", spy)
+    monkeypatch.setattr(record_io, "decode_image", spy)
     augs = [T.ResizeShortestEdge(100, 1000), T.RandomFlip()]
     out = Compose([LoadImage(reduced_decode=True), ApplyAugmentations(augs), ToTensor()])(rec)
     assert out["image"].shape == (3, 100, 150) and seen[-1] == (100, 150)

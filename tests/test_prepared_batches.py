@@ -112,7 +112,7 @@ def test_images_are_read_in_a_pass_of_their_own_and_skips_are_counted_once(tmp_p
     dataset, mapper = _stepwise(_records(tmp_path, broken_image={3}), skip_bad_images=True)
     reported = []
     keys = dataset.prepare_keys([(i, i, 0) for i in range(6)], reported.append)
-    assert reported == list(range(6))  # each index named before its image is read
+    assert reported == list(range(6)) * 2  # named before its file is read, then decoded
     assert all(type(key[2][1].loaded) is tuple for key in keys if key[0] != 3)
     assert keys[3][2][1].loaded is False and mapper.num_skipped == 1  # skipped in the read pass
     samples = [dataset[key] for key in keys]
@@ -169,3 +169,34 @@ def test_the_loader_seeds_the_global_rngs_only_for_augmentations_that_may_use_th
             it = iter(loader(augmentations, workers))
             runs.append([[_canonical(s) for s in next(it)] for _ in range(3)])
         assert runs[0] == runs[1]  # any number of workers
+
+
+def test_pass_one_reads_local_files_ahead_within_the_byte_limits(tmp_path, monkeypatch):
+    import mappers.dataset_mapper as dataset_mapper
+    from mappers.errors import ImageTooLargeError
+    from mappers.image_io import ImageLimits, set_image_limits
+
+    records = _records(tmp_path, n=3)
+    dataset, mapper = _stepwise(records)
+    prepared = mapper.prepare(records[0])
+    assert prepared.data == open(records[0]["file_name"], "rb").read()
+    assert mapper.read(prepared).data is None  # the bytes go once the image is decoded
+    one_at_a_time = SampleSeededDataset(dataset.dataset, seed_globals=True)
+    expected = [_canonical(one_at_a_time[(i, i, 0)]) for i in range(3)]
+    monkeypatch.setattr(dataset_mapper, "_READ_AHEAD", 100)  # larger files: read in pass two
+    assert mapper.prepare(records[0]).data is None
+    assert [_canonical(dataset[k]) for k in dataset.prepare_keys([(i, i, 0) for i in range(3)])
+            ] == expected
+    monkeypatch.setattr(dataset_mapper, "_READ_AHEAD", 4 << 20)
+    set_image_limits(max_bytes=len(prepared.data) - 1)  # a stricter limit still holds
+    try:
+        assert mapper.prepare(records[0]).data is None
+        with pytest.raises(ImageTooLargeError, match="0.jpg"):
+            dataset[dataset.prepare_keys([(0, 0, 0)])[0]]
+    finally:
+        set_image_limits(ImageLimits())
+    reads = []
+    monkeypatch.setattr(dataset_mapper, "read_file_bytes", lambda *args: reads.append(args[0]))
+    mapper.prepare(dict(records[0], file_name="s3://bucket/0.jpg"))  # a URL: read once, later
+    mapper.prepare(records[1])
+    assert reads == [records[1]["file_name"]]
