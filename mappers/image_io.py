@@ -220,7 +220,7 @@ def _read_bounded(handle: Any, path: str, limit: int | None, size: int | None) -
     return data
 
 
-def _read_remote(path: str, limits: ImageLimits) -> bytes:
+def _read_remote(path: str, limits: ImageLimits, limit: int | None) -> bytes:
     if not any(path.startswith(root) for root in limits.remote_roots):
         raise ImageReadError(
             f"{path} is a URL outside every registered remote root; catmap reads URLs only "
@@ -240,7 +240,7 @@ def _read_remote(path: str, limits: ImageLimits) -> bytes:
         fs, inner = fsspec.core.url_to_fs(path, **options)
         size = fs.info(inner).get("size")  # FileNotFoundError for a missing file
         with fs.open(inner, "rb") as handle:
-            return _read_bounded(handle, path, limits.max_bytes, size if is_int(size) else None)
+            return _read_bounded(handle, path, limit, size if is_int(size) else None)
     except ImageReadError:
         raise
     except FileNotFoundError as exc:  # fsspec's http says so for an unreachable server too
@@ -254,19 +254,19 @@ def read_file_bytes(file_name: str | os.PathLike[str], max_bytes: Any = _UNSET) 
     ImageTooLargeError (over ``max_bytes``, default the limits'), or ImageReadError (not a
     regular file, unreadable, a URL outside the remote roots, timed out or failed)."""
     path = os.fsdecode(file_name)
-    limits = get_image_limits()
-    if max_bytes is not _UNSET:
-        limits = replace(limits, max_bytes=max_bytes)
+    limit = get_image_limits().max_bytes if max_bytes is _UNSET else check_int(
+        max_bytes, "max_bytes", minimum=1, optional=True, error=ImageLimitsError,
+        where="read_file_bytes")
     if SHARD_SOURCES:  # shard datasets registered by program code (catalog.register_shards)
         for prefix, source in SHARD_SOURCES.items():
             if path.startswith(prefix):
                 try:
-                    return source(path, limits.max_bytes)
+                    return source(path, limit)
                 except ShardError as exc:  # skip_bad_images replaces it, as a bad file
                     raise ImageReadError(str(exc), path) from exc
     scheme = _SCHEME.match(path)
     if scheme and scheme[1] != "file":
-        return _read_remote(path, limits)
+        return _read_remote(path, get_image_limits(), limit)
     path = path[len("file://"):] if scheme else path
     try:  # non-blocking: opening a FIFO must not wait for a writer
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -281,7 +281,7 @@ def read_file_bytes(file_name: str | os.PathLike[str], max_bytes: Any = _UNSET) 
                              "directory is never read)", path)
     with open(fd, "rb", buffering=0) as handle:  # unbuffered: one read, sized by fstat
         try:
-            return _read_bounded(handle, path, limits.max_bytes, info.st_size)
+            return _read_bounded(handle, path, limit, info.st_size)
         except ImageReadError:
             raise
         except OSError as exc:
