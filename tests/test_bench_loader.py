@@ -61,3 +61,5 @@ def test_paired_run_measures_both_worker_paths():
     (run,) = results["paired"]
     assert run["passes_us"] > 0 and run["one_at_a_time_us"] > 0
     assert run["ratio"] == pytest.approx(run["one_at_a_time_us"] / run["passes_us"])
+    assert run["bare_us"] > 0 and run["bare_ratio"] == pytest.approx(
+        run["bare_us"] / run["passes_us"])

@@ -25,7 +25,9 @@ machine: with N workers on N cores, images/s is at most N / that).
 and ``DatasetMapper.prepare``, then the images, then the rest) against mapping one sample at a time
 with the global RNGs seeded (how workers mapped before), as two loaders in one process whose
 batches are taken alternately: the worker CPU time per image of each, measured side by side,
-so a busy machine's drift falls on both.
+so a busy machine's drift falls on both; and, after each pair of batches, the outside
+yardstick's bare decode + resize (``loader_scaling.py``: no flip) of as many images in the main
+process (its thread CPU time): the ratio to the decode limit without the drift between runs.
 
 Usage:
     python -m tools.bench_loader --max-workers 2 --batches 12 --repeats 3
@@ -141,8 +143,31 @@ def _bare_images(records: list[dict[str, Any]], count: int, seed: int) -> int:
         image = cv2.resize(image, (int(WIDTH * scale + 0.5), int(HEIGHT * scale + 0.5)),
                            interpolation=cv2.INTER_LINEAR)
         if rng.random() < 0.5:
-            image = np.ascontiguousarray(image[:, ::-1])
+            image = cv2.flip(image, 1)  # numpy's copy of a reversed view is 10x slower
     return count
+
+
+def _decode_resize_cpu(records: list[dict[str, Any]], count: int, seed: int) -> float:
+    """Thread CPU seconds of the outside yardstick's bare operation (loader_scaling.py) on
+    ``count`` images: read, simplejpeg's BGR decode (else OpenCV's), OpenCV bilinear resize
+    to a drawn short edge; no flip, no Python of catmap."""
+    import cv2
+
+    try:
+        import simplejpeg
+    except ImportError:
+        simplejpeg = None
+    rng, began = np.random.default_rng(seed), time.thread_time()
+    for k in range(count):
+        with open(records[k % len(records)]["file_name"], "rb") as f:
+            data = f.read()
+        image = (simplejpeg.decode_jpeg(data, colorspace="BGR") if simplejpeg is not None
+                 else cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR))
+        short = int(rng.integers(SHORT_EDGES[0], SHORT_EDGES[1] + 1))
+        scale = min(short / min(image.shape[:2]), MAX_SIZE / max(image.shape[:2]))
+        size = (int(image.shape[1] * scale + 0.5), int(image.shape[0] * scale + 0.5))
+        cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)
+    return time.thread_time() - began
 
 
 def _bare_worker(records: list[dict[str, Any]], count: int, seed: int, start: Any) -> None:
@@ -302,14 +327,17 @@ def _run_paired(records: list[dict[str, Any]], workers: int, batch: int, batches
     for _ in range(warmup):
         for iterator, _pids in streams.values():
             next(iterator)
-    start = _children_cpu()
+    start, bare = _children_cpu(), 0.0
     for step in range(batches):
         for name in sorted(streams, reverse=step % 2 == 1):  # alternate which goes first
             next(streams[name][0])
+        bare += _decode_resize_cpu(records[step * batch:], batch, step)  # workers wait
     end = _children_cpu()
     result = {name: 1e6 * sum(end[pid] - start[pid] for pid in pids) / (batches * batch)
               for name, (_iterator, pids) in streams.items()}
     result["ratio"] = result["one_at_a_time_us"] / result["passes_us"]
+    result["bare_us"] = 1e6 * bare / (batches * batch)
+    result["bare_ratio"] = result["bare_us"] / result["passes_us"]
     return result
 
 
@@ -381,7 +409,8 @@ def _paired_main(args: argparse.Namespace) -> dict[str, Any]:
           f"{args.batches} alternating batches after {args.warmup}; worker CPU µs per image")
     for run in runs:
         print(f"  three passes {run['passes_us']:7.0f}   one at a time "
-              f"{run['one_at_a_time_us']:7.0f}   one at a time / three passes {run['ratio']:.3f}")
+              f"{run['one_at_a_time_us']:7.0f}   one at a time / three passes {run['ratio']:.3f}"
+              f"   bare {run['bare_us']:7.0f}   bare / three passes {run['bare_ratio']:.3f}")
     results = {"paired": runs, "workers": workers}
     write_json_results(args.json_out, results)
     return results
