@@ -386,13 +386,12 @@ def derive_seed(*parts: int | None) -> int:
         >>> derive_seed(42, 0, 1) == derive_seed(42, 0, 1) != derive_seed(42, 1, 0)
         True
     """
-    entropy, negative = [], False
-    for part in parts:
-        entropy.append(0 if part is None else int(part) + 1)
-        negative = negative or entropy[-1] < 0
-    if negative:  # wrap every part to 64 bits
+    entropy = [0 if part is None else int(part) + 1 for part in parts]
+    if entropy and min(entropy) < 0:  # wrap every part to 64 bits
         entropy = [e & 0xFFFFFFFFFFFFFFFF for e in entropy]
-    state = np.random.SeedSequence(entropy).generate_state(2, dtype=np.uint32)
+    words = [value >> shift & 0xFFFFFFFF for value in entropy  # as SeedSequence splits an int
+             for shift in range(0, 32 * max(1, -(-value.bit_length() // 32)), 32)]
+    state = np.random.SeedSequence(np.array(words, np.uint32)).generate_state(2, np.uint32)
     return int((int(state[0]) << 31) ^ int(state[1])) & 0x7FFFFFFFFFFFFFFF
 
 

@@ -34,6 +34,22 @@ def test_derivation_is_a_pure_function_of_its_parts():
     assert attempt_generator(99, 3).random() == attempt_generator(99, 3).random()
 
 
+def test_derived_seeds_are_numpys_seed_sequence_of_the_parts_plus_one():
+    from catalog._common import derive_seed
+
+    def by_definition(*parts):  # None counts as -1; a negative part wraps every part to 64 bits
+        entropy = [0 if p is None else p + 1 for p in parts]
+        entropy = [e % 2**64 for e in entropy] if any(e < 0 for e in entropy) else entropy
+        low, high = np.random.SeedSequence(entropy).generate_state(2, dtype=np.uint32)
+        return ((int(low) << 31) ^ int(high)) & (2**63 - 1)
+
+    rng = np.random.default_rng(5)
+    cases = [(0,), (None, 3), (-2, 7), (2**32 - 2,), (2**32 - 1, 0), (2**64 - 1,), (2**70, -9)]
+    cases += [tuple(int(v) for v in rng.integers(-2**62, 2**62, size=k)) for k in (1, 2, 3, 4, 5)]
+    for parts in cases:  # saved states and every batch depend on these values staying put
+        assert derive_seed(*parts) == by_definition(*parts), parts
+
+
 def test_scope_gives_the_attempt_generator_and_sets_an_outer_override_aside():
     outer = np.random.default_rng(0)
     with use_generator(outer):
