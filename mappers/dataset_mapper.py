@@ -204,8 +204,8 @@ def reduced_decode_size(transforms: TransformList) -> tuple[int, int] | None:
 
 
 class _PreparedRecord(NamedTuple):
-    """A record's copy, size, drawn transforms and instances (``DatasetMapper.prepare``), and
-    once ``DatasetMapper.read`` ran, its image, sem_seg and transforms (False: skipped)."""
+    """A record's copy, size, drawn transforms, instances, file bytes (``DatasetMapper.prepare``)
+    and, once ``DatasetMapper.read`` ran, its image, sem_seg and transforms (False: skipped)."""
 
     sample: dict[str, Any]
     size: tuple[int, int] | None
