@@ -6,6 +6,8 @@ mapping one at a time, with refetches, skips and errors in the same places."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -179,7 +181,7 @@ def test_pass_one_reads_local_files_ahead_within_the_byte_limits(tmp_path, monke
     records = _records(tmp_path, n=3)
     dataset, mapper = _stepwise(records)
     prepared = mapper.prepare(records[0])
-    assert prepared.data == open(records[0]["file_name"], "rb").read()
+    assert prepared.data == Path(records[0]["file_name"]).read_bytes()
     assert mapper.read(prepared).data is None  # the bytes go once the image is decoded
     one_at_a_time = SampleSeededDataset(dataset.dataset, seed_globals=True)
     expected = [_canonical(one_at_a_time[(i, i, 0)]) for i in range(3)]
