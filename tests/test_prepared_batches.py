@@ -175,8 +175,8 @@ def test_the_loader_seeds_the_global_rngs_only_for_augmentations_that_may_use_th
 
 def test_pass_one_reads_local_files_ahead_within_the_byte_limits(tmp_path, monkeypatch):
     import mappers.dataset_mapper as dataset_mapper
+    import mappers.image_io as image_io
     from mappers.errors import ImageTooLargeError
-    from mappers.image_io import ImageLimits, set_image_limits
 
     records = _records(tmp_path, n=3)
     dataset, mapper = _stepwise(records)
@@ -190,13 +190,13 @@ def test_pass_one_reads_local_files_ahead_within_the_byte_limits(tmp_path, monke
     assert [_canonical(dataset[k]) for k in dataset.prepare_keys([(i, i, 0) for i in range(3)])
             ] == expected
     monkeypatch.setattr(dataset_mapper, "_READ_AHEAD", 4 << 20)
-    set_image_limits(max_bytes=len(prepared.data) - 1)  # a stricter limit still holds
-    try:
-        assert mapper.prepare(records[0]).data is None
-        with pytest.raises(ImageTooLargeError, match="0.jpg"):
-            dataset[dataset.prepare_keys([(0, 0, 0)])[0]]
-    finally:
-        set_image_limits(ImageLimits())
+    monkeypatch.setattr(image_io, "_configured", None)  # both restored after the test
+    monkeypatch.setenv(image_io._LIMITS_ENV, "")
+    image_io.set_image_limits(max_bytes=len(prepared.data) - 1)  # a stricter limit still holds
+    assert mapper.prepare(records[0]).data is None
+    with pytest.raises(ImageTooLargeError, match="0.jpg"):
+        dataset[dataset.prepare_keys([(0, 0, 0)])[0]]
+    image_io.set_image_limits(image_io.ImageLimits())
     reads = []
     monkeypatch.setattr(dataset_mapper, "read_file_bytes", lambda *args: reads.append(args[0]))
     mapper.prepare(dict(records[0], file_name="s3://bucket/0.jpg"))  # a URL: read once, later
