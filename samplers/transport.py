@@ -233,23 +233,23 @@ class WorkerDataset:
         if keys and type(keys[0]) is Ticket:
             ticket, keys = keys[0], keys[1:]
         worker, board, dataset = _worker_id(), self.board, self.dataset
+        progress = (functools.partial(board.set, worker)  # names the sample a hang is in
+                    if board is not None and worker is not None else None)
         samples, indices, index = [], [], None
         # with a slab, DatasetMapper resizes each image straight into it
         space = self.writer.space(ticket) if ticket is not None and self.writer else None
         token = image_output_space.set(space)
         try:
             prepare = getattr(dataset, "prepare_keys", None)  # a batch's seeds, made together
-            progress = (functools.partial(board.set, worker)
-                        if board is not None and worker is not None else None)
             for key in keys if prepare is None else prepare(keys, progress):
                 index = _dataset_index(key)
                 indices.append(index)
-                if board is not None and worker is not None and index is not None:
-                    board.set(worker, index)
+                if progress is not None and index is not None:
+                    progress(index)
                 samples.append(dataset[key])
         except Exception as exc:
-            if board is not None and worker is not None:
-                board.set(worker, -1)
+            if progress is not None:
+                progress(-1)
             return [WorkerFailure.capture(exc, worker_id=worker, index=index, ticket=ticket)]
         finally:
             image_output_space.reset(token)
